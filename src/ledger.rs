@@ -1,0 +1,516 @@
+//! The listener's ledger: one append-only file per run, the ground truth of what
+//! was acknowledged.
+//!
+//! ## File format (all integers little-endian)
+//!
+//! ```text
+//! offset 0   8 bytes  magic "PPLEDGR1"
+//! offset 8   8 bytes  run id
+//! offset 16  entries, each:
+//!              4 bytes  payload length L (1 ..= MAX_ENTRY)
+//!              4 bytes  CRC-32 (IEEE) of the payload
+//!              L bytes  payload: one postcard-encoded [`Entry`]
+//! ```
+//!
+//! The first entry is the run's [`Manifest`]; then [`Entry::Acks`] batches, each with
+//! the agent's batch number (batches are idempotent: a resent batch whose number is
+//! not above the highest in the ledger is ignored by the listener); a run may end
+//! with [`Entry::Finished`] or [`Entry::Invalid`].
+//!
+//! The listener writes one group commit with one `write` and `fdatasync`s before it
+//! confirms anything in it. A crash can therefore only damage the last commit: a
+//! *torn tail* is an incomplete or CRC-failing entry that starts within the last
+//! [`MAX_COMMIT`] bytes and is followed by nothing but zeros or the end of the file.
+//! Anything else that fails to parse is *damage in the middle*, and the ledger is
+//! refused ([`LedgerError::Damaged`] names the byte offset).
+//!
+//! Sizes: a file ack is about 10 bytes (postcard varints: seq, block, ms); a
+//! pgbench batch stores one contiguous range per client.
+
+use crate::RunId;
+use serde::{Deserialize, Serialize};
+
+/// Magic at byte 0 of every ledger file.
+pub const MAGIC: [u8; 8] = *b"PPLEDGR1";
+/// Bytes before the first entry.
+pub const HEADER_LEN: usize = 16;
+/// Bytes of an entry's length + CRC prefix.
+pub const ENTRY_HEADER_LEN: usize = 8;
+/// Largest entry payload, in bytes (8 MiB).
+pub const MAX_ENTRY: u32 = 8 << 20;
+/// Largest group commit, in bytes: a torn tail can only lie within this many bytes of the end.
+pub const MAX_COMMIT: u64 = 32 << 20;
+
+/// The description of a run, stored as the first ledger entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Host name of the machine under test.
+    pub host: String,
+    /// Start of the run, milliseconds since the Unix epoch (agent clock).
+    pub started_unix_ms: u64,
+    /// Version of the agent that wrote the run.
+    pub tool_version: String,
+    /// The workload and its settings.
+    pub workload: Workload,
+}
+
+/// Which workload a run drives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Workload {
+    /// Checksummed blocks written to a file or block device.
+    File(FileManifest),
+    /// pgbench TPC-B transactions against PostgreSQL.
+    Pgbench(PgManifest),
+}
+
+impl Workload {
+    /// `"file"` or `"pgbench"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::File(_) => "file",
+            Workload::Pgbench(_) => "pgbench",
+        }
+    }
+}
+
+/// Settings of a file run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileManifest {
+    /// Path of the target as the agent opened it.
+    pub target: String,
+    /// Bytes of the target under test.
+    pub size: u64,
+    /// Bytes per block (a multiple of 512).
+    pub block_size: u32,
+    /// Number of concurrent writers.
+    pub jobs: u32,
+    /// Durability call: `fdatasync`, `fsync`, `dsync` or `direct-dsync`.
+    pub sync: String,
+    /// `random` or `sequential`.
+    pub pattern: String,
+}
+
+impl FileManifest {
+    /// Number of whole blocks in the target.
+    pub fn blocks(&self) -> u64 {
+        self.size / self.block_size as u64
+    }
+}
+
+/// Settings of a pgbench run, including the server configuration that decides
+/// whether a `COMMIT` promised durability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct PgManifest {
+    /// Connection string with any password removed.
+    pub conninfo: String,
+    /// pgbench scale factor.
+    pub scale: u32,
+    /// Number of clients (connections).
+    pub clients: u32,
+    /// Number of threads the clients are spread over.
+    pub jobs: u32,
+    /// `simple` or `prepared`.
+    pub protocol: String,
+    /// `server_version` setting.
+    pub server_version: String,
+    /// `fsync` setting.
+    pub fsync: String,
+    /// `synchronous_commit` setting.
+    pub synchronous_commit: String,
+    /// `full_page_writes` setting.
+    pub full_page_writes: String,
+    /// `wal_sync_method` setting.
+    pub wal_sync_method: String,
+    /// `data_checksums` setting.
+    pub data_checksums: String,
+    /// `data_directory` setting.
+    pub data_directory: String,
+    /// Whether this configuration promises that a successful `COMMIT` is durable.
+    pub promised: bool,
+}
+
+/// One acknowledged write of a file run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAck {
+    /// Write sequence number.
+    pub seq: u64,
+    /// Block index.
+    pub block: u64,
+    /// Milliseconds after the run's start when the durability call returned.
+    pub ms: u32,
+}
+
+/// Acknowledged commits `first ..= last` of one pgbench client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgAckRange {
+    /// Client number, from 0.
+    pub client: u32,
+    /// First acknowledged per-client sequence number in the range (from 1).
+    pub first: u64,
+    /// Last acknowledged per-client sequence number in the range.
+    pub last: u64,
+    /// Milliseconds after the run's start when `last`'s `COMMIT` returned.
+    pub ms: u32,
+}
+
+/// The acknowledgements of one batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Acks {
+    /// File workload acks.
+    File(Vec<FileAck>),
+    /// pgbench workload acks.
+    Pg(Vec<PgAckRange>),
+}
+
+impl Acks {
+    /// Number of acknowledgements (commits for pgbench).
+    pub fn count(&self) -> u64 {
+        match self {
+            Acks::File(v) => v.len() as u64,
+            Acks::Pg(v) => v.iter().map(|r| r.last + 1 - r.first).sum(),
+        }
+    }
+}
+
+/// A batch of acknowledgements as the agent sent it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AckBatch {
+    /// The agent's batch number, from 1, increasing by one per batch.
+    pub batch: u64,
+    /// Whether the configuration promised durability for these acks.
+    pub promised: bool,
+    /// The acknowledgements.
+    pub acks: Acks,
+}
+
+/// How a run ended, as the agent reported it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunSummary {
+    /// Writes (or transactions) issued.
+    pub issued: u64,
+    /// Acknowledgements the agent made (the ledger holds the confirmed ones).
+    pub acknowledged: u64,
+    /// Length of the run in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One ledger entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Entry {
+    /// The run's manifest: always the first entry.
+    Manifest(Manifest),
+    /// A batch of acknowledgements.
+    Acks(AckBatch),
+    /// The agent finished normally.
+    Finished(RunSummary),
+    /// The run is invalid: a durability call failed, so nothing it measured counts.
+    Invalid {
+        /// The error the agent saw, e.g. `fdatasync: Input/output error (os error 5)`.
+        error: String,
+    },
+}
+
+/// Why a ledger cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerError {
+    /// The 16-byte header is missing or has the wrong magic.
+    BadHeader,
+    /// An entry in the middle fails its length or CRC check, or does not decode.
+    Damaged {
+        /// Byte offset of the entry.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The first entry is not a manifest.
+    NoManifest,
+}
+
+impl std::fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LedgerError::BadHeader => {
+                f.write_str("ledger header is missing or has the wrong magic")
+            }
+            LedgerError::Damaged { offset, reason } => {
+                write!(f, "ledger damaged at byte {offset}: {reason}")
+            }
+            LedgerError::NoManifest => f.write_str("ledger does not start with a manifest"),
+        }
+    }
+}
+
+impl std::error::Error for LedgerError {}
+
+/// The 16-byte header of a new ledger for `run`.
+pub fn header(run: RunId) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..].copy_from_slice(&run.0.to_le_bytes());
+    h
+}
+
+/// Appends one encoded entry (length, CRC, payload) to `out`.
+pub fn encode_entry(entry: &Entry, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; ENTRY_HEADER_LEN]);
+    let out2 =
+        postcard::to_extend(entry, std::mem::take(out)).expect("ledger entries always serialize");
+    *out = out2;
+    let len = (out.len() - start - ENTRY_HEADER_LEN) as u32;
+    let crc = crc32fast::hash(&out[start + ENTRY_HEADER_LEN..]);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// What the end of a scanned ledger looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// Every byte belongs to a valid entry.
+    Clean,
+    /// A torn last commit: bytes from `valid_len` on are not a valid entry.
+    Torn {
+        /// Length of the valid prefix, in bytes (truncate the file here).
+        valid_len: u64,
+        /// Bytes after it.
+        torn_bytes: u64,
+    },
+}
+
+/// Scans a whole ledger, calling `f(offset, entry)` for each valid entry in order.
+///
+/// Returns the run id and how the file ends. Errors: [`LedgerError::BadHeader`], or
+/// [`LedgerError::Damaged`] for damage that is not a torn tail (see the module doc),
+/// or [`LedgerError::NoManifest`].
+pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail), LedgerError> {
+    if bytes.len() < HEADER_LEN || bytes[..8] != MAGIC {
+        return Err(LedgerError::BadHeader);
+    }
+    let run = RunId(u64::from_le_bytes(bytes[8..16].try_into().unwrap()));
+    let total = bytes.len() as u64;
+    let mut at = HEADER_LEN;
+    let mut first = true;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let problem = entry_problem(rest);
+        match problem {
+            None => {
+                let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+                let payload = &rest[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + len];
+                match postcard::from_bytes::<Entry>(payload) {
+                    Ok(entry) => {
+                        if first && !matches!(entry, Entry::Manifest(_)) {
+                            return Err(LedgerError::NoManifest);
+                        }
+                        first = false;
+                        f(at as u64, entry);
+                        at += ENTRY_HEADER_LEN + len;
+                    }
+                    Err(e) => {
+                        return Err(LedgerError::Damaged {
+                            offset: at as u64,
+                            reason: format!("entry passes its CRC but does not decode ({e})"),
+                        })
+                    }
+                }
+            }
+            Some((reason, end)) => {
+                let after_is_zero = end
+                    .map(|e| rest[e.min(rest.len())..].iter().all(|&b| b == 0))
+                    .unwrap_or(true);
+                let near_end = total - at as u64 <= MAX_COMMIT;
+                if near_end && after_is_zero {
+                    return Ok((
+                        run,
+                        Tail::Torn {
+                            valid_len: at as u64,
+                            torn_bytes: total - at as u64,
+                        },
+                    ));
+                }
+                return Err(LedgerError::Damaged {
+                    offset: at as u64,
+                    reason,
+                });
+            }
+        }
+    }
+    if first {
+        return Err(LedgerError::NoManifest);
+    }
+    Ok((run, Tail::Clean))
+}
+
+/// Checks the entry at the start of `rest`. `None` = a complete entry with a good CRC.
+/// Otherwise the reason and, where the entry's extent is known, its end.
+fn entry_problem(rest: &[u8]) -> Option<(String, Option<usize>)> {
+    if rest.len() < ENTRY_HEADER_LEN {
+        return Some((
+            format!("{} bytes cannot hold an entry header", rest.len()),
+            None,
+        ));
+    }
+    let len = u32::from_le_bytes(rest[..4].try_into().unwrap());
+    if len == 0 || len > MAX_ENTRY {
+        return Some((
+            format!("entry length {len} is outside 1..={MAX_ENTRY}"),
+            Some(0),
+        ));
+    }
+    let end = ENTRY_HEADER_LEN + len as usize;
+    if end > rest.len() {
+        return Some((
+            format!("entry of {len} bytes runs past the end of the file"),
+            None,
+        ));
+    }
+    let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
+    if crc32fast::hash(&rest[ENTRY_HEADER_LEN..end]) != crc {
+        return Some(("entry CRC does not match".to_string(), Some(end)));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Entry {
+        Entry::Manifest(Manifest {
+            host: "h".into(),
+            started_unix_ms: 1,
+            tool_version: "0".into(),
+            workload: Workload::File(FileManifest {
+                target: "/t".into(),
+                size: 8192,
+                block_size: 4096,
+                jobs: 1,
+                sync: "fdatasync".into(),
+                pattern: "random".into(),
+            }),
+        })
+    }
+
+    fn acks(batch: u64, n: u64) -> Entry {
+        Entry::Acks(AckBatch {
+            batch,
+            promised: true,
+            acks: Acks::File(
+                (0..n)
+                    .map(|i| FileAck {
+                        seq: 1000 * batch + i,
+                        block: i,
+                        ms: 5,
+                    })
+                    .collect(),
+            ),
+        })
+    }
+
+    fn ledger(entries: &[Entry]) -> Vec<u8> {
+        let mut out = header(RunId(9)).to_vec();
+        for e in entries {
+            encode_entry(e, &mut out);
+        }
+        out
+    }
+
+    fn collect(bytes: &[u8]) -> Result<(Vec<Entry>, Tail), LedgerError> {
+        let mut v = Vec::new();
+        let (run, tail) = scan(bytes, |_, e| v.push(e))?;
+        assert_eq!(run, RunId(9));
+        Ok((v, tail))
+    }
+
+    #[test]
+    fn round_trip() {
+        let es = vec![
+            manifest(),
+            acks(1, 3),
+            acks(2, 2),
+            Entry::Finished(RunSummary::default()),
+        ];
+        let (got, tail) = collect(&ledger(&es)).unwrap();
+        assert_eq!(got, es);
+        assert_eq!(tail, Tail::Clean);
+    }
+
+    #[test]
+    fn a_cut_short_last_entry_is_a_torn_tail() {
+        let full = ledger(&[manifest(), acks(1, 3), acks(2, 4)]);
+        let good = ledger(&[manifest(), acks(1, 3)]).len();
+        for cut in good + 1..full.len() {
+            let (got, tail) = collect(&full[..cut]).unwrap();
+            assert_eq!(got.len(), 2);
+            assert_eq!(
+                tail,
+                Tail::Torn {
+                    valid_len: good as u64,
+                    torn_bytes: (cut - good) as u64
+                }
+            );
+        }
+        // Zeros after the valid prefix (a file extended but not written) are a torn tail too.
+        let mut z = full[..good].to_vec();
+        z.extend_from_slice(&[0; 100]);
+        assert_eq!(
+            collect(&z).unwrap().1,
+            Tail::Torn {
+                valid_len: good as u64,
+                torn_bytes: 100
+            }
+        );
+    }
+
+    #[test]
+    fn damage_in_the_middle_is_refused_with_its_offset() {
+        let mut b = ledger(&[manifest(), acks(1, 3), acks(2, 4)]);
+        let second = ledger(&[manifest()]).len();
+        b[second + 10] ^= 0xff;
+        assert_eq!(
+            collect(&b).unwrap_err(),
+            LedgerError::Damaged {
+                offset: second as u64,
+                reason: "entry CRC does not match".into()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_magic_and_missing_manifest_are_refused() {
+        assert_eq!(
+            collect(b"NOTALEDGER012345").unwrap_err(),
+            LedgerError::BadHeader
+        );
+        assert_eq!(
+            collect(&ledger(&[acks(1, 1)])).unwrap_err(),
+            LedgerError::NoManifest
+        );
+        assert_eq!(collect(&ledger(&[])).unwrap_err(), LedgerError::NoManifest);
+    }
+
+    #[test]
+    fn file_acks_cost_at_most_16_bytes_each() {
+        let n = 4096u64;
+        let e = Entry::Acks(AckBatch {
+            batch: 1,
+            promised: true,
+            acks: Acks::File(
+                (0..n)
+                    .map(|i| FileAck {
+                        seq: 5_000_000 + i,
+                        block: (i * 7919) % 262_144,
+                        ms: 100_000,
+                    })
+                    .collect(),
+            ),
+        });
+        let mut out = Vec::new();
+        encode_entry(&e, &mut out);
+        assert!(
+            out.len() as u64 <= 16 * n,
+            "{} bytes for {n} acks",
+            out.len()
+        );
+    }
+}

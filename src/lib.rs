@@ -1,0 +1,55 @@
+//! # plugpull core
+//!
+//! The pure parts of plugpull, with no sockets and no process control, so every
+//! rule that decides a verdict can be unit-tested:
+//!
+//! * [`record`] — the self-describing 512-byte sector format the file workload writes.
+//! * [`wire`] — length-prefixed, postcard-encoded frames between agent/verifier and
+//!   listener, with a hard size cap, plus small async helpers to read and write them.
+//! * [`auth`] — the HMAC-SHA256 challenge-response both sides run before any message.
+//! * [`ledger`] — the listener's append-only, CRC-checked record of acknowledgements.
+//! * [`verdict`] — the per-block classification of what survived (DESIGN.md's table).
+//! * [`report`] — the verification report model shared by the human and JSON output.
+//! * [`units`] — parsing of sizes (`64MiB`) and durations (`30s`).
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod ledger;
+pub mod record;
+pub mod report;
+pub mod units;
+pub mod verdict;
+pub mod wire;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Identifier of one run: 64 random bits chosen by the listener, shown as 16 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+pub struct RunId(pub u64);
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl fmt::Debug for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RunId({self})")
+    }
+}
+
+impl std::str::FromStr for RunId {
+    type Err = String;
+    /// Parses 1 to 16 hex digits.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.is_empty() || s.len() > 16 {
+            return Err(format!("run id {s:?} is not 1 to 16 hex digits"));
+        }
+        u64::from_str_radix(s, 16)
+            .map(RunId)
+            .map_err(|_| format!("run id {s:?} is not hexadecimal"))
+    }
+}

@@ -1,0 +1,171 @@
+//! The verification report of a file run: one model for the human report and for
+//! `--json` (one JSON object; field names are a stable interface for scripts).
+
+use crate::verdict::{Finding, Outcome, Verdict, VerdictCounts};
+use serde::{Deserialize, Serialize};
+
+/// How many findings a report lists at most.
+pub const MAX_FINDINGS: usize = 1000;
+
+/// Upper edges, in seconds, of the "acknowledged N s before the end" histogram
+/// buckets; the last bucket is open-ended.
+pub const LAG_EDGES_SECS: [f64; 7] = [0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0];
+
+/// One bucket of the lag histogram: lost acknowledged writes whose ack came
+/// `from_secs ≤ lag < to_secs` before the last ack of the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LagBucket {
+    /// Lower edge, seconds (inclusive).
+    pub from_secs: f64,
+    /// Upper edge, seconds (exclusive); `None` for the open last bucket.
+    pub to_secs: Option<f64>,
+    /// Lost writes in the bucket.
+    pub count: u64,
+}
+
+/// The report of verifying a file run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileReport {
+    /// Run id, 16 hex digits.
+    pub run_id: String,
+    /// Always `"file"`.
+    pub workload: String,
+    /// Host that ran the agent.
+    pub host: String,
+    /// Path that was read.
+    pub target: String,
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Blocks in the run's target.
+    pub blocks: u64,
+    /// Whether the agent finished (`true`) or the run was cut short (`false`).
+    pub finished: bool,
+    /// Acknowledgements in the ledger.
+    pub acknowledged: u64,
+    /// Blocks classified (written by the run or acknowledged).
+    pub blocks_checked: u64,
+    /// Blocks per verdict.
+    pub verdicts: VerdictCounts,
+    /// Blocks holding a write newer than their last acknowledged one.
+    pub in_flight_survived: u64,
+    /// Findings in all (the list holds the first [`MAX_FINDINGS`]).
+    pub findings_total: u64,
+    /// The first failed blocks, by block index.
+    pub findings: Vec<Finding>,
+    /// Histogram of how long before the end each lost or shorn write was acknowledged.
+    pub lost_lag_histogram: Vec<LagBucket>,
+    /// True when nothing acknowledged was lost or damaged.
+    pub ok: bool,
+    /// One line: `PASS: …` or `FAIL: …`.
+    pub summary: String,
+}
+
+impl FileReport {
+    /// Builds the report from the verdict engine's outcome.
+    pub fn new(head: ReportHead, outcome: Outcome) -> Self {
+        let failures = outcome.counts.failures();
+        let ok = failures == 0;
+        let summary = if ok {
+            format!(
+                "PASS: {} acknowledged writes, {} blocks checked, nothing acknowledged was lost or damaged",
+                head.acknowledged, outcome.checked
+            )
+        } else {
+            let parts: Vec<String> = Verdict::ALL
+                .iter()
+                .filter(|v| v.is_failure() && outcome.counts.get(**v) > 0)
+                .map(|v| format!("{} {}", outcome.counts.get(*v), v.name().replace('_', " ")))
+                .collect();
+            format!(
+                "FAIL: {} of {} checked blocks lost or damaged acknowledged data ({}) out of {} acknowledged writes",
+                failures,
+                outcome.checked,
+                parts.join(", "),
+                head.acknowledged
+            )
+        };
+        let lags: Vec<f64> = outcome
+            .findings
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f.verdict,
+                    Verdict::LostWrite | Verdict::Unserializable | Verdict::TornAcknowledged
+                )
+            })
+            .filter_map(|f| f.acked_secs_before_end)
+            .collect();
+        FileReport {
+            run_id: head.run_id,
+            workload: "file".into(),
+            host: head.host,
+            target: head.target,
+            block_size: head.block_size,
+            blocks: head.blocks,
+            finished: head.finished,
+            acknowledged: head.acknowledged,
+            blocks_checked: outcome.checked,
+            verdicts: outcome.counts,
+            in_flight_survived: outcome.in_flight_survived,
+            findings_total: outcome.findings.len() as u64,
+            findings: outcome.findings.into_iter().take(MAX_FINDINGS).collect(),
+            lost_lag_histogram: lag_histogram(&lags),
+            ok,
+            summary,
+        }
+    }
+}
+
+/// What the report says about the run, beside the verdicts.
+#[derive(Clone, Debug)]
+pub struct ReportHead {
+    /// Run id, 16 hex digits.
+    pub run_id: String,
+    /// Host that ran the agent.
+    pub host: String,
+    /// Path that was read.
+    pub target: String,
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Blocks in the target.
+    pub blocks: u64,
+    /// Whether the agent finished normally.
+    pub finished: bool,
+    /// Acknowledgements in the ledger.
+    pub acknowledged: u64,
+}
+
+/// Buckets lags (seconds) by [`LAG_EDGES_SECS`]; empty input gives empty buckets.
+pub fn lag_histogram(lags: &[f64]) -> Vec<LagBucket> {
+    let mut out = Vec::new();
+    let mut from = 0.0;
+    for i in 0..=LAG_EDGES_SECS.len() {
+        let to = LAG_EDGES_SECS.get(i).copied();
+        let count = lags
+            .iter()
+            .filter(|&&l| l >= from && to.is_none_or(|t| l < t))
+            .count() as u64;
+        out.push(LagBucket {
+            from_secs: from,
+            to_secs: to,
+            count,
+        });
+        if let Some(t) = to {
+            from = t;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets() {
+        let h = lag_histogram(&[0.0, 0.05, 0.05, 2.0, 1000.0]);
+        let counts: Vec<u64> = h.iter().map(|b| b.count).collect();
+        assert_eq!(counts, vec![1, 2, 0, 0, 1, 0, 0, 1]);
+        assert_eq!(h[7].to_secs, None);
+    }
+}
