@@ -1,1 +1,158 @@
-fn main() {}
+//! `plugpull`: the agent (`write`) and the verifier (`verify`) that run on the
+//! machine under test. Exit codes everywhere: 0 = nothing acknowledged was lost or
+//! damaged (or the job succeeded), 1 = findings, 2 = could not do the job (the cause
+//! is printed on stderr).
+
+mod common;
+mod file;
+mod net;
+#[path = "pgbench_stub.rs"]
+mod pgbench;
+mod reporter;
+mod verify;
+
+use clap::{Parser, Subcommand};
+use plugpull::auth::Secret;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// "Could not do the job": bad arguments, unreachable listener, damaged ledger,
+/// unreadable target. Exit code 2. Findings are never a `Failure`.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl From<String> for Failure {
+    fn from(s: String) -> Self {
+        Failure(s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Self {
+        Failure(s.to_string())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Proves or disproves that a storage stack keeps every write it acknowledged
+/// across a power cut.
+///
+/// Start `plugpull-listener` on a witness host that keeps power; run `plugpull write`
+/// on the machine under test; pull the plug; reboot; run `plugpull verify`.
+///
+/// Examples:
+///   plugpull write file --listener witness:7458 --target /mnt/test/pp.dat --size 1GiB --jobs 4 --duration 5m -P 5
+///   plugpull write pgbench --listener witness:7458 --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
+///   plugpull verify --listener witness:7458
+///   plugpull verify --listener witness:7458 --run 3f9c0e12a4b5d678 --target /dev/sdb --json
+///
+/// Exit codes: 0 nothing acknowledged lost or damaged, 1 findings, 2 could not do the job.
+#[derive(Parser, Debug)]
+#[command(name = "plugpull", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Where the listener is and how to prove ourselves to it.
+#[derive(clap::Args, Debug, Clone)]
+struct ListenerArgs {
+    /// Listener address, HOST:PORT.
+    #[arg(long, env = "PLUGPULL_LISTENER")]
+    listener: String,
+    /// File holding the shared secret (else the PLUGPULL_SECRET variable).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Drive a workload and report every acknowledgement to the listener.
+    Write {
+        #[command(subcommand)]
+        workload: WriteCmd,
+    },
+    /// After the cut and reboot: check what survived against the listener's ledger.
+    Verify {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        args: verify::VerifyArgs,
+        #[command(flatten)]
+        pg: pgbench::VerifyArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum WriteCmd {
+    /// Write checksummed blocks to a file or block device.
+    ///
+    /// Example: plugpull write file --listener witness:7458 --target /mnt/test/pp.dat --size 1GiB -j 4 -T 5m -P 5
+    File {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        args: file::WriteArgs,
+    },
+    /// Run pgbench's TPC-B transactions; each successful COMMIT is an acknowledgement.
+    ///
+    /// Example: plugpull write pgbench --listener witness:7458 --dsn 'host=/tmp dbname=bench' --init -s 10 -c 8 -T 10m -P 5
+    Pgbench {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        args: pgbench::WriteArgs,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PLUGPULL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = rt.block_on(run(cli));
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("plugpull: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn secret(l: &ListenerArgs) -> Result<Secret, Failure> {
+    Secret::load(l.secret_file.as_deref()).map_err(Failure)
+}
+
+async fn run(cli: Cli) -> Result<bool, Failure> {
+    match cli.cmd {
+        Cmd::Write {
+            workload: WriteCmd::File { listener, args },
+        } => file::write(&args, &listener.listener, &secret(&listener)?)
+            .await
+            .map(|_| true),
+        Cmd::Write {
+            workload: WriteCmd::Pgbench { listener, args },
+        } => pgbench::write(&args, &listener.listener, &secret(&listener)?)
+            .await
+            .map(|_| true),
+        Cmd::Verify { listener, args, pg } => {
+            verify::verify(&args, &listener.listener, &secret(&listener)?, &pg).await
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! `plugpull write file`: checksummed blocks written to a file or block device, each
+//! acknowledged once its durability call returned.
+//!
+//! Worker `j` of `N` owns the blocks `b ≡ j (mod N)`, so each block is written by one
+//! worker at a time. Sequence numbers are assigned at issue from one run-wide
+//! counter; each write carries the acknowledged watermark (every seq at or below it
+//! has been acknowledged) at its issue, which lets the verifier prove reordering
+//! across a flush. See `plugpull::record` for the sector format.
+
+use crate::common::{human_bytes, make_manifest, LatencyStats};
+use crate::reporter::{AckSink, Reporter};
+use crate::Failure;
+use clap::ValueEnum;
+use plugpull::auth::Secret;
+use plugpull::ledger::{FileManifest, RunSummary, Workload};
+use plugpull::record::{Encoder, SECTOR};
+use plugpull::units::{parse_duration, parse_size};
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How each write is made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SyncMode {
+    /// `pwrite` then `fdatasync`.
+    Fdatasync,
+    /// `pwrite` then `fsync`.
+    Fsync,
+    /// `pwrite` on a file opened `O_DSYNC`.
+    Dsync,
+    /// `pwrite` on a file opened `O_DIRECT | O_DSYNC` (bypasses the page cache).
+    DirectDsync,
+}
+
+impl SyncMode {
+    fn name(self) -> &'static str {
+        match self {
+            SyncMode::Fdatasync => "fdatasync",
+            SyncMode::Fsync => "fsync",
+            SyncMode::Dsync => "dsync",
+            SyncMode::DirectDsync => "direct-dsync",
+        }
+    }
+}
+
+/// Which block each worker writes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// Uniformly random among the worker's blocks.
+    Random,
+    /// The worker's blocks in order, wrapping around.
+    Sequential,
+}
+
+impl Pattern {
+    fn name(self) -> &'static str {
+        match self {
+            Pattern::Random => "random",
+            Pattern::Sequential => "sequential",
+        }
+    }
+}
+
+/// Options of `plugpull write file`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WriteArgs {
+    /// File or block device to write (a file is created and preallocated).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Bytes of the target to use, e.g. 64MiB or 1GiB.
+    #[arg(long, value_parser = parse_size)]
+    pub size: u64,
+    /// Bytes per block: a multiple of 512.
+    #[arg(long, default_value = "4096", value_parser = parse_size)]
+    pub block_size: u64,
+    /// Concurrent writers (each owns every N-th block).
+    #[arg(long, short = 'j', default_value_t = 1)]
+    pub jobs: u32,
+    /// Durability call after each write.
+    #[arg(long, value_enum, default_value = "fdatasync")]
+    pub sync: SyncMode,
+    /// How long to write, e.g. 30s or 5m (default 30s).
+    #[arg(long, short = 'T', value_parser = parse_duration, conflicts_with = "writes")]
+    pub duration: Option<Duration>,
+    /// Stop after this many writes instead of after a duration.
+    #[arg(long)]
+    pub writes: Option<u64>,
+    /// Order of blocks.
+    #[arg(long, value_enum, default_value = "random")]
+    pub pattern: Pattern,
+    /// Print a progress line every SECONDS.
+    #[arg(short = 'P', long = "progress", value_parser = parse_duration)]
+    pub progress: Option<Duration>,
+    /// Seed of the random block choice (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print the summary as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Validates the arguments and returns the number of blocks.
+fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
+    if a.block_size == 0 || a.block_size % SECTOR as u64 != 0 || a.block_size > (64 << 20) {
+        return Err(format!(
+            "--block-size {} is not a multiple of 512 bytes between 512 and 64 MiB",
+            a.block_size
+        )
+        .into());
+    }
+    if a.size < a.block_size {
+        return Err(format!(
+            "--size {} is smaller than one block ({} bytes)",
+            a.size, a.block_size
+        )
+        .into());
+    }
+    if a.jobs == 0 {
+        return Err("--jobs must be at least 1".into());
+    }
+    if a.writes == Some(0) {
+        return Err("--writes must be at least 1".into());
+    }
+    Ok(a.size / a.block_size)
+}
+
+/// Creates or checks the target so it holds `size` bytes, durably (file and directory entry).
+///
+/// Errors: the target is too small (a block device, or a filesystem without room),
+/// is neither a regular file nor a block device, or cannot be opened.
+pub fn prepare_target(path: &Path, size: u64) -> Result<(), Failure> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => {
+            let f = File::open(path)
+                .map_err(|e| Failure(format!("cannot open target {}: {e}", path.display())))?;
+            let have = device_size(&f)
+                .map_err(|e| Failure(format!("cannot size target {}: {e}", path.display())))?;
+            if have < size {
+                return Err(Failure(format!(
+                    "target {} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
+                    path.display(),
+                    human_bytes(have),
+                    human_bytes(size)
+                )));
+            }
+            Ok(())
+        }
+        Ok(m) if !m.file_type().is_file() => Err(Failure(format!(
+            "target {} is neither a regular file nor a block device",
+            path.display()
+        ))),
+        _ => {
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| Failure(format!("cannot create target {}: {e}", path.display())))?;
+            preallocate(&f, size).map_err(|e| {
+                Failure(format!(
+                    "target {} is too small: cannot preallocate {} ({size} bytes): {e}",
+                    path.display(),
+                    human_bytes(size)
+                ))
+            })?;
+            f.sync_all()
+                .map_err(|e| Failure(format!("fsync of target {}: {e}", path.display())))?;
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Failure(format!("fsync of directory {}: {e}", dir.display())))?;
+            Ok(())
+        }
+    }
+}
+
+fn device_size(f: &File) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = f;
+    f.seek(SeekFrom::End(0))
+}
+
+/// Allocates `size` bytes with `posix_fallocate`, falling back to writing zeros where
+/// the filesystem does not support it.
+fn preallocate(f: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid descriptor.
+    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, size as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    if rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    let have = f.metadata()?.len();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = have;
+    while at < size {
+        let n = (size - at).min(zeros.len() as u64) as usize;
+        f.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// A heap buffer aligned for `O_DIRECT`.
+struct AlignedBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer is owned by one worker thread at a time.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Self {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).expect("valid layout");
+        // SAFETY: non-zero size layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        AlignedBuf { ptr, layout }
+    }
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is valid for layout.size() bytes and uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// The acknowledged watermark: the highest `w` with every seq `≤ w` acknowledged.
+#[derive(Default)]
+struct Watermark {
+    state: Mutex<(u64, BTreeSet<u64>)>,
+    value: AtomicU64,
+}
+
+impl Watermark {
+    fn complete(&self, seq: u64) {
+        let mut g = self.state.lock().unwrap();
+        let (wm, done) = &mut *g;
+        if seq == *wm + 1 {
+            *wm = seq;
+            while done.remove(&(*wm + 1)) {
+                *wm += 1;
+            }
+            self.value.store(*wm, Ordering::Release);
+        } else {
+            done.insert(seq);
+        }
+    }
+    fn get(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+}
+
+struct Shared {
+    next_seq: AtomicU64,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+    stop: AtomicBool,
+    watermark: Watermark,
+    error: Mutex<Option<String>>,
+    issued: AtomicU64,
+    done: AtomicU64,
+    lat_us: AtomicU64,
+    lat_us2: AtomicU64,
+}
+
+struct WorkerOut {
+    hist: LatencyStats,
+    covered: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker(
+    id: u64,
+    jobs: u64,
+    blocks: u64,
+    bs: usize,
+    file: File,
+    sync: SyncMode,
+    enc: Arc<Encoder>,
+    sh: Arc<Shared>,
+    sink: AckSink,
+    pattern: Pattern,
+    seed: u64,
+) -> WorkerOut {
+    let own = if id < blocks {
+        (blocks - id).div_ceil(jobs)
+    } else {
+        0
+    };
+    let mut hist = LatencyStats::new();
+    let mut written = vec![false; own as usize];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut buf = AlignedBuf::new(bs);
+    let mut next = 0u64;
+    while own > 0 && !sh.stop.load(Ordering::Relaxed) {
+        if sh.deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        sink.wait_while_paused(&sh.stop);
+        let seq = sh.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if sh.limit.is_some_and(|l| seq > l) {
+            break;
+        }
+        let idx = match pattern {
+            Pattern::Random => rng.random_range(0..own),
+            Pattern::Sequential => {
+                let i = next;
+                next = (next + 1) % own;
+                i
+            }
+        };
+        let block = idx * jobs + id;
+        enc.encode_block(buf.as_mut(), block, seq, sh.watermark.get());
+        sh.issued.fetch_add(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let res = file
+            .write_all_at(buf.as_mut(), block * bs as u64)
+            .map_err(|e| format!("pwrite of block {block} at byte {}: {e}", block * bs as u64))
+            .and_then(|_| match sync {
+                SyncMode::Fdatasync => file
+                    .sync_data()
+                    .map_err(|e| format!("fdatasync after block {block}: {e}")),
+                SyncMode::Fsync => file
+                    .sync_all()
+                    .map_err(|e| format!("fsync after block {block}: {e}")),
+                SyncMode::Dsync | SyncMode::DirectDsync => Ok(()),
+            });
+        if let Err(e) = res {
+            sh.error.lock().unwrap().get_or_insert(e);
+            sh.stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        let lat = t0.elapsed();
+        sh.watermark.complete(seq);
+        sink.file_ack(seq, block);
+        hist.record(lat);
+        written[idx as usize] = true;
+        let us = lat.as_micros() as u64;
+        sh.done.fetch_add(1, Ordering::Relaxed);
+        sh.lat_us.fetch_add(us, Ordering::Relaxed);
+        sh.lat_us2.fetch_add(us * us, Ordering::Relaxed);
+    }
+    WorkerOut {
+        hist,
+        covered: written.iter().filter(|&&w| w).count() as u64,
+    }
+}
+
+fn open_for_writes(path: &Path, sync: SyncMode) -> Result<File, Failure> {
+    let mut o = OpenOptions::new();
+    o.write(true);
+    match sync {
+        SyncMode::Dsync => {
+            o.custom_flags(libc::O_DSYNC);
+        }
+        SyncMode::DirectDsync => {
+            o.custom_flags(libc::O_DSYNC | libc::O_DIRECT);
+        }
+        SyncMode::Fdatasync | SyncMode::Fsync => {}
+    }
+    o.open(path).map_err(|e| {
+        Failure(format!(
+            "cannot open target {} for writing ({}): {e}",
+            path.display(),
+            sync.name()
+        ))
+    })
+}
+
+/// The summary of a write run, as printed (text or `--json`).
+#[derive(serde::Serialize)]
+struct Summary {
+    run_id: String,
+    target: String,
+    size: u64,
+    block_size: u64,
+    blocks: u64,
+    jobs: u32,
+    sync: &'static str,
+    pattern: &'static str,
+    duration_secs: f64,
+    writes_issued: u64,
+    writes_acknowledged: u64,
+    writes_per_sec: f64,
+    latency_ms: LatencySummary,
+    coverage_percent: f64,
+    blocks_written: u64,
+}
+
+/// Latency figures in ms.
+#[derive(serde::Serialize)]
+pub struct LatencySummary {
+    average: f64,
+    stddev: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl LatencySummary {
+    /// The figures of `h`.
+    pub fn of(h: &LatencyStats) -> Self {
+        LatencySummary {
+            average: h.mean_ms(),
+            stddev: h.stddev_ms(),
+            p50: h.percentile_ms(50.0),
+            p99: h.percentile_ms(99.0),
+            max: h.max_ms(),
+        }
+    }
+}
+
+/// Runs `plugpull write file`.
+///
+/// Errors (exit 2): bad arguments, a target that is too small or cannot be opened,
+/// an unreachable listener, a failed write or durability call (the run is then
+/// marked invalid in the ledger first).
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Failure> {
+    let blocks = check_args(args)?;
+    let bs = args.block_size as usize;
+    let size = blocks * args.block_size;
+    prepare_target(&args.target, size)?;
+    let files: Vec<File> = (0..args.jobs)
+        .map(|_| open_for_writes(&args.target, args.sync))
+        .collect::<Result<_, _>>()?;
+    let target = std::fs::canonicalize(&args.target).unwrap_or_else(|_| args.target.clone());
+    let manifest = make_manifest(Workload::File(FileManifest {
+        target: target.display().to_string(),
+        size,
+        block_size: bs as u32,
+        jobs: args.jobs,
+        sync: args.sync.name().into(),
+        pattern: args.pattern.name().into(),
+    }));
+    let (reporter, run) = Reporter::start(listener, secret, manifest).await?;
+    if !args.json {
+        println!("run id: {run}");
+        println!(
+            "target: {} ({}, {blocks} blocks of {bs} bytes); sync: {}; jobs: {}; pattern: {}",
+            target.display(),
+            human_bytes(size),
+            args.sync.name(),
+            args.jobs,
+            args.pattern.name()
+        );
+    }
+    let duration = match (args.writes, args.duration) {
+        (Some(_), _) => None,
+        (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
+    };
+    let start = Instant::now();
+    let sh = Arc::new(Shared {
+        next_seq: AtomicU64::new(0),
+        limit: args.writes,
+        deadline: duration.map(|d| start + d),
+        stop: AtomicBool::new(false),
+        watermark: Watermark::default(),
+        error: Mutex::new(None),
+        issued: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        lat_us: AtomicU64::new(0),
+        lat_us2: AtomicU64::new(0),
+    });
+    let enc = Arc::new(Encoder::new(run));
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let handles: Vec<_> = files
+        .into_iter()
+        .enumerate()
+        .map(|(j, f)| {
+            let (enc, sh, sink) = (enc.clone(), sh.clone(), reporter.sink());
+            let (jobs, pattern, sync) = (args.jobs as u64, args.pattern, args.sync);
+            std::thread::Builder::new()
+                .name(format!("writer-{j}"))
+                .spawn(move || {
+                    worker(
+                        j as u64, jobs, blocks, bs, f, sync, enc, sh, sink, pattern, seed,
+                    )
+                })
+                .expect("spawn writer thread")
+        })
+        .collect();
+    let joined = tokio::task::spawn_blocking(move || {
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread panicked"))
+            .collect::<Vec<_>>()
+    });
+    tokio::pin!(joined);
+    let sink = reporter.sink();
+    let mut tick = args
+        .progress
+        .map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
+    let mut last = (Instant::now(), 0u64, 0u64, 0u64);
+    let mut interrupted = false;
+    let outs = loop {
+        tokio::select! {
+            r = &mut joined => break r.expect("join writers"),
+            _ = async { tick.as_mut().unwrap().tick().await }, if tick.is_some() => {
+                let now = Instant::now();
+                let (n, s1, s2) = (sh.done.load(Ordering::Relaxed), sh.lat_us.load(Ordering::Relaxed), sh.lat_us2.load(Ordering::Relaxed));
+                let dn = (n - last.1) as f64;
+                let (mean, sd) = if dn > 0.0 {
+                    let m = (s1 - last.2) as f64 / dn;
+                    let var = ((s2 - last.3) as f64 / dn - m * m).max(0.0);
+                    (m / 1000.0, var.sqrt() / 1000.0)
+                } else { (0.0, 0.0) };
+                eprintln!(
+                    "progress: {:.1} s, {:.1} writes/s, lat {:.3} ms stddev {:.3}, acknowledged {}",
+                    start.elapsed().as_secs_f64(), dn / (now - last.0).as_secs_f64(), mean, sd, sink.confirmed()
+                );
+                last = (now, n, s1, s2);
+            }
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                interrupted = true;
+                eprintln!("interrupted: finishing the writes in flight");
+                sh.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    };
+    drop(sink);
+    let elapsed = start.elapsed();
+    let issued = sh.issued.load(Ordering::Relaxed);
+    let mut hist = LatencyStats::new();
+    let mut covered = 0;
+    for o in &outs {
+        hist.merge(&o.hist);
+        covered += o.covered;
+    }
+    let local_acks = hist.count();
+    if let Some(err) = sh.error.lock().unwrap().clone() {
+        let confirmed = reporter.invalidate(err.clone()).await;
+        return Err(Failure(format!(
+            "{err}; run {run} is marked invalid in the ledger ({} acknowledgements confirmed before the error)",
+            confirmed.map(|c| c.to_string()).unwrap_or_else(|e| format!("unknown: {e}"))
+        )));
+    }
+    let summary = RunSummary {
+        issued,
+        acknowledged: local_acks,
+        duration_ms: elapsed.as_millis() as u64,
+    };
+    let confirmed = reporter.finish(summary).await?;
+    let s = Summary {
+        run_id: run.to_string(),
+        target: target.display().to_string(),
+        size,
+        block_size: args.block_size,
+        blocks,
+        jobs: args.jobs,
+        sync: args.sync.name(),
+        pattern: args.pattern.name(),
+        duration_secs: elapsed.as_secs_f64(),
+        writes_issued: issued,
+        writes_acknowledged: confirmed,
+        writes_per_sec: local_acks as f64 / elapsed.as_secs_f64(),
+        latency_ms: LatencySummary::of(&hist),
+        coverage_percent: 100.0 * covered as f64 / blocks as f64,
+        blocks_written: covered,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&s).expect("summary serializes"));
+    } else {
+        println!("duration: {:.3} s", s.duration_secs);
+        println!("writes issued: {}", s.writes_issued);
+        println!(
+            "writes acknowledged: {} (confirmed by the listener)",
+            s.writes_acknowledged
+        );
+        println!("writes/s = {:.1}", s.writes_per_sec);
+        println!("latency average = {:.3} ms", s.latency_ms.average);
+        println!("latency stddev = {:.3} ms", s.latency_ms.stddev);
+        println!("latency p50 = {:.3} ms", s.latency_ms.p50);
+        println!("latency p99 = {:.3} ms", s.latency_ms.p99);
+        println!("latency max = {:.3} ms", s.latency_ms.max);
+        println!(
+            "coverage: {:.1}% of blocks written at least once ({covered} of {blocks})",
+            s.coverage_percent
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,485 @@
+//! The agent's reporter: carries acknowledgements to the listener without ever
+//! putting a network round trip between two writes.
+//!
+//! Workload threads hand each ack to an [`AckSink`] (an unbounded channel: it never
+//! blocks). One task batches whatever is queued (up to [`BATCH_MAX`] acks), sends
+//! batches back to back without waiting, and counts an ack as acknowledged only when
+//! the listener answers `Confirmed` for its batch, which it does after its ledger's
+//! `fdatasync`. If the connection breaks, the task reconnects with backoff, sends
+//! `ResumeRun`, drops the batches the listener already holds and resends the rest
+//! (batches are idempotent by number). Writers pause, with a message on stderr,
+//! while more than [`MAX_UNCONFIRMED`] acks wait for confirmation, so a run never
+//! goes on unwitnessed for long.
+
+use crate::net::{self, Reader, Writer};
+use crate::Failure;
+use plugpull::auth::Secret;
+use plugpull::ledger::{AckBatch, Acks, FileAck, Manifest, PgAckRange, RunSummary};
+use plugpull::wire::{Request, Response};
+use plugpull::RunId;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Most acks in one batch.
+pub const BATCH_MAX: usize = 8192;
+/// Most acks handed over but not yet confirmed before writers pause.
+pub const MAX_UNCONFIRMED: u64 = 1_000_000;
+/// How long `finish` keeps trying to reach a listener that went away.
+pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
+
+enum Msg {
+    File(FileAck),
+    Pg { client: u32, seq: u64, ms: u32 },
+}
+
+struct Shared {
+    start: Instant,
+    handed: AtomicU64,
+    confirmed: AtomicU64,
+    paused: AtomicBool,
+}
+
+/// Where workload threads put acknowledgements. Cheap to clone; never blocks.
+#[derive(Clone)]
+pub struct AckSink {
+    tx: mpsc::UnboundedSender<Msg>,
+    shared: Arc<Shared>,
+}
+
+impl AckSink {
+    fn ms(&self) -> u32 {
+        self.shared
+            .start
+            .elapsed()
+            .as_millis()
+            .min(u32::MAX as u128) as u32
+    }
+
+    fn hand(&self, m: Msg) {
+        self.shared.handed.fetch_add(1, Ordering::Relaxed);
+        // The reporter outlives every sink until `finish`; a send can only fail after
+        // it gave up, and then `finish` reports the failure.
+        let _ = self.tx.send(m);
+    }
+
+    /// Records that write `seq` to `block` is durable (its durability call returned).
+    pub fn file_ack(&self, seq: u64, block: u64) {
+        let ms = self.ms();
+        self.hand(Msg::File(FileAck { seq, block, ms }));
+    }
+
+    /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
+    pub fn pg_ack(&self, client: u32, seq: u64) {
+        let ms = self.ms();
+        self.hand(Msg::Pg { client, seq, ms });
+    }
+
+    /// Acks the listener has confirmed so far.
+    pub fn confirmed(&self) -> u64 {
+        self.shared.confirmed.load(Ordering::Relaxed)
+    }
+
+    /// True while writers should pause because too many acks are unconfirmed.
+    pub fn paused(&self) -> bool {
+        self.shared.handed.load(Ordering::Relaxed) - self.shared.confirmed.load(Ordering::Relaxed)
+            > MAX_UNCONFIRMED
+    }
+
+    /// Blocks the calling thread while [`AckSink::paused`], saying so once on stderr.
+    /// Returns early when `stop` is set.
+    pub fn wait_while_paused(&self, stop: &AtomicBool) {
+        if !self.paused() {
+            return;
+        }
+        if !self.shared.paused.swap(true, Ordering::Relaxed) {
+            eprintln!("paused: more than {MAX_UNCONFIRMED} acknowledgements are not yet confirmed by the listener; waiting for it");
+        }
+        while self.paused() && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.shared.paused.swap(false, Ordering::Relaxed) {
+            eprintln!("resumed: the listener caught up");
+        }
+    }
+}
+
+enum Ctrl {
+    Finish(RunSummary, oneshot::Sender<Result<u64, Failure>>),
+    Invalidate(String, oneshot::Sender<Result<u64, Failure>>),
+}
+
+/// A running reporter for one run.
+pub struct Reporter {
+    sink: AckSink,
+    ctrl: mpsc::UnboundedSender<Ctrl>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reporter {
+    /// Connects to `listener`, starts a run described by `manifest` and returns the
+    /// reporter and the run id the listener assigned. `promised` marks whether these
+    /// acks are durability promises (false for an unsafe PostgreSQL configuration).
+    ///
+    /// Errors: the listener cannot be reached or refuses.
+    pub async fn start(
+        listener: &str,
+        secret: &Secret,
+        manifest: Manifest,
+    ) -> Result<(Reporter, RunId), Failure> {
+        let promised = match &manifest.workload {
+            plugpull::ledger::Workload::Pgbench(p) => p.promised,
+            plugpull::ledger::Workload::File(_) => true,
+        };
+        let (mut r, mut w) = net::connect(listener, secret).await?;
+        w.send(&Request::StartRun { manifest }).await?;
+        w.flush().await?;
+        let run = match r.recv().await? {
+            Response::RunStarted { run } => run,
+            other => {
+                return Err(Failure(format!(
+                    "listener answered StartRun with {other:?}"
+                )))
+            }
+        };
+        let shared = Arc::new(Shared {
+            start: Instant::now(),
+            handed: AtomicU64::new(0),
+            confirmed: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
+        let state = Task {
+            addr: listener.to_string(),
+            secret: secret.clone(),
+            run,
+            promised,
+            shared: shared.clone(),
+            pending: VecDeque::new(),
+            next_batch: 1,
+            sent_upto: 0,
+        };
+        let task = tokio::spawn(state.run(r, w, rx, ctrl_rx));
+        Ok((
+            Reporter {
+                sink: AckSink { tx, shared },
+                ctrl,
+                task,
+            },
+            run,
+        ))
+    }
+
+    /// A sink for workload threads.
+    pub fn sink(&self) -> AckSink {
+        self.sink.clone()
+    }
+
+    /// Sends every queued ack and the run's summary, waits until the listener confirmed
+    /// all of them, and returns how many acks it confirmed.
+    ///
+    /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
+    pub async fn finish(self, summary: RunSummary) -> Result<u64, Failure> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.ctrl.send(Ctrl::Finish(summary, tx));
+        self.wait(rx).await
+    }
+
+    /// Marks the run invalid in the ledger (a durability call failed), after sending
+    /// every queued ack; returns the confirmed count.
+    pub async fn invalidate(self, error: String) -> Result<u64, Failure> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.ctrl.send(Ctrl::Invalidate(error, tx));
+        self.wait(rx).await
+    }
+
+    async fn wait(self, rx: oneshot::Receiver<Result<u64, Failure>>) -> Result<u64, Failure> {
+        drop(self.sink);
+        let r = rx
+            .await
+            .unwrap_or_else(|_| Err(Failure("the reporter stopped unexpectedly".into())));
+        let _ = self.task.await;
+        r
+    }
+}
+
+struct Task {
+    addr: String,
+    secret: Secret,
+    run: RunId,
+    promised: bool,
+    shared: Arc<Shared>,
+    pending: VecDeque<AckBatch>,
+    next_batch: u64,
+    sent_upto: u64,
+}
+
+/// Acks being gathered into the next batch.
+#[derive(Default)]
+struct Gather {
+    file: Vec<FileAck>,
+    pg: Vec<PgAckRange>,
+    pg_at: HashMap<u32, usize>,
+    n: usize,
+}
+
+impl Gather {
+    fn add(&mut self, m: Msg) {
+        self.n += 1;
+        match m {
+            Msg::File(a) => self.file.push(a),
+            Msg::Pg { client, seq, ms } => {
+                if let Some(&i) = self.pg_at.get(&client) {
+                    let r = &mut self.pg[i];
+                    if r.last + 1 == seq {
+                        r.last = seq;
+                        r.ms = ms;
+                        return;
+                    }
+                }
+                self.pg_at.insert(client, self.pg.len());
+                self.pg.push(PgAckRange {
+                    client,
+                    first: seq,
+                    last: seq,
+                    ms,
+                });
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<Acks> {
+        let mut out = Vec::new();
+        if !self.file.is_empty() {
+            out.push(Acks::File(std::mem::take(&mut self.file)));
+        }
+        if !self.pg.is_empty() {
+            out.push(Acks::Pg(std::mem::take(&mut self.pg)));
+        }
+        self.pg_at.clear();
+        self.n = 0;
+        out
+    }
+}
+
+type Conn = (mpsc::UnboundedReceiver<Result<Response, Failure>>, Writer);
+
+fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, Failure>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let m = r.recv().await;
+            let stop = m.is_err();
+            if tx.send(m).is_err() || stop {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+enum Step {
+    Continue,
+    Done,
+    Lost(Failure),
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        r: Reader,
+        w: Writer,
+        mut rx: mpsc::UnboundedReceiver<Msg>,
+        mut ctrl: mpsc::UnboundedReceiver<Ctrl>,
+    ) {
+        let mut conn: Option<Conn> = Some((spawn_reader(r), w));
+        let mut gather = Gather::default();
+        let mut ending: Option<(Request, oneshot::Sender<Result<u64, Failure>>)> = None;
+        let mut ending_sent = false;
+        let mut lost_since: Option<Instant> = None;
+        let mut acks_open = true;
+        loop {
+            let Some((resp, w)) = conn.as_mut() else {
+                // Disconnected: retry with backoff; keep gathering acks meanwhile.
+                let since = *lost_since.get_or_insert_with(Instant::now);
+                if ending.is_some() && since.elapsed() > FINISH_DEADLINE {
+                    let unconfirmed: u64 = self.pending.iter().map(|b| b.acks.count()).sum();
+                    let (_, reply) = ending.take().unwrap();
+                    let _ = reply.send(Err(Failure(format!(
+                        "listener {} unreachable for {} s: {unconfirmed} acknowledgements were never confirmed",
+                        self.addr,
+                        FINISH_DEADLINE.as_secs()
+                    ))));
+                    return;
+                }
+                match self.reconnect().await {
+                    Ok(c) => {
+                        conn = Some(c);
+                        lost_since = None;
+                        ending_sent = false;
+                    }
+                    Err(e) => {
+                        tracing::warn!("reconnecting to listener: {e}");
+                        let backoff = tokio::time::sleep(Duration::from_millis(250));
+                        tokio::pin!(backoff);
+                        loop {
+                            tokio::select! {
+                                _ = &mut backoff => break,
+                                m = rx.recv(), if ending.is_none() && acks_open => match m {
+                                    Some(m) => { gather.add(m); if gather.n >= BATCH_MAX { self.seal(&mut gather); } }
+                                    None => acks_open = false,
+                                },
+                                c = ctrl.recv(), if ending.is_none() => if let Some(c) = c { ending = Some(self.ending(c, &mut rx, &mut gather)); },
+                            }
+                        }
+                    }
+                }
+                continue;
+            };
+            let step = async {
+                if let Some((req, _)) = &ending {
+                    if !ending_sent {
+                        self.send_unsent(w).await?;
+                        w.send(req).await?;
+                        w.flush().await?;
+                        ending_sent = true;
+                    }
+                }
+                tokio::select! {
+                    m = rx.recv(), if ending.is_none() && acks_open => {
+                        if m.is_none() { acks_open = false; }
+                        if let Some(m) = m {
+                            gather.add(m);
+                            while gather.n < BATCH_MAX {
+                                match rx.try_recv() { Ok(m) => gather.add(m), Err(_) => break }
+                            }
+                            self.seal(&mut gather);
+                            self.send_unsent(w).await?;
+                            w.flush().await?;
+                        }
+                        Ok(Step::Continue)
+                    }
+                    c = ctrl.recv(), if ending.is_none() => {
+                        if let Some(c) = c { ending = Some(self.ending(c, &mut rx, &mut gather)); }
+                        Ok(Step::Continue)
+                    }
+                    r = resp.recv() => match r {
+                        Some(Ok(Response::Confirmed { batch: 0, .. })) if ending_sent && self.pending.is_empty() => Ok(Step::Done),
+                        Some(Ok(Response::Confirmed { batch, .. })) => { self.confirm_upto(batch); Ok(Step::Continue) }
+                        Some(Ok(other)) => Err(Failure(format!("unexpected answer from listener: {other:?}"))),
+                        Some(Err(e)) => Err(e),
+                        None => Err(Failure("listener connection closed".into())),
+                    }
+                }
+            }
+            .await
+            .unwrap_or_else(Step::Lost);
+            match step {
+                Step::Continue => {}
+                Step::Done => {
+                    let (_, reply) = ending.take().unwrap();
+                    let _ = reply.send(Ok(self.shared.confirmed.load(Ordering::Relaxed)));
+                    return;
+                }
+                Step::Lost(e) => {
+                    tracing::warn!("listener connection lost: {e}; reconnecting");
+                    eprintln!("listener connection lost: {e}; reconnecting");
+                    conn = None;
+                }
+            }
+        }
+    }
+
+    fn ending(
+        &mut self,
+        c: Ctrl,
+        rx: &mut mpsc::UnboundedReceiver<Msg>,
+        gather: &mut Gather,
+    ) -> (Request, oneshot::Sender<Result<u64, Failure>>) {
+        // Every ack handed over before the end goes into the ledger first.
+        while let Ok(m) = rx.try_recv() {
+            gather.add(m);
+            if gather.n >= BATCH_MAX {
+                self.seal(gather);
+            }
+        }
+        self.seal(gather);
+        match c {
+            Ctrl::Finish(summary, reply) => (
+                Request::Finish {
+                    run: self.run,
+                    summary,
+                },
+                reply,
+            ),
+            Ctrl::Invalidate(error, reply) => (
+                Request::Invalidate {
+                    run: self.run,
+                    error,
+                },
+                reply,
+            ),
+        }
+    }
+
+    /// Turns gathered acks into numbered batches waiting to be sent.
+    fn seal(&mut self, gather: &mut Gather) {
+        for acks in gather.take() {
+            self.pending.push_back(AckBatch {
+                batch: self.next_batch,
+                promised: self.promised,
+                acks,
+            });
+            self.next_batch += 1;
+        }
+    }
+
+    /// Sends, on the current connection, every pending batch not yet sent on it.
+    async fn send_unsent(&mut self, w: &mut Writer) -> Result<(), Failure> {
+        for b in &self.pending {
+            if b.batch > self.sent_upto {
+                w.send(&Request::Acks {
+                    run: self.run,
+                    batch: b.clone(),
+                })
+                .await?;
+                self.sent_upto = b.batch;
+            }
+        }
+        Ok(())
+    }
+
+    fn confirm_upto(&mut self, batch: u64) {
+        while self.pending.front().is_some_and(|b| b.batch <= batch) {
+            let b = self.pending.pop_front().unwrap();
+            self.shared
+                .confirmed
+                .fetch_add(b.acks.count(), Ordering::Relaxed);
+        }
+    }
+
+    async fn reconnect(&mut self) -> Result<Conn, Failure> {
+        let (mut r, mut w) = net::connect(&self.addr, &self.secret).await?;
+        w.send(&Request::ResumeRun { run: self.run }).await?;
+        w.flush().await?;
+        match r.recv().await? {
+            Response::Resumed {
+                confirmed_batch, ..
+            } => {
+                self.confirm_upto(confirmed_batch);
+                self.sent_upto = confirmed_batch;
+                eprintln!(
+                    "reconnected to listener {}: run {} resumed after batch {}",
+                    self.addr, self.run, confirmed_batch
+                );
+                Ok((spawn_reader(r), w))
+            }
+            other => Err(Failure(format!(
+                "listener answered ResumeRun with {other:?}"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The listener's store of run ledgers: one file per run under `<data-dir>/runs/`.
+//!
+//! On start every ledger is scanned: a torn tail (see `plugpull::ledger`) is cut off
+//! and kept beside the ledger as `<run>.ledger.torn-<offset>` for inspection, with a
+//! log line giving the byte count; a ledger damaged in the middle is kept as it is
+//! and every request for it is refused, naming the offset.
+//!
+//! Appends go through one writer task per active run ([`RunHandle`]): it takes every
+//! request queued at that moment (a group), writes their entries with one `write`,
+//! calls `fdatasync`, and only then answers them. Batches are idempotent: a batch
+//! whose number is not above the highest already in the ledger is answered at once
+//! after the group's sync, without being written again.
+
+use plugpull::ledger::{self, AckBatch, Entry, Manifest, RunSummary, Tail};
+use plugpull::RunId;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use tokio::sync::{mpsc, oneshot};
+
+/// What the store knows of a run without reading its ledger.
+#[derive(Clone, Debug)]
+pub struct RunMeta {
+    /// Host of the agent.
+    pub host: String,
+    /// Start time, ms since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Why the ledger cannot be served, if it is damaged.
+    pub damaged: Option<String>,
+    /// Highest batch number in the ledger.
+    pub highest_batch: u64,
+    /// Durable length of the ledger file, bytes.
+    pub len: u64,
+}
+
+/// An append request to a run's writer.
+pub enum Append {
+    /// A batch of acks.
+    Batch(AckBatch),
+    /// The end of the run.
+    Finished(RunSummary),
+    /// The run is invalid.
+    Invalid(String),
+    /// No entry; answers with the highest durable batch (used by `ResumeRun`).
+    Barrier,
+}
+
+/// Answer to an [`Append`]: the highest durable batch, or an I/O error message.
+pub type AppendResult = Result<u64, String>;
+
+/// The live writer of one run; dropped (and the file closed) when no connection holds it.
+pub struct RunHandle {
+    /// The run.
+    pub run: RunId,
+    tx: mpsc::UnboundedSender<(Append, oneshot::Sender<AppendResult>)>,
+}
+
+impl RunHandle {
+    /// Queues `req`; the returned receiver answers after the group's `fdatasync`.
+    pub fn append(&self, req: Append) -> oneshot::Receiver<AppendResult> {
+        let (tx, rx) = oneshot::channel();
+        // If the writer died (I/O error), the dropped sender answers the caller with an error.
+        let _ = self.tx.send((req, tx));
+        rx
+    }
+}
+
+/// All runs of one data directory.
+pub struct Store {
+    dir: PathBuf,
+    runs: Mutex<HashMap<RunId, RunMeta>>,
+    live: Mutex<HashMap<RunId, Weak<RunHandle>>>,
+    durable: Mutex<HashMap<RunId, Arc<AtomicU64>>>,
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
+    format!("{what} {}: {e}", path.display())
+}
+
+impl Store {
+    /// Opens (creating if needed) `dir` and recovers every ledger in it.
+    ///
+    /// Errors: the directory cannot be created or read.
+    pub fn open(dir: &Path) -> Result<Store, String> {
+        let runs_dir = dir.join("runs");
+        std::fs::create_dir_all(&runs_dir)
+            .map_err(|e| io_err("cannot create data directory", &runs_dir, e))?;
+        sync_dir(dir)?;
+        let mut runs = HashMap::new();
+        let entries =
+            std::fs::read_dir(&runs_dir).map_err(|e| io_err("cannot read", &runs_dir, e))?;
+        for ent in entries {
+            let ent = ent.map_err(|e| io_err("cannot read", &runs_dir, e))?;
+            let path = ent.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("ledger") {
+                continue;
+            }
+            let Some(run) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.parse::<RunId>().ok())
+            else {
+                continue;
+            };
+            let meta = recover(&path, run)?;
+            runs.insert(run, meta);
+        }
+        tracing::info!(runs = runs.len(), dir = %dir.display(), "data directory opened");
+        Ok(Store {
+            dir: runs_dir,
+            runs: Mutex::new(runs),
+            live: Mutex::new(HashMap::new()),
+            durable: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn path(&self, run: RunId) -> PathBuf {
+        self.dir.join(format!("{run}.ledger"))
+    }
+
+    /// Creates a new run with `manifest` (its ledger durable, directory entry included).
+    ///
+    /// Errors: the ledger cannot be created or synced.
+    pub fn create(self: &Arc<Self>, manifest: Manifest) -> Result<Arc<RunHandle>, String> {
+        loop {
+            let run = RunId(rand::random::<u64>() | 1);
+            let path = self.path(run);
+            let mut f = match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err("cannot create ledger", &path, e)),
+            };
+            let mut buf = ledger::header(run).to_vec();
+            ledger::encode_entry(&Entry::Manifest(manifest.clone()), &mut buf);
+            f.write_all(&buf)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| io_err("cannot write ledger", &path, e))?;
+            sync_dir(&self.dir)?;
+            let meta = RunMeta {
+                host: manifest.host.clone(),
+                started_unix_ms: manifest.started_unix_ms,
+                damaged: None,
+                highest_batch: 0,
+                len: buf.len() as u64,
+            };
+            self.runs.lock().unwrap().insert(run, meta);
+            tracing::info!(%run, host = %manifest.host, workload = manifest.workload.name(), "run started");
+            return self.handle(run);
+        }
+    }
+
+    /// The live writer of an existing run, started if needed.
+    ///
+    /// Errors: unknown run, damaged ledger, or the file cannot be opened.
+    pub fn handle(self: &Arc<Self>, run: RunId) -> Result<Arc<RunHandle>, String> {
+        let mut live = self.live.lock().unwrap();
+        if let Some(h) = live.get(&run).and_then(Weak::upgrade) {
+            return Ok(h);
+        }
+        let meta = self.meta(run)?;
+        let path = self.path(run);
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_err("cannot open ledger", &path, e))?;
+        let durable = self
+            .durable
+            .lock()
+            .unwrap()
+            .entry(run)
+            .or_insert_with(|| Arc::new(AtomicU64::new(meta.len)))
+            .clone();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = Arc::new(RunHandle { run, tx });
+        live.insert(run, Arc::downgrade(&handle));
+        tokio::spawn(writer(
+            self.clone(),
+            run,
+            file,
+            path,
+            meta.highest_batch,
+            durable,
+            rx,
+        ));
+        Ok(handle)
+    }
+
+    /// What is known of `run`. Errors: unknown run or damaged ledger.
+    pub fn meta(&self, run: RunId) -> Result<RunMeta, String> {
+        let runs = self.runs.lock().unwrap();
+        let meta = runs.get(&run).ok_or_else(|| format!("unknown run {run}"))?;
+        if let Some(d) = &meta.damaged {
+            return Err(format!("ledger of run {run} is damaged: {d}"));
+        }
+        Ok(meta.clone())
+    }
+
+    /// The latest run (by start time) of `host`, if any.
+    pub fn latest_of(&self, host: &str) -> Option<RunId> {
+        let runs = self.runs.lock().unwrap();
+        runs.iter()
+            .filter(|(_, m)| m.host == host)
+            .max_by_key(|(r, m)| (m.started_unix_ms, **r))
+            .map(|(r, _)| *r)
+    }
+
+    /// The durable bytes of `run`'s ledger (what has been confirmed or recovered).
+    ///
+    /// Errors: unknown or damaged run, unreadable file.
+    pub fn read(&self, run: RunId) -> Result<Vec<u8>, String> {
+        let meta = self.meta(run)?;
+        let len = self
+            .durable
+            .lock()
+            .unwrap()
+            .get(&run)
+            .map(|d| d.load(Ordering::Acquire))
+            .unwrap_or(meta.len);
+        let path = self.path(run);
+        let mut bytes = std::fs::read(&path).map_err(|e| io_err("cannot read ledger", &path, e))?;
+        bytes.truncate(len as usize);
+        Ok(bytes)
+    }
+
+    fn set_highest(&self, run: RunId, highest: u64, len: u64) {
+        if let Some(m) = self.runs.lock().unwrap().get_mut(&run) {
+            m.highest_batch = highest;
+            m.len = len;
+        }
+    }
+}
+
+/// The group-commit loop of one run.
+async fn writer(
+    store: Arc<Store>,
+    run: RunId,
+    file: File,
+    path: PathBuf,
+    mut highest: u64,
+    durable: Arc<AtomicU64>,
+    mut rx: mpsc::UnboundedReceiver<(Append, oneshot::Sender<AppendResult>)>,
+) {
+    let file = Arc::new(file);
+    let mut len = durable.load(Ordering::Acquire);
+    let mut buf = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut group = vec![first];
+        while let Ok(next) = rx.try_recv() {
+            group.push(next);
+            if group.len() >= 4096 {
+                break;
+            }
+        }
+        buf.clear();
+        let mut new_highest = highest;
+        for (req, _) in &group {
+            match req {
+                Append::Batch(b) if b.batch > new_highest => {
+                    new_highest = b.batch;
+                    ledger::encode_entry(&Entry::Acks(b.clone()), &mut buf);
+                }
+                Append::Batch(_) | Append::Barrier => {}
+                Append::Finished(s) => ledger::encode_entry(&Entry::Finished(s.clone()), &mut buf),
+                Append::Invalid(e) => {
+                    ledger::encode_entry(&Entry::Invalid { error: e.clone() }, &mut buf)
+                }
+            }
+        }
+        let result = if buf.is_empty() {
+            Ok(())
+        } else {
+            let f = file.clone();
+            let data = std::mem::take(&mut buf);
+            let (res, data) = tokio::task::spawn_blocking(move || {
+                let r = (&*f).write_all(&data).and_then(|_| f.sync_data());
+                (r, data)
+            })
+            .await
+            .expect("ledger write task panicked");
+            let n = data.len() as u64;
+            buf = data;
+            res.map(|_| n)
+                .map(|n| {
+                    len += n;
+                })
+                .map_err(|e| io_err("cannot append to ledger", &path, e))
+        };
+        match result {
+            Ok(()) => {
+                highest = new_highest;
+                durable.store(len, Ordering::Release);
+                store.set_highest(run, highest, len);
+                for (_, reply) in group {
+                    let _ = reply.send(Ok(highest));
+                }
+            }
+            Err(e) => {
+                tracing::error!(%run, error = %e, "ledger append failed; refusing further appends to this run");
+                for (_, reply) in group {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                // Nothing more can be confirmed for this run: stop; callers see a closed writer.
+                return;
+            }
+        }
+    }
+}
+
+/// Scans a ledger, truncating a torn tail, and returns what the store keeps of it.
+fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
+    let bytes = std::fs::read(path).map_err(|e| io_err("cannot read ledger", path, e))?;
+    let mut manifest = None;
+    let mut highest = 0;
+    let scanned = ledger::scan(&bytes, |_, e| match e {
+        Entry::Manifest(m) => manifest = Some(m),
+        Entry::Acks(b) => highest = highest.max(b.batch),
+        _ => {}
+    });
+    match scanned {
+        Ok((id, tail)) => {
+            if id != run {
+                return Ok(damaged(
+                    run,
+                    path,
+                    format!("file is named for run {run} but its header says {id}"),
+                ));
+            }
+            let mut len = bytes.len() as u64;
+            if let Tail::Torn {
+                valid_len,
+                torn_bytes,
+            } = tail
+            {
+                let keep = path.with_extension(format!("ledger.torn-{valid_len}"));
+                std::fs::write(&keep, &bytes[valid_len as usize..])
+                    .map_err(|e| io_err("cannot save torn tail to", &keep, e))?;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| io_err("cannot open ledger", path, e))?;
+                f.set_len(valid_len)
+                    .and_then(|_| f.sync_all())
+                    .map_err(|e| io_err("cannot truncate ledger", path, e))?;
+                tracing::warn!(%run, torn_bytes, at = valid_len, saved = %keep.display(), "truncated torn tail of ledger");
+                len = valid_len;
+            }
+            let m = manifest.expect("scan guarantees a manifest");
+            Ok(RunMeta {
+                host: m.host,
+                started_unix_ms: m.started_unix_ms,
+                damaged: None,
+                highest_batch: highest,
+                len,
+            })
+        }
+        Err(e) => {
+            let mut meta = damaged(run, path, e.to_string());
+            if let Some(m) = manifest {
+                // Keep the host so "latest run of this host" still finds (and refuses) it.
+                meta.host = m.host;
+                meta.started_unix_ms = m.started_unix_ms;
+            }
+            Ok(meta)
+        }
+    }
+}
+
+fn damaged(run: RunId, path: &Path, why: String) -> RunMeta {
+    tracing::error!(%run, path = %path.display(), error = %why, "ledger damaged; its run cannot be verified");
+    RunMeta {
+        host: String::new(),
+        started_unix_ms: 0,
+        damaged: Some(why),
+        highest_batch: 0,
+        len: 0,
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), String> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err("cannot sync directory", dir, e))
+}
