@@ -127,6 +127,14 @@ pub struct PgManifest {
     pub data_directory: String,
     /// Whether this configuration promises that a successful `COMMIT` is durable.
     pub promised: bool,
+    /// Acknowledgements (all clients together) the agent may be ahead of the
+    /// listener's confirmations; bounds the sequence numbers that can exist after a
+    /// cut (`seq ≤ A_c + max_unconfirmed`). 0 = unbounded.
+    pub max_unconfirmed: u64,
+    /// `sum(abalance)`, `sum(tbalance)`, `sum(bbalance)` and `sum(pgbench_history.delta)`
+    /// when the run started: every transaction adds the same delta to each, so the
+    /// four differences from these stay equal.
+    pub start_sums: [i64; 4],
 }
 
 /// One acknowledged write of a file run.
@@ -198,7 +206,7 @@ pub struct RunSummary {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Entry {
     /// The run's manifest: always the first entry.
-    Manifest(Manifest),
+    Manifest(Box<Manifest>),
     /// A batch of acknowledgements.
     Acks(AckBatch),
     /// The agent finished normally.
@@ -376,7 +384,7 @@ mod tests {
     use super::*;
 
     fn manifest() -> Entry {
-        Entry::Manifest(Manifest {
+        Entry::Manifest(Box::new(Manifest {
             host: "h".into(),
             started_unix_ms: 1,
             tool_version: "0".into(),
@@ -388,7 +396,7 @@ mod tests {
                 sync: "fdatasync".into(),
                 pattern: "random".into(),
             }),
-        })
+        }))
     }
 
     fn acks(batch: u64, n: u64) -> Entry {

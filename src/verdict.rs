@@ -283,7 +283,7 @@ impl AckTable {
 
 /// Accumulates block checks into counts and findings (the unserializable pass runs
 /// in [`Tally::finish`]).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Tally {
     counts: VerdictCounts,
     checked: u64,
@@ -305,18 +305,6 @@ pub struct Outcome {
     pub max_watermark: u64,
     /// Every failed block, by block index.
     pub findings: Vec<Finding>,
-}
-
-impl Default for Tally {
-    fn default() -> Self {
-        Tally {
-            counts: VerdictCounts::default(),
-            checked: 0,
-            in_flight_survived: 0,
-            max_watermark: 0,
-            findings: Vec::new(),
-        }
-    }
 }
 
 impl Tally {

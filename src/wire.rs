@@ -59,7 +59,7 @@ pub enum Request {
     /// Begin a new run; answered by `RunStarted`.
     StartRun {
         /// What the run is.
-        manifest: Manifest,
+        manifest: Box<Manifest>,
     },
     /// Continue a run after a reconnect; answered by `Resumed`.
     ResumeRun {

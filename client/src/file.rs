@@ -544,7 +544,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         covered += o.covered;
     }
     let local_acks = hist.count();
-    if let Some(err) = sh.error.lock().unwrap().clone() {
+    let error = sh.error.lock().unwrap().clone();
+    if let Some(err) = error {
         let confirmed = reporter.invalidate(err.clone()).await;
         return Err(Failure(format!(
             "{err}; run {run} is marked invalid in the ledger ({} acknowledgements confirmed before the error)",

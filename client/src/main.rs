@@ -4,6 +4,7 @@
 //! is printed on stderr).
 
 mod common;
+mod demo;
 mod file;
 mod net;
 #[path = "pgbench_stub.rs"]
@@ -50,6 +51,7 @@ impl std::fmt::Display for Failure {
 ///   plugpull write pgbench --listener witness:7458 --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
 ///   plugpull verify --listener witness:7458
 ///   plugpull verify --listener witness:7458 --run 3f9c0e12a4b5d678 --target /dev/sdb --json
+///   plugpull demo            # the whole procedure on this machine, no hardware needed
 ///
 /// Exit codes: 0 nothing acknowledged lost or damaged, 1 findings, 2 could not do the job.
 #[derive(Parser, Debug)]
@@ -76,6 +78,11 @@ enum Cmd {
     Write {
         #[command(subcommand)]
         workload: WriteCmd,
+    },
+    /// Rehearse the whole procedure on this machine: listener, writer, a cut, verify.
+    Demo {
+        #[command(flatten)]
+        args: demo::DemoArgs,
     },
     /// After the cut and reboot: check what survived against the listener's ledger.
     Verify {
@@ -114,6 +121,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PLUGPULL_LOG")
                 .unwrap_or_else(|_| "warn".into()),
@@ -151,6 +159,7 @@ async fn run(cli: Cli) -> Result<bool, Failure> {
         } => pgbench::write(&args, &listener.listener, &secret(&listener)?)
             .await
             .map(|_| true),
+        Cmd::Demo { args } => demo::demo(&args).await,
         Cmd::Verify { listener, args, pg } => {
             verify::verify(&args, &listener.listener, &secret(&listener)?, &pg).await
         }

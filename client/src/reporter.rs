@@ -30,6 +30,7 @@ pub const MAX_UNCONFIRMED: u64 = 1_000_000;
 /// How long `finish` keeps trying to reach a listener that went away.
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
 
+#[allow(dead_code)] // Pg: until the pgbench workload lands
 enum Msg {
     File(FileAck),
     Pg { client: u32, seq: u64, ms: u32 },
@@ -71,6 +72,7 @@ impl AckSink {
         self.hand(Msg::File(FileAck { seq, block, ms }));
     }
 
+    #[allow(dead_code)]
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
     pub fn pg_ack(&self, client: u32, seq: u64) {
         let ms = self.ms();
@@ -134,7 +136,7 @@ impl Reporter {
             plugpull::ledger::Workload::File(_) => true,
         };
         let (mut r, mut w) = net::connect(listener, secret).await?;
-        w.send(&Request::StartRun { manifest }).await?;
+        w.send(&Request::StartRun { manifest: Box::new(manifest) }).await?;
         w.flush().await?;
         let run = match r.recv().await? {
             Response::RunStarted { run } => run,
@@ -481,5 +483,29 @@ impl Task {
                 "listener answered ResumeRun with {other:?}"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_commits_of_a_client_gather_into_one_range() {
+        let mut g = Gather::default();
+        for (client, seq, ms) in [(0, 1, 5), (1, 1, 6), (0, 2, 7), (0, 3, 8), (1, 3, 9)] {
+            g.add(Msg::Pg { client, seq, ms });
+        }
+        let got = g.take();
+        assert_eq!(
+            got,
+            vec![Acks::Pg(vec![
+                PgAckRange { client: 0, first: 1, last: 3, ms: 8 },
+                PgAckRange { client: 1, first: 1, last: 1, ms: 6 },
+                PgAckRange { client: 1, first: 3, last: 3, ms: 9 },
+            ])]
+        );
+        assert_eq!(g.n, 0);
+        assert!(g.take().is_empty());
     }
 }

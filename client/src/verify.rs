@@ -90,7 +90,7 @@ pub async fn fetch(
     let mut finished = false;
     let mut invalid = None;
     let (id, tail) = ledger::scan(&bytes, |_, e| match e {
-        Entry::Manifest(m) => manifest = Some(m),
+        Entry::Manifest(m) => manifest = Some(*m),
         Entry::Acks(b) => batches.push(b),
         Entry::Finished(_) => finished = true,
         Entry::Invalid { error } => invalid = Some(error),
@@ -309,7 +309,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         r.in_flight_survived
     );
     println!();
-    println!("{:<20} {:>12}  {}", "verdict", "blocks", "");
+    println!("{:<20} {:>12}", "verdict", "blocks");
     for v in Verdict::ALL {
         let n = r.verdicts.get(v);
         let note = if v.is_failure() && n > 0 {

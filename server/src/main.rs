@@ -67,6 +67,7 @@ fn main() {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -376,7 +377,7 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                         "StartRun on a connection that already has a run".into(),
                     );
                 }
-                match shared.store.create(manifest) {
+                match shared.store.create(*manifest) {
                     Ok(h) => {
                         let _ = out.send(Pending::Now(Response::RunStarted { run: h.run }, false));
                         bound = Some(h);

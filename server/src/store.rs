@@ -134,7 +134,7 @@ impl Store {
                 Err(e) => return Err(io_err("cannot create ledger", &path, e)),
             };
             let mut buf = ledger::header(run).to_vec();
-            ledger::encode_entry(&Entry::Manifest(manifest.clone()), &mut buf);
+            ledger::encode_entry(&Entry::Manifest(Box::new(manifest.clone())), &mut buf);
             f.write_all(&buf)
                 .and_then(|_| f.sync_all())
                 .map_err(|e| io_err("cannot write ledger", &path, e))?;
@@ -315,7 +315,7 @@ fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
     let mut manifest = None;
     let mut highest = 0;
     let scanned = ledger::scan(&bytes, |_, e| match e {
-        Entry::Manifest(m) => manifest = Some(m),
+        Entry::Manifest(m) => manifest = Some(*m),
         Entry::Acks(b) => highest = highest.max(b.batch),
         _ => {}
     });

@@ -1,1 +1,162 @@
-//! Harness for end-to-end tests.
+//! Harness for the end-to-end tests: real `plugpull-listener` and `plugpull`
+//! processes on real sockets and files.
+//!
+//! The binaries come from the same target directory as the test executable
+//! (`target/release` or `target/debug`); build them first with
+//! `cargo build --release --workspace` (the README's test command does).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The path of a workspace binary built beside this test executable.
+///
+/// Panics, naming the command to run, when it has not been built.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test binary>
+    let dir = exe.parent().and_then(Path::parent).expect("target profile dir");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} is not built: run `cargo build --release --workspace` first", p.display());
+    p
+}
+
+/// A running listener on 127.0.0.1 with its own data directory; killed on drop.
+pub struct Listener {
+    child: Option<Child>,
+    addr: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Where its stderr (the log) goes.
+    pub log: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Listener {
+    /// Starts a listener on a free port with a data directory under `dir`.
+    pub fn start(dir: &Path) -> Listener {
+        Listener::start_with(dir, &[])
+    }
+
+    /// Starts a listener with extra arguments.
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Listener {
+        let mut l = Listener {
+            child: None,
+            addr: String::new(),
+            data_dir: dir.join("listener-data"),
+            log: dir.join("listener.log"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        l.spawn();
+        l
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("listener log");
+        let mut child = Command::new(bin("plugpull-listener"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&self.data_dir)
+            .args(&self.extra)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn listener");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("listener stdout");
+        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("listener said {line:?}; log: {}", self.log_text()));
+        self.addr = addr.to_string();
+        self.child = Some(child);
+    }
+
+    /// `IP:PORT` it listens on.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Kills it with SIGKILL and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same data directory (on a new port).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The ledger file of `run`.
+    pub fn ledger_path(&self, run: &str) -> PathBuf {
+        self.data_dir.join("runs").join(format!("{run}.ledger"))
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `plugpull ARGS` to completion.
+pub fn plugpull(args: &[&str]) -> Output {
+    Command::new(bin("plugpull")).args(args).env_remove("PLUGPULL_SECRET").output().expect("run plugpull")
+}
+
+/// Stdout of a finished command as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stderr of a finished command as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The run id from the first line of `plugpull write` output (`run id: ID`).
+pub fn run_id(o: &Output) -> String {
+    let out = stdout(o);
+    let first = out.lines().next().unwrap_or_default();
+    first.strip_prefix("run id: ").unwrap_or_else(|| panic!("first line {first:?}; stderr: {}", stderr(o))).to_string()
+}
+
+/// Runs `plugpull verify --json` with `extra` arguments; returns exit code and the JSON object
+/// (`Null` when stdout is not JSON, e.g. on exit 2).
+pub fn verify_json(listener: &Listener, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut args = vec!["verify", "--listener", listener.addr(), "--json"];
+    args.extend_from_slice(extra);
+    let o = plugpull(&args);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
+    (o.status.code().unwrap_or(-1), v, stderr(&o))
+}
+
+/// Waits until `f` is true, polling every 20 ms, for at most `limit`.
+pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// True when running as root (uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// Sends SIGKILL to a child and reaps it.
+pub fn sigkill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
