@@ -35,7 +35,10 @@ fn main() {
     let end = start + a.duration;
     let handles: Vec<_> = (0..a.jobs)
         .map(|j| {
-            let f = std::fs::OpenOptions::new().write(true).open(&a.target).expect("open target");
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&a.target)
+                .expect("open target");
             let (bs, jobs) = (a.block_size, a.jobs);
             std::thread::spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(j);

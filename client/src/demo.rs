@@ -36,12 +36,17 @@ impl Drop for Guard {
 
 /// A binary installed beside this one (`plugpull-listener`, `plugpull-simfs`).
 pub fn sibling(name: &str) -> Result<PathBuf, Failure> {
-    let me = std::env::current_exe().map_err(|e| Failure(format!("cannot locate plugpull: {e}")))?;
+    let me =
+        std::env::current_exe().map_err(|e| Failure(format!("cannot locate plugpull: {e}")))?;
     let p = me.with_file_name(name);
     if p.exists() {
         Ok(p)
     } else {
-        Err(Failure(format!("{} not found beside {}: build the workspace (cargo build --release --workspace)", name, me.display())))
+        Err(Failure(format!(
+            "{} not found beside {}: build the workspace (cargo build --release --workspace)",
+            name,
+            me.display()
+        )))
     }
 }
 
@@ -50,19 +55,28 @@ fn start_listener(dir: &Path) -> Result<(Guard, String), Failure> {
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.join("listener-data"))
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("listener.log")).map_err(|e| Failure(e.to_string()))?)
+        .stderr(
+            std::fs::File::create(dir.join("listener.log")).map_err(|e| Failure(e.to_string()))?,
+        )
         .spawn()
         .map_err(|e| Failure(format!("cannot start plugpull-listener: {e}")))?;
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).map_err(|e| Failure(e.to_string()))?;
-    let addr = line.trim().strip_prefix("listening on ").ok_or_else(|| Failure(format!("listener said {line:?}")))?.to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .map_err(|e| Failure(e.to_string()))?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or_else(|| Failure(format!("listener said {line:?}")))?
+        .to_string();
     Ok((Guard(Some(child)), addr))
 }
 
 /// Runs the demo; `Ok(true)` when every verdict came out as expected.
 pub async fn demo(args: &DemoArgs) -> Result<bool, Failure> {
     let dir = std::env::temp_dir().join(format!("plugpull-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Failure(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure(format!("cannot create {}: {e}", dir.display())))?;
     let result = tokio::select! {
         r = run(&dir, args) => r,
         _ = tokio::signal::ctrl_c() => Err(Failure("interrupted".into())),
@@ -78,12 +92,33 @@ pub async fn demo(args: &DemoArgs) -> Result<bool, Failure> {
 
 async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
     let (_listener, addr) = start_listener(dir)?;
-    println!("== listener on {addr} (ledger in {})", dir.join("listener-data").display());
+    println!(
+        "== listener on {addr} (ledger in {})",
+        dir.join("listener-data").display()
+    );
     let target = dir.join("target.dat");
     let me = std::env::current_exe().map_err(|e| Failure(e.to_string()))?;
-    println!("== writing checksummed blocks to {} with 4 jobs; the cut comes after {} s", target.display(), args.cut_after);
+    println!(
+        "== writing checksummed blocks to {} with 4 jobs; the cut comes after {} s",
+        target.display(),
+        args.cut_after
+    );
     let writer = Command::new(&me)
-        .args(["write", "file", "--listener", &addr, "--size", "64MiB", "--jobs", "4", "--duration", "10m", "-P", "1", "--target"])
+        .args([
+            "write",
+            "file",
+            "--listener",
+            &addr,
+            "--size",
+            "64MiB",
+            "--jobs",
+            "4",
+            "--duration",
+            "10m",
+            "-P",
+            "1",
+            "--target",
+        ])
         .arg(&target)
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -97,11 +132,19 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
         let _ = c.wait();
     }
     println!("== verify");
-    let vargs = crate::verify::VerifyArgs { run: None, host: None, target: None, json: false, show: 10 };
+    let vargs = crate::verify::VerifyArgs {
+        run: None,
+        host: None,
+        target: None,
+        json: false,
+        show: 10,
+    };
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(&addr, &secret, None, &crate::common::hostname()).await?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
-        return Err(Failure("the listener returned a run of another workload".into()));
+        return Err(Failure(
+            "the listener returned a run of another workload".into(),
+        ));
     };
     let report = crate::verify::verify_file(&l, fm, &vargs)?;
     crate::verify::print_file_report(&report, 10);

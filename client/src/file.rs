@@ -12,7 +12,7 @@ use crate::reporter::{AckSink, Reporter};
 use crate::Failure;
 use clap::ValueEnum;
 use plugpull::auth::Secret;
-use plugpull::ledger::{FileManifest, RunSummary, Workload};
+use plugpull::ledger::{FileAck, FileManifest, RunSummary, Workload};
 use plugpull::record::{Encoder, SECTOR};
 use plugpull::units::{parse_duration, parse_size};
 use rand::{Rng, SeedableRng};
@@ -102,6 +102,8 @@ pub struct WriteArgs {
     /// Print the summary as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub reporter: crate::reporter::ReporterOptions,
 }
 
 /// Validates the arguments and returns the number of blocks.
@@ -280,6 +282,11 @@ struct Shared {
     lat_us2: AtomicU64,
 }
 
+/// Most acks a writer gathers before handing them to the reporter.
+const ACK_GATHER: usize = 256;
+/// Longest a writer holds a gathered ack before handing it over.
+const ACK_DELAY: Duration = Duration::from_millis(1);
+
 struct WorkerOut {
     hist: LatencyStats,
     covered: u64,
@@ -309,11 +316,17 @@ fn worker(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut buf = AlignedBuf::new(bs);
     let mut next = 0u64;
+    // Acks gathered before handing them over: at most ACK_GATHER of them, for at most ACK_DELAY.
+    let mut acks: Vec<FileAck> = Vec::with_capacity(ACK_GATHER);
+    let mut first_ack = Instant::now();
     while own > 0 && !sh.stop.load(Ordering::Relaxed) {
         if sh.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        sink.wait_while_paused(&sh.stop);
+        if sink.paused() {
+            sink.file_acks(&mut acks);
+            sink.wait_while_paused(&sh.stop);
+        }
         let seq = sh.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
         if sh.limit.is_some_and(|l| seq > l) {
             break;
@@ -347,9 +360,20 @@ fn worker(
             sh.stop.store(true, Ordering::Relaxed);
             break;
         }
-        let lat = t0.elapsed();
+        let t1 = Instant::now();
+        let lat = t1 - t0;
         sh.watermark.complete(seq);
-        sink.file_ack(seq, block);
+        if acks.is_empty() {
+            first_ack = t1;
+        }
+        acks.push(FileAck {
+            seq,
+            block,
+            ms: sink.ms_at(t1),
+        });
+        if acks.len() >= ACK_GATHER || t1 - first_ack >= ACK_DELAY {
+            sink.file_acks(&mut acks);
+        }
         hist.record(lat);
         written[idx as usize] = true;
         let us = lat.as_micros() as u64;
@@ -357,6 +381,8 @@ fn worker(
         sh.lat_us.fetch_add(us, Ordering::Relaxed);
         sh.lat_us2.fetch_add(us * us, Ordering::Relaxed);
     }
+    // Hand over what is still gathered: every durable write is reported.
+    sink.file_acks(&mut acks);
     WorkerOut {
         hist,
         covered: written.iter().filter(|&&w| w).count() as u64,
@@ -449,7 +475,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         sync: args.sync.name().into(),
         pattern: args.pattern.name().into(),
     }));
-    let (reporter, run) = Reporter::start(listener, secret, manifest).await?;
+    let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
     if !args.json {
         println!("run id: {run}");
         println!(

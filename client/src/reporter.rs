@@ -32,7 +32,7 @@ pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
 
 #[allow(dead_code)] // Pg: until the pgbench workload lands
 enum Msg {
-    File(FileAck),
+    File(Vec<FileAck>),
     Pg { client: u32, seq: u64, ms: u32 },
 }
 
@@ -41,6 +41,7 @@ struct Shared {
     handed: AtomicU64,
     confirmed: AtomicU64,
     paused: AtomicBool,
+    max_unconfirmed: u64,
 }
 
 /// Where workload threads put acknowledgements. Cheap to clone; never blocks.
@@ -52,31 +53,38 @@ pub struct AckSink {
 
 impl AckSink {
     fn ms(&self) -> u32 {
-        self.shared
-            .start
-            .elapsed()
+        self.ms_at(Instant::now())
+    }
+
+    /// Milliseconds from the run's start to `t`: the time stamp of an ack made at `t`.
+    pub fn ms_at(&self, t: Instant) -> u32 {
+        t.saturating_duration_since(self.shared.start)
             .as_millis()
             .min(u32::MAX as u128) as u32
     }
 
-    fn hand(&self, m: Msg) {
-        self.shared.handed.fetch_add(1, Ordering::Relaxed);
+    fn hand(&self, n: u64, m: Msg) {
+        self.shared.handed.fetch_add(n, Ordering::Relaxed);
         // The reporter outlives every sink until `finish`; a send can only fail after
         // it gave up, and then `finish` reports the failure.
         let _ = self.tx.send(m);
     }
 
-    /// Records that write `seq` to `block` is durable (its durability call returned).
-    pub fn file_ack(&self, seq: u64, block: u64) {
-        let ms = self.ms();
-        self.hand(Msg::File(FileAck { seq, block, ms }));
+    /// Hands over durable writes (their durability call returned), emptying `acks`.
+    /// Writers gather a few acks (see `file.rs`) so that handing them over costs one
+    /// channel message, not one per write.
+    pub fn file_acks(&self, acks: &mut Vec<FileAck>) {
+        if !acks.is_empty() {
+            let v = std::mem::replace(acks, Vec::with_capacity(acks.capacity()));
+            self.hand(v.len() as u64, Msg::File(v));
+        }
     }
 
     #[allow(dead_code)]
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
     pub fn pg_ack(&self, client: u32, seq: u64) {
         let ms = self.ms();
-        self.hand(Msg::Pg { client, seq, ms });
+        self.hand(1, Msg::Pg { client, seq, ms });
     }
 
     /// Acks the listener has confirmed so far.
@@ -87,7 +95,7 @@ impl AckSink {
     /// True while writers should pause because too many acks are unconfirmed.
     pub fn paused(&self) -> bool {
         self.shared.handed.load(Ordering::Relaxed) - self.shared.confirmed.load(Ordering::Relaxed)
-            > MAX_UNCONFIRMED
+            > self.shared.max_unconfirmed
     }
 
     /// Blocks the calling thread while [`AckSink::paused`], saying so once on stderr.
@@ -97,7 +105,7 @@ impl AckSink {
             return;
         }
         if !self.shared.paused.swap(true, Ordering::Relaxed) {
-            eprintln!("paused: more than {MAX_UNCONFIRMED} acknowledgements are not yet confirmed by the listener; waiting for it");
+            eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
         }
         while self.paused() && !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(20));
@@ -120,23 +128,64 @@ pub struct Reporter {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Reporter settings beyond the listener's address.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReporterOptions {
+    /// Append every ack the listener confirmed to this file, one per line
+    /// (`seq block` for files, `client first last` for pgbench ranges): the agent's own
+    /// record, to compare with the ledger.
+    #[arg(long)]
+    pub ack_log: Option<std::path::PathBuf>,
+    /// Pause writing while more than this many acks await the listener's confirmation.
+    #[arg(long, default_value_t = MAX_UNCONFIRMED)]
+    pub max_unconfirmed: u64,
+}
+
+impl Default for ReporterOptions {
+    fn default() -> Self {
+        ReporterOptions {
+            ack_log: None,
+            max_unconfirmed: MAX_UNCONFIRMED,
+        }
+    }
+}
+
 impl Reporter {
-    /// Connects to `listener`, starts a run described by `manifest` and returns the
-    /// reporter and the run id the listener assigned. `promised` marks whether these
-    /// acks are durability promises (false for an unsafe PostgreSQL configuration).
-    ///
-    /// Errors: the listener cannot be reached or refuses.
+    /// [`Reporter::start_with`] with default options.
     pub async fn start(
         listener: &str,
         secret: &Secret,
         manifest: Manifest,
     ) -> Result<(Reporter, RunId), Failure> {
+        Self::start_with(listener, secret, manifest, &ReporterOptions::default()).await
+    }
+
+    /// Connects to `listener`, starts a run described by `manifest` and returns the
+    /// reporter and the run id the listener assigned. The manifest's `promised` flag
+    /// (pgbench) marks whether these acks are durability promises.
+    ///
+    /// Errors: the listener cannot be reached or refuses; the ack log cannot be created.
+    pub async fn start_with(
+        listener: &str,
+        secret: &Secret,
+        manifest: Manifest,
+        opts: &ReporterOptions,
+    ) -> Result<(Reporter, RunId), Failure> {
+        let ack_log = match &opts.ack_log {
+            Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+                |e| Failure(format!("cannot create ack log {}: {e}", p.display())),
+            )?)),
+            None => None,
+        };
         let promised = match &manifest.workload {
             plugpull::ledger::Workload::Pgbench(p) => p.promised,
             plugpull::ledger::Workload::File(_) => true,
         };
         let (mut r, mut w) = net::connect(listener, secret).await?;
-        w.send(&Request::StartRun { manifest: Box::new(manifest) }).await?;
+        w.send(&Request::StartRun {
+            manifest: Box::new(manifest),
+        })
+        .await?;
         w.flush().await?;
         let run = match r.recv().await? {
             Response::RunStarted { run } => run,
@@ -151,6 +200,7 @@ impl Reporter {
             handed: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
             paused: AtomicBool::new(false),
+            max_unconfirmed: opts.max_unconfirmed,
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
@@ -163,6 +213,7 @@ impl Reporter {
             pending: VecDeque::new(),
             next_batch: 1,
             sent_upto: 0,
+            ack_log,
         };
         let task = tokio::spawn(state.run(r, w, rx, ctrl_rx));
         Ok((
@@ -217,6 +268,7 @@ struct Task {
     pending: VecDeque<AckBatch>,
     next_batch: u64,
     sent_upto: u64,
+    ack_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Acks being gathered into the next batch.
@@ -230,10 +282,17 @@ struct Gather {
 
 impl Gather {
     fn add(&mut self, m: Msg) {
-        self.n += 1;
         match m {
-            Msg::File(a) => self.file.push(a),
+            Msg::File(mut a) => {
+                self.n += a.len();
+                if self.file.is_empty() {
+                    self.file = a;
+                } else {
+                    self.file.append(&mut a);
+                }
+            }
             Msg::Pg { client, seq, ms } => {
+                self.n += 1;
                 if let Some(&i) = self.pg_at.get(&client) {
                     let r = &mut self.pg[i];
                     if r.last + 1 == seq {
@@ -457,6 +516,21 @@ impl Task {
     fn confirm_upto(&mut self, batch: u64) {
         while self.pending.front().is_some_and(|b| b.batch <= batch) {
             let b = self.pending.pop_front().unwrap();
+            if let Some(log) = &mut self.ack_log {
+                use std::io::Write;
+                let r = match &b.acks {
+                    Acks::File(v) => v
+                        .iter()
+                        .try_for_each(|a| writeln!(log, "{} {}", a.seq, a.block)),
+                    Acks::Pg(v) => v
+                        .iter()
+                        .try_for_each(|a| writeln!(log, "{} {} {}", a.client, a.first, a.last)),
+                };
+                if let Err(e) = r.and_then(|_| log.flush()) {
+                    eprintln!("ack log: {e}; no longer written");
+                    self.ack_log = None;
+                }
+            }
             self.shared
                 .confirmed
                 .fetch_add(b.acks.count(), Ordering::Relaxed);
@@ -500,9 +574,24 @@ mod tests {
         assert_eq!(
             got,
             vec![Acks::Pg(vec![
-                PgAckRange { client: 0, first: 1, last: 3, ms: 8 },
-                PgAckRange { client: 1, first: 1, last: 1, ms: 6 },
-                PgAckRange { client: 1, first: 3, last: 3, ms: 9 },
+                PgAckRange {
+                    client: 0,
+                    first: 1,
+                    last: 3,
+                    ms: 8
+                },
+                PgAckRange {
+                    client: 1,
+                    first: 1,
+                    last: 1,
+                    ms: 6
+                },
+                PgAckRange {
+                    client: 1,
+                    first: 3,
+                    last: 3,
+                    ms: 9
+                },
             ])]
         );
         assert_eq!(g.n, 0);

@@ -158,7 +158,7 @@ async fn next_request<R: tokio::io::AsyncRead + Unpin>(
     limit: Duration,
 ) -> Result<Option<Request>, String> {
     match tokio::time::timeout(limit, wire::read_frame::<Request, _>(r, buf)).await {
-        Err(_) => Err(format!("silent for {:.0} s", limit.as_secs_f64())),
+        Err(_) => Err(format!("silent for {} s", limit.as_secs_f64())),
         Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             Err("closed inside a frame".into())
         }
@@ -193,8 +193,10 @@ async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
 
     // Handshake: Hello, Challenge, Auth, Welcome — all within the handshake timeout.
     let hs = shared.handshake_timeout;
-    let Some(hello) = next_request(&mut rd, &mut buf, hs).await? else {
-        return Ok(());
+    let hello = match next_request(&mut rd, &mut buf, hs).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(refuse(&mut wr, ErrorKind::Protocol, e).await),
     };
     let Request::Hello {
         version,
@@ -223,7 +225,11 @@ async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
         },
     )
     .await?;
-    let Some(Request::Auth { proof }) = next_request(&mut rd, &mut buf, hs).await? else {
+    let auth = match next_request(&mut rd, &mut buf, hs).await {
+        Ok(a) => a,
+        Err(e) => return Err(refuse(&mut wr, ErrorKind::Protocol, e).await),
+    };
+    let Some(Request::Auth { proof }) = auth else {
         return Err(refuse(
             &mut wr,
             ErrorKind::Protocol,

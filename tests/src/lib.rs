@@ -5,6 +5,8 @@
 //! (`target/release` or `target/debug`); build them first with
 //! `cargo build --release --workspace` (the README's test command does).
 
+pub mod simfs;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -16,9 +18,16 @@ use std::time::{Duration, Instant};
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/<test binary>
-    let dir = exe.parent().and_then(Path::parent).expect("target profile dir");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir");
     let p = dir.join(name);
-    assert!(p.exists(), "{} is not built: run `cargo build --release --workspace` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --release --workspace` first",
+        p.display()
+    );
     p
 }
 
@@ -53,9 +62,20 @@ impl Listener {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("listener log");
+        std::fs::create_dir_all(self.log.parent().unwrap()).expect("listener directory");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("listener log");
+        // A restart keeps the port, so agents can reconnect to the same address.
+        let listen = if self.addr.is_empty() {
+            "127.0.0.1:0".to_string()
+        } else {
+            self.addr.clone()
+        };
         let mut child = Command::new(bin("plugpull-listener"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--listen", &listen, "--data-dir"])
             .arg(&self.data_dir)
             .args(&self.extra)
             .stdout(Stdio::piped())
@@ -63,8 +83,13 @@ impl Listener {
             .spawn()
             .expect("spawn listener");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("listener stdout");
-        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("listener said {line:?}; log: {}", self.log_text()));
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("listener stdout");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("listener said {line:?}; log: {}", self.log_text()));
         self.addr = addr.to_string();
         self.child = Some(child);
     }
@@ -82,7 +107,7 @@ impl Listener {
         }
     }
 
-    /// Starts it again on the same data directory (on a new port).
+    /// Starts it again on the same data directory and port.
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
@@ -91,6 +116,11 @@ impl Listener {
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Process id of the running listener.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("listener running").id()
     }
 
     /// The ledger file of `run`.
@@ -107,7 +137,11 @@ impl Drop for Listener {
 
 /// Runs `plugpull ARGS` to completion.
 pub fn plugpull(args: &[&str]) -> Output {
-    Command::new(bin("plugpull")).args(args).env_remove("PLUGPULL_SECRET").output().expect("run plugpull")
+    Command::new(bin("plugpull"))
+        .args(args)
+        .env_remove("PLUGPULL_SECRET")
+        .output()
+        .expect("run plugpull")
 }
 
 /// Stdout of a finished command as text.
@@ -124,7 +158,10 @@ pub fn stderr(o: &Output) -> String {
 pub fn run_id(o: &Output) -> String {
     let out = stdout(o);
     let first = out.lines().next().unwrap_or_default();
-    first.strip_prefix("run id: ").unwrap_or_else(|| panic!("first line {first:?}; stderr: {}", stderr(o))).to_string()
+    first
+        .strip_prefix("run id: ")
+        .unwrap_or_else(|| panic!("first line {first:?}; stderr: {}", stderr(o)))
+        .to_string()
 }
 
 /// Runs `plugpull verify --json` with `extra` arguments; returns exit code and the JSON object
@@ -159,4 +196,71 @@ pub fn is_root() -> bool {
 pub fn sigkill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A blocking protocol client for tests that must speak the wire format by hand
+/// (replays, forged frames, version mismatches).
+pub struct RawConn {
+    /// The socket.
+    pub sock: std::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawConn {
+    /// Connects to `addr`.
+    pub fn connect(addr: &str) -> RawConn {
+        let sock = std::net::TcpStream::connect(addr).expect("connect");
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        RawConn {
+            sock,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Sends one request frame.
+    pub fn send(&mut self, req: &plugpull::wire::Request) {
+        use std::io::Write;
+        self.sock
+            .write_all(&plugpull::wire::encode(req))
+            .expect("send");
+    }
+
+    /// Receives one response frame; `None` when the listener closed the connection.
+    pub fn recv(&mut self) -> Option<plugpull::wire::Response> {
+        use std::io::Read;
+        loop {
+            if let Some(n) = plugpull::wire::check(&self.buf).expect("frame within limits") {
+                let msg = plugpull::wire::decode(&self.buf[plugpull::wire::PREFIX_LEN..n])
+                    .expect("valid response");
+                self.buf.drain(..n);
+                return Some(msg);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.sock.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Runs the handshake with `secret`; returns the listener's answer to `Auth`.
+    pub fn handshake(
+        &mut self,
+        secret: &plugpull::auth::Secret,
+    ) -> Option<plugpull::wire::Response> {
+        use plugpull::wire::{Request, Response, PROTOCOL_VERSION};
+        let nonce = [7u8; 32];
+        self.send(&Request::Hello {
+            version: PROTOCOL_VERSION,
+            nonce,
+        });
+        let Some(Response::Challenge { nonce: theirs, .. }) = self.recv() else {
+            panic!("no challenge")
+        };
+        self.send(&Request::Auth {
+            proof: secret.agent_proof(&theirs, &nonce),
+        });
+        self.recv()
+    }
 }

@@ -23,7 +23,16 @@ fn verdicts(counts: &[(&str, u64)]) -> Value {
 }
 
 fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> String {
-    let mut args = vec!["write", "file", "--listener", l.addr(), "--target", target.to_str().unwrap(), "--size", size];
+    let mut args = vec![
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        size,
+    ];
     args.extend_from_slice(extra);
     let o = plugpull(&args);
     assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
@@ -46,7 +55,10 @@ fn a_clean_run_verifies_ok_with_every_written_block_intact() {
     // 3000 random writes over 512 blocks leave (almost surely) every block written;
     // count exactly what the file shows: blocks that are not all zeros.
     let data = std::fs::read(&target).unwrap();
-    let written = data.chunks(BS as usize).filter(|b| b.iter().any(|&x| x != 0)).count() as u64;
+    let written = data
+        .chunks(BS as usize)
+        .filter(|b| b.iter().any(|&x| x != 0))
+        .count() as u64;
     assert_eq!(checked, written);
     assert_eq!(v["verdicts"], verdicts(&[("intact", written)]));
     assert_eq!(v["findings"], json!([]));
@@ -58,7 +70,22 @@ fn a_writer_killed_mid_run_verifies_ok_and_its_in_flight_block_is_classified() {
     let l = Listener::start(dir.path());
     let target = dir.path().join("t.dat");
     let mut child = Command::new(bin("plugpull"))
-        .args(["write", "file", "--listener", l.addr(), "--target", target.to_str().unwrap(), "--size", "8MiB", "-j", "4", "-T", "60s", "-P", "0.2"])
+        .args([
+            "write",
+            "file",
+            "--listener",
+            l.addr(),
+            "--target",
+            target.to_str().unwrap(),
+            "--size",
+            "8MiB",
+            "-j",
+            "4",
+            "-T",
+            "60s",
+            "-P",
+            "0.2",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -69,7 +96,10 @@ fn a_writer_killed_mid_run_verifies_ok_and_its_in_flight_block_is_classified() {
     loop {
         line.clear();
         use std::io::BufRead;
-        assert!(stderr_r.read_line(&mut line).unwrap() > 0, "writer ended early");
+        assert!(
+            stderr_r.read_line(&mut line).unwrap() > 0,
+            "writer ended early"
+        );
         if line.starts_with("progress:") && !line.trim_end().ends_with("acknowledged 0") {
             break;
         }
@@ -80,15 +110,29 @@ fn a_writer_killed_mid_run_verifies_ok_and_its_in_flight_block_is_classified() {
     assert_eq!(v["ok"], json!(true));
     assert!(v["acknowledged"].as_u64().unwrap() > 0);
     let data = std::fs::read(&target).unwrap();
-    let written = data.chunks(BS as usize).filter(|b| b.iter().any(|&x| x != 0)).count() as u64;
+    let written = data
+        .chunks(BS as usize)
+        .filter(|b| b.iter().any(|&x| x != 0))
+        .count() as u64;
     // Every block with bytes of the run is classified, acknowledged or not.
     assert_eq!(v["blocks_checked"].as_u64().unwrap(), written);
-    let failures: u64 = ["lost_write", "torn_acknowledged", "corrupt", "misdirected", "unserializable", "missing"]
-        .iter()
-        .map(|k| v["verdicts"][k].as_u64().unwrap())
-        .sum();
+    let failures: u64 = [
+        "lost_write",
+        "torn_acknowledged",
+        "corrupt",
+        "misdirected",
+        "unserializable",
+        "missing",
+    ]
+    .iter()
+    .map(|k| v["verdicts"][k].as_u64().unwrap())
+    .sum();
     assert_eq!(failures, 0);
-    assert_eq!(v["verdicts"]["intact"].as_u64().unwrap() + v["verdicts"]["torn_in_flight"].as_u64().unwrap(), written);
+    assert_eq!(
+        v["verdicts"]["intact"].as_u64().unwrap()
+            + v["verdicts"]["torn_in_flight"].as_u64().unwrap(),
+        written
+    );
 }
 
 /// A finished run over `N` blocks with `2N` sequential writes by one job, so write
@@ -109,12 +153,30 @@ fn finished_sequential_run() -> Doctored {
     let l = Listener::start(dir.path());
     let target = dir.path().join("t.dat");
     let size = format!("{}", N * BS);
-    let run = write_run(&l, &target, &size, &["--writes", &(2 * N).to_string(), "--pattern", "sequential", "--jobs", "1"]);
+    let run = write_run(
+        &l,
+        &target,
+        &size,
+        &[
+            "--writes",
+            &(2 * N).to_string(),
+            "--pattern",
+            "sequential",
+            "--jobs",
+            "1",
+        ],
+    );
     let (code, v, err) = verify_json(&l, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["verdicts"], verdicts(&[("intact", N)]));
     let p = dir.path().to_path_buf();
-    Doctored { _dir: dir, l, run: run.parse().unwrap(), target, dir: p }
+    Doctored {
+        _dir: dir,
+        l,
+        run: run.parse().unwrap(),
+        target,
+        dir: p,
+    }
 }
 
 impl Doctored {
@@ -122,7 +184,11 @@ impl Doctored {
     fn check(&self, name: &str, f: impl FnOnce(&std::fs::File)) -> (i32, Value) {
         let copy = self.dir.join(name);
         std::fs::copy(&self.target, &copy).unwrap();
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&copy).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&copy)
+            .unwrap();
         f(&file);
         drop(file);
         let (code, v, err) = verify_json(&self.l, &["--target", copy.to_str().unwrap()]);
@@ -154,19 +220,38 @@ fn doctored_files_give_exact_verdicts() {
     let (code, v) = d.check("zeroed", |f| f.write_all_at(&zero, last * BS).unwrap());
     assert_eq!(code, 1);
     assert_eq!(v["ok"], json!(false));
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("lost_write", 1)]));
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("lost_write", 1)])
+    );
     let f = only_finding(&v);
-    assert_eq!((f["block"].clone(), f["verdict"].clone(), f["expected_seq"].clone(), f["found_seq"].clone()), (json!(last), json!("lost_write"), json!(2 * N), json!(0)));
+    assert_eq!(
+        (
+            f["block"].clone(),
+            f["verdict"].clone(),
+            f["expected_seq"].clone(),
+            f["found_seq"].clone()
+        ),
+        (json!(last), json!("lost_write"), json!(2 * N), json!(0))
+    );
 
     // Restore an older full version of that block (its first write, seq N).
-    let (_, v) = d.check("older", |f| f.write_all_at(&d.version(last, N), last * BS).unwrap());
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("lost_write", 1)]));
+    let (_, v) = d.check("older", |f| {
+        f.write_all_at(&d.version(last, N), last * BS).unwrap()
+    });
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("lost_write", 1)])
+    );
     assert_eq!(only_finding(&v)["found_seq"], json!(N));
 
     // Zero block 0: its seq N+1 was acknowledged before later writes that survived
     // were issued (their watermark ≥ N+1): the device reordered across a flush.
     let (_, v) = d.check("unserializable", |f| f.write_all_at(&zero, 0).unwrap());
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("unserializable", 1)]));
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("unserializable", 1)])
+    );
     assert_eq!(only_finding(&v)["expected_seq"], json!(N + 1));
 
     // Copy block 3 over block 9.
@@ -175,7 +260,10 @@ fn doctored_files_give_exact_verdicts() {
         f.read_exact_at(&mut b, 3 * BS).unwrap();
         f.write_all_at(&b, 9 * BS).unwrap();
     });
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("misdirected", 1)]));
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("misdirected", 1)])
+    );
     assert_eq!(only_finding(&v)["block"], json!(9));
 
     // Flip one payload byte of block 5.
@@ -185,25 +273,46 @@ fn doctored_files_give_exact_verdicts() {
         f.read_exact_at(&mut b, at).unwrap();
         f.write_all_at(&[b[0] ^ 0x40], at).unwrap();
     });
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("corrupt", 1)]));
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("corrupt", 1)])
+    );
 
     // The older version's sectors in the first half of block 7 (acknowledged seq N+8).
-    let (_, v) = d.check("shorn", |f| f.write_all_at(&d.version(7, 8)[..BS as usize / 2], 7 * BS).unwrap());
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("torn_acknowledged", 1)]));
+    let (_, v) = d.check("shorn", |f| {
+        f.write_all_at(&d.version(7, 8)[..BS as usize / 2], 7 * BS)
+            .unwrap()
+    });
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("torn_acknowledged", 1)])
+    );
     assert_eq!(only_finding(&v)["found_seq"], json!(8));
 
     // A newer, never acknowledged write half-landed on block 7: torn in flight, not a failure.
-    let (code, v) = d.check("torn-in-flight", |f| f.write_all_at(&d.version(7, 2 * N + 1)[..BS as usize / 2], 7 * BS).unwrap());
+    let (code, v) = d.check("torn-in-flight", |f| {
+        f.write_all_at(&d.version(7, 2 * N + 1)[..BS as usize / 2], 7 * BS)
+            .unwrap()
+    });
     assert_eq!(code, 0);
     assert_eq!(v["ok"], json!(true));
-    assert_eq!(v["verdicts"], verdicts(&[("intact", N - 1), ("torn_in_flight", 1)]));
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("torn_in_flight", 1)])
+    );
 
     // Truncate the file to 40 blocks and a half: 24 blocks are missing.
     let (_, v) = d.check("truncated", |f| f.set_len(40 * BS + BS / 2).unwrap());
-    assert_eq!(v["verdicts"], verdicts(&[("intact", 40), ("missing", N - 40)]));
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", 40), ("missing", N - 40)])
+    );
 
     // The file gone altogether: every acknowledged block is missing.
-    let (code, v, _) = verify_json(&d.l, &["--target", d.dir.join("no-such-file").to_str().unwrap()]);
+    let (code, v, _) = verify_json(
+        &d.l,
+        &["--target", d.dir.join("no-such-file").to_str().unwrap()],
+    );
     assert_eq!(code, 1);
     assert_eq!(v["verdicts"], verdicts(&[("missing", N)]));
 }
@@ -213,13 +322,31 @@ fn the_human_report_ends_with_one_summary_line() {
     let d = finished_sequential_run();
     let copy = d.dir.join("human");
     std::fs::copy(&d.target, &copy).unwrap();
-    std::fs::OpenOptions::new().write(true).open(&copy).unwrap().write_all_at(&[0u8; 4096], (N - 1) * BS).unwrap();
-    let o = plugpull(&["verify", "--listener", d.l.addr(), "--target", copy.to_str().unwrap()]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&copy)
+        .unwrap()
+        .write_all_at(&[0u8; 4096], (N - 1) * BS)
+        .unwrap();
+    let o = plugpull(&[
+        "verify",
+        "--listener",
+        d.l.addr(),
+        "--target",
+        copy.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     let last = out.lines().last().unwrap();
     assert_eq!(last, format!("FAIL: 1 of {N} checked blocks lost or damaged acknowledged data (1 lost write) out of {} acknowledged writes", 2 * N));
-    assert!(out.contains(&format!("block {}: lost write, expected seq {}, found nothing of this run", N - 1, 2 * N)), "{out}");
+    assert!(
+        out.contains(&format!(
+            "block {}: lost write, expected seq {}, found nothing of this run",
+            N - 1,
+            2 * N
+        )),
+        "{out}"
+    );
 }
 
 #[test]
@@ -237,9 +364,18 @@ fn acks_confirmed_before_the_listener_was_killed_survive_its_restart() {
     l.kill();
     let ledger = l.ledger_path(&run);
     let len = std::fs::metadata(&ledger).unwrap().len();
-    std::fs::OpenOptions::new().append(true).open(&ledger).unwrap().write_all_at(&[40, 0, 0, 0, 1, 2, 3, 4, 5, 6], len).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&ledger)
+        .unwrap()
+        .write_all_at(&[40, 0, 0, 0, 1, 2, 3, 4, 5, 6], len)
+        .unwrap();
     l.restart();
-    assert!(l.log_text().contains("truncated torn tail of ledger"), "{}", l.log_text());
+    assert!(
+        l.log_text().contains("truncated torn tail of ledger"),
+        "{}",
+        l.log_text()
+    );
     assert!(l.log_text().contains("torn_bytes=10"), "{}", l.log_text());
     assert_eq!(std::fs::metadata(&ledger).unwrap().len(), len);
     let (code, v, err) = verify_json(&l, &["--run", &run]);
@@ -248,7 +384,11 @@ fn acks_confirmed_before_the_listener_was_killed_survive_its_restart() {
 
     // Damage in the middle: verify refuses (exit 2) and says where.
     l.kill();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&ledger).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&ledger)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, 200).unwrap();
     f.write_all_at(&[b[0] ^ 0xff], 200).unwrap();
@@ -274,8 +414,20 @@ fn bad_input_is_refused_with_a_clear_message() {
     let mut s = std::net::TcpStream::connect(l.addr()).unwrap();
     s.write_all(&u32::MAX.to_le_bytes()).unwrap();
     let _ = s.read_to_end(&mut sink);
-    assert!(wait_for(Duration::from_secs(5), || l.log_text().contains("malformed frame")), "{}", l.log_text());
-    assert!(wait_for(Duration::from_secs(5), || l.log_text().contains("frame of 4294967295 bytes exceeds")), "{}", l.log_text());
+    assert!(
+        wait_for(Duration::from_secs(5), || l
+            .log_text()
+            .contains("malformed frame")),
+        "{}",
+        l.log_text()
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || l
+            .log_text()
+            .contains("frame of 4294967295 bytes exceeds")),
+        "{}",
+        l.log_text()
+    );
 
     // The listener still serves others.
     let target = dir.path().join("t.dat");
@@ -287,38 +439,92 @@ fn bad_input_is_refused_with_a_clear_message() {
     assert!(err.contains("unknown run 0123456789abcdef"), "{err}");
 
     // Unreachable listener.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
     let o = plugpull(&["verify", "--listener", &free]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains(&format!("cannot reach listener at {free}")), "{}", stderr(&o));
-    let o = plugpull(&["write", "file", "--listener", &free, "--target", target.to_str().unwrap(), "--size", "1MiB"]);
+    assert!(
+        stderr(&o).contains(&format!("cannot reach listener at {free}")),
+        "{}",
+        stderr(&o)
+    );
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        &free,
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "1MiB",
+    ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("cannot reach listener"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot reach listener"),
+        "{}",
+        stderr(&o)
+    );
 
     // Bad sizes.
-    let o = plugpull(&["write", "file", "--listener", l.addr(), "--target", target.to_str().unwrap(), "--size", "1MiB", "--block-size", "1000"]);
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "1MiB",
+        "--block-size",
+        "1000",
+    ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--block-size 1000 is not a multiple of 512"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--block-size 1000 is not a multiple of 512"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn a_target_smaller_than_size_is_refused() {
     if !is_root() {
-        eprintln!("SKIPPED a_target_smaller_than_size_is_refused: mounting a 1 MiB tmpfs needs root");
+        eprintln!(
+            "SKIPPED a_target_smaller_than_size_is_refused: mounting a 1 MiB tmpfs needs root"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let mnt = dir.path().join("tiny");
     std::fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&mnt).status().unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
     assert!(ok.success(), "mount tmpfs");
     let target = mnt.join("t.dat");
-    let o = plugpull(&["write", "file", "--listener", l.addr(), "--target", target.to_str().unwrap(), "--size", "64MiB"]);
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "64MiB",
+    ]);
     let _ = Command::new("umount").arg(&mnt).status();
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains(&format!("target {} is too small: cannot preallocate 64 MiB (67108864 bytes)", target.display())),
+        stderr(&o).contains(&format!(
+            "target {} is too small: cannot preallocate 64 MiB (67108864 bytes)",
+            target.display()
+        )),
         "{}",
         stderr(&o)
     );

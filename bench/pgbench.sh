@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Benchmark of the PostgreSQL workload, on one throwaway cluster in one run:
+#
+#  1. throughput: alternates `pgbench -M prepared -c C -j J -T $T` and
+#     `plugpull write pgbench --protocol prepared` with the same C, J and scale,
+#     at C=1 and C=8, $ROUNDS rounds each; prints each tps and the ratio
+#     plugpull/pgbench of the means;
+#  2. verification time: a run of $MILLION acknowledged commits (fsync=off and
+#     synchronous_commit=off with --allow-unsafe-config, to get there fast: the
+#     verifier's work does not depend on how durable the commits were), then
+#     `plugpull verify` timed, with and without amcheck.
+#
+# Needs the release binaries (`cargo build --release --workspace`) and PostgreSQL's
+# server binaries (PGBIN, default: the newest /usr/lib/postgresql/*/bin).
+# Environment knobs: SCALE (10), T (seconds per run, 20), ROUNDS (2), MILLION
+# (1000000), KEEP=1 keeps the work directory.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TARGET=${CARGO_TARGET_DIR:-target}
+PLUGPULL=${PLUGPULL:-$TARGET/release/plugpull}
+LISTENER=${LISTENER:-$TARGET/release/plugpull-listener}
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+SCALE=${SCALE:-10}
+T=${T:-20}
+ROUNDS=${ROUNDS:-2}
+MILLION=${MILLION:-1000000}
+
+for f in "$PLUGPULL" "$LISTENER" "$PGBIN/initdb" "$PGBIN/pgbench"; do
+    [ -x "$f" ] || { echo "missing $f (build with cargo build --release --workspace; set PGBIN)" >&2; exit 2; }
+done
+
+WORK=$(mktemp -d /tmp/pp-pgbench.XXXXXX)
+PORT=$((20000 + RANDOM % 20000))
+AS=()
+if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$WORK"
+    AS=(runuser -u postgres --)
+fi
+LPID=""
+cleanup() {
+    "${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1 || true
+    [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
+    [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "== cluster: PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), scale $SCALE, $(nproc) cores"
+"${AS[@]}" "$PGBIN/initdb" -D "$WORK/data" -U postgres -A trust -N --locale=C >/dev/null
+cat >>"$WORK/data/postgresql.conf" <<EOF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+max_connections = 50
+shared_buffers = 256MB
+max_wal_size = 4GB
+EOF
+"${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/postgres.log" -w start >/dev/null
+export PGHOST=$WORK PGPORT=$PORT PGUSER=postgres PGDATABASE=bench
+"$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE bench"
+"$PGBIN/pgbench" -i -s "$SCALE" -q bench 2>&1 | tail -1
+
+"$LISTENER" --listen 127.0.0.1:0 --data-dir "$WORK/listener" >"$WORK/listener.out" 2>"$WORK/listener.log" &
+LPID=$!
+for _ in $(seq 50); do grep -q "listening on" "$WORK/listener.out" 2>/dev/null && break; sleep 0.1; done
+ADDR=$(sed -n 's/^listening on //p' "$WORK/listener.out")
+[ -n "$ADDR" ] || { echo "listener did not start" >&2; cat "$WORK/listener.log" >&2; exit 2; }
+
+tps_of() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p'; }
+mean() { awk '{s += $1; n++} END {printf "%.1f", s / n}'; }
+
+echo "== throughput: pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
+printf '%-4s %-3s %-28s %-28s %s\n' C J "pgbench tps" "plugpull tps" "plugpull/pgbench"
+for C in 1 8; do
+    J=$([ "$C" = 1 ] && echo 1 || echo 2)
+    PG=()
+    PP=()
+    for _ in $(seq "$ROUNDS"); do
+        PG+=("$("$PGBIN/pgbench" -M prepared -c "$C" -j "$J" -T "$T" bench 2>/dev/null | tps_of)")
+        PP+=("$("$PLUGPULL" write pgbench --listener "$ADDR" --protocol prepared \
+            --clients "$C" --jobs "$J" --duration "${T}s" 2>/dev/null | tps_of)")
+    done
+    PGM=$(printf '%s\n' "${PG[@]}" | mean)
+    PPM=$(printf '%s\n' "${PP[@]}" | mean)
+    printf '%-4s %-3s %-28s %-28s %s\n' "$C" "$J" "${PG[*]} (mean $PGM)" "${PP[*]} (mean $PPM)" \
+        "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')"
+done
+
+echo "== verification of $MILLION acknowledged commits (fsync=off, synchronous_commit=off)"
+"$PGBIN/psql" -X -q -d postgres -c "ALTER SYSTEM SET fsync = off" \
+    -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
+PER=$(( (MILLION + 7) / 8 ))
+START=$(date +%s.%N)
+"$PLUGPULL" write pgbench --listener "$ADDR" --protocol prepared --clients 8 --jobs 2 \
+    --transactions "$PER" --allow-unsafe-config >"$WORK/million.out" 2>"$WORK/million.err"
+END=$(date +%s.%N)
+RUN=$(sed -n 's/^run id: //p' "$WORK/million.out")
+echo "run $RUN: $(sed -n 's/^acknowledged by listener: //p' "$WORK/million.out") acknowledged in $(awk -v a="$START" -v b="$END" 'BEGIN {printf "%.1f", b - a}') s ($(tps_of <"$WORK/million.out") tps)"
+echo "history rows: $("$PGBIN/psql" -X -A -t -c "SELECT count(*) FROM pgbench_history")"
+for opt in --no-amcheck ""; do
+    START=$(date +%s.%N)
+    "$PLUGPULL" verify --listener "$ADDR" --run "$RUN" --json $opt >"$WORK/verify.json" || true
+    END=$(date +%s.%N)
+    python3 - "$WORK/verify.json" "$START" "$END" "${opt:-with amcheck}" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))
+t = v["timings"]
+wall = float(sys.argv[3]) - float(sys.argv[2])
+print(f"verify ({sys.argv[4]}): wall {wall:.2f} s; commits+sums {t['commits_ms']} ms, "
+      f"findings {t['findings_ms']} ms, amcheck {t['amcheck_ms']} ms, total {t['total_ms']} ms; "
+      f"acknowledged {v['acknowledged_commits']}, present {v['present_commits']}, ok {v['ok']}")
+print("  " + v["summary"])
+EOF
+done
