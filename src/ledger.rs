@@ -20,7 +20,9 @@
 //! The listener writes one group commit with one `write` and `fdatasync`s before it
 //! confirms anything in it. A crash can therefore only damage the last commit: a
 //! *torn tail* is an incomplete or CRC-failing entry that starts within the last
-//! [`MAX_COMMIT`] bytes and is followed by nothing but zeros or the end of the file.
+//! [`MAX_COMMIT`] bytes, is followed by nothing but zeros or the end of the file, and
+//! has no valid entry anywhere after it (so a damaged length field in the middle,
+//! which would make an entry seem to run past the end, is still caught).
 //! Anything else that fails to parse is *damage in the middle*, and the ledger is
 //! refused ([`LedgerError::Damaged`] names the byte offset).
 //!
@@ -327,6 +329,14 @@ pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail)
                     .map(|e| rest[e.min(rest.len())..].iter().all(|&b| b == 0))
                     .unwrap_or(true);
                 let near_end = total - at as u64 <= MAX_COMMIT;
+                // A valid entry further on means the bad one is not the last write: a
+                // damaged length in the middle must never pass for a torn tail.
+                if let Some(k) = (1..rest.len()).find(|&k| entry_problem(&rest[k..]).is_none()) {
+                    return Err(LedgerError::Damaged {
+                        offset: at as u64,
+                        reason: format!("{reason}, yet a valid entry follows at byte {}", at + k),
+                    });
+                }
                 if near_end && after_is_zero {
                     return Ok((
                         run,
@@ -479,7 +489,26 @@ mod tests {
             collect(&b).unwrap_err(),
             LedgerError::Damaged {
                 offset: second as u64,
-                reason: "entry CRC does not match".into()
+                reason: format!(
+                    "entry CRC does not match, yet a valid entry follows at byte {}",
+                    ledger(&[manifest(), acks(1, 3)]).len()
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn a_damaged_length_in_the_middle_is_not_a_torn_tail() {
+        let mut b = ledger(&[manifest(), acks(1, 3), acks(2, 4)]);
+        let second = ledger(&[manifest()]).len();
+        b[second + 2] = 0x01; // the length (now 64 KiB more) runs past the end of the file
+        let err = collect(&b).unwrap_err();
+        let third = ledger(&[manifest(), acks(1, 3)]).len();
+        assert_eq!(
+            err,
+            LedgerError::Damaged {
+                offset: second as u64,
+                reason: format!("entry of {} bytes runs past the end of the file, yet a valid entry follows at byte {third}", u32::from_le_bytes(b[second..second + 4].try_into().unwrap())),
             }
         );
     }
@@ -520,5 +549,76 @@ mod tests {
             "{} bytes for {n} acks",
             out.len()
         );
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ledger_of(batches: &[Vec<(u64, u64)>]) -> (Vec<u8>, Vec<Entry>) {
+        let mut entries = vec![Entry::Manifest(Box::new(Manifest {
+            host: "p".into(),
+            started_unix_ms: 0,
+            tool_version: "t".into(),
+            workload: Workload::Pgbench(PgManifest::default()),
+        }))];
+        for (i, b) in batches.iter().enumerate() {
+            entries.push(Entry::Acks(AckBatch {
+                batch: i as u64 + 1,
+                promised: true,
+                acks: Acks::File(
+                    b.iter()
+                        .map(|&(seq, block)| FileAck { seq, block, ms: 1 })
+                        .collect(),
+                ),
+            }));
+        }
+        let mut out = header(RunId(3)).to_vec();
+        for e in &entries {
+            encode_entry(e, &mut out);
+        }
+        (out, entries)
+    }
+
+    proptest! {
+        /// Arbitrary bytes after a valid header never panic the scanner.
+        #[test]
+        fn arbitrary_bytes_never_panic(tail in prop::collection::vec(any::<u8>(), 0..400)) {
+            let mut b = header(RunId(1)).to_vec();
+            b.extend_from_slice(&tail);
+            let _ = scan(&b, |_, _| {});
+        }
+
+        /// A ledger cut anywhere reads back as a prefix of its entries, never as
+        /// something else; a cut inside the manifest is refused.
+        #[test]
+        fn truncation_yields_a_prefix(batches in prop::collection::vec(prop::collection::vec((any::<u64>(), any::<u64>()), 1..20), 0..6), cut in any::<prop::sample::Index>()) {
+            let (bytes, entries) = ledger_of(&batches);
+            let at = cut.index(bytes.len() + 1);
+            let mut got = Vec::new();
+            match scan(&bytes[..at], |_, e| got.push(e)) {
+                Ok((_, tail)) => {
+                    prop_assert_eq!(&got[..], &entries[..got.len()]);
+                    if at == bytes.len() { prop_assert_eq!(tail, Tail::Clean); prop_assert_eq!(got.len(), entries.len()); }
+                }
+                Err(e) => prop_assert!(matches!(e, LedgerError::BadHeader | LedgerError::NoManifest), "{e}"),
+            }
+        }
+
+        /// One flipped byte is never read as a different valid entry.
+        #[test]
+        fn a_flipped_byte_is_detected(batches in prop::collection::vec(prop::collection::vec((any::<u64>(), any::<u64>()), 1..20), 1..6), pos in any::<prop::sample::Index>(), bit in 0u8..8) {
+            let (mut bytes, entries) = ledger_of(&batches);
+            let at = HEADER_LEN + pos.index(bytes.len() - HEADER_LEN);
+            bytes[at] ^= 1 << bit;
+            let mut got = Vec::new();
+            if scan(&bytes, |_, e| got.push(e)).is_ok() {
+                // Accepted only as a torn tail of the last entry: everything before it is intact.
+                prop_assert_eq!(got.len(), entries.len() - 1);
+                prop_assert_eq!(&got[..], &entries[..got.len()]);
+            }
+        }
     }
 }

@@ -325,3 +325,82 @@ mod tests {
             .is_none());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::ledger::{Acks, FileAck, PgAckRange};
+    use proptest::prelude::*;
+
+    fn acks() -> impl Strategy<Value = Acks> {
+        prop_oneof![
+            prop::collection::vec((any::<u64>(), any::<u64>(), any::<u32>()), 0..50).prop_map(
+                |v| Acks::File(
+                    v.into_iter()
+                        .map(|(seq, block, ms)| FileAck { seq, block, ms })
+                        .collect()
+                )
+            ),
+            prop::collection::vec(
+                (any::<u32>(), any::<u64>(), any::<u64>(), any::<u32>()),
+                0..50
+            )
+            .prop_map(|v| Acks::Pg(
+                v.into_iter()
+                    .map(|(client, first, last, ms)| PgAckRange {
+                        client,
+                        first,
+                        last,
+                        ms
+                    })
+                    .collect()
+            )),
+        ]
+    }
+
+    fn request() -> impl Strategy<Value = Request> {
+        prop_oneof![
+            (any::<u32>(), any::<[u8; 32]>())
+                .prop_map(|(version, nonce)| Request::Hello { version, nonce }),
+            any::<[u8; 32]>().prop_map(|proof| Request::Auth { proof }),
+            (any::<u64>(), any::<u64>(), any::<bool>(), acks()).prop_map(
+                |(run, batch, promised, acks)| Request::Acks {
+                    run: RunId(run),
+                    batch: AckBatch {
+                        batch,
+                        promised,
+                        acks
+                    }
+                }
+            ),
+            (any::<u64>(), ".{0,40}").prop_map(|(run, error)| Request::Invalidate {
+                run: RunId(run),
+                error
+            }),
+            (any::<Option<u64>>(), ".{0,20}").prop_map(|(run, host)| Request::FetchLedger {
+                run: run.map(RunId),
+                host
+            }),
+        ]
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the frame scanner or the decoders.
+        #[test]
+        fn arbitrary_bytes_are_refused_or_decoded_never_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+            if let Ok(Some(n)) = check(&bytes) {
+                let _ = decode::<Request>(&bytes[PREFIX_LEN..n]);
+                let _ = decode::<Response>(&bytes[PREFIX_LEN..n]);
+            }
+            let _ = decode::<Request>(&bytes);
+        }
+
+        /// Every request survives encoding, scanning and decoding unchanged.
+        #[test]
+        fn requests_round_trip(req in request()) {
+            let f = encode(&req);
+            prop_assert_eq!(check(&f).unwrap(), Some(f.len()));
+            prop_assert_eq!(decode::<Request>(&f[PREFIX_LEN..]).unwrap(), req);
+        }
+    }
+}
