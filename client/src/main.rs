@@ -3,42 +3,11 @@
 //! damaged (or the job succeeded), 1 = findings, 2 = could not do the job (the cause
 //! is printed on stderr).
 
-mod common;
-mod demo;
-mod file;
-mod net;
-#[path = "pgbench_stub.rs"]
-mod pgbench;
-mod reporter;
-mod verify;
-
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
+use plugpull_client::{demo, file, pgbench, verify, Failure};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// "Could not do the job": bad arguments, unreachable listener, damaged ledger,
-/// unreadable target. Exit code 2. Findings are never a `Failure`.
-#[derive(Debug)]
-pub struct Failure(pub String);
-
-impl From<String> for Failure {
-    fn from(s: String) -> Self {
-        Failure(s)
-    }
-}
-
-impl From<&str> for Failure {
-    fn from(s: &str) -> Self {
-        Failure(s.to_string())
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// Proves or disproves that a storage stack keeps every write it acknowledged
 /// across a power cut.

@@ -30,7 +30,6 @@ pub const MAX_UNCONFIRMED: u64 = 1_000_000;
 /// How long `finish` keeps trying to reach a listener that went away.
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
 
-#[allow(dead_code)] // Pg: until the pgbench workload lands
 enum Msg {
     File(Vec<FileAck>),
     Pg { client: u32, seq: u64, ms: u32 },
@@ -80,7 +79,6 @@ impl AckSink {
         }
     }
 
-    #[allow(dead_code)]
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
     pub fn pg_ack(&self, client: u32, seq: u64) {
         let ms = self.ms();

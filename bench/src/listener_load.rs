@@ -1,0 +1,125 @@
+//! Listener load: `--agents` connections over loopback, each starting a run and
+//! sending file-ack batches as fast as the listener confirms them (a window of
+//! `--window` batches in flight per agent, `--batch` acks each), against a listener
+//! whose ledger is durable (group commit + fdatasync). Prints acks/s confirmed and
+//! ledger bytes per ack. Used by bench/listener.sh.
+
+use clap::Parser;
+use plugpull::auth::Secret;
+use plugpull::ledger::{AckBatch, Acks, FileAck, FileManifest, Manifest, Workload};
+use plugpull::wire::{Request, Response};
+use plugpull_client::net;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+struct Args {
+    /// Listener address.
+    #[arg(long)]
+    listener: String,
+    /// Concurrent agents.
+    #[arg(long, default_value_t = 16)]
+    agents: usize,
+    /// Acks per batch.
+    #[arg(long, default_value_t = 8192)]
+    batch: usize,
+    /// Batches in flight per agent.
+    #[arg(long, default_value_t = 8)]
+    window: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+}
+
+async fn agent(
+    addr: String,
+    id: usize,
+    batch: usize,
+    window: usize,
+    end: Instant,
+) -> (u64, String) {
+    let (mut r, mut w) = net::connect(&addr, &Secret::default())
+        .await
+        .expect("connect");
+    let manifest = Manifest {
+        host: format!("load-{id}"),
+        started_unix_ms: 0,
+        tool_version: "bench".into(),
+        workload: Workload::File(FileManifest {
+            target: "/dev/null".into(),
+            size: 1 << 30,
+            block_size: 4096,
+            jobs: 1,
+            sync: "fdatasync".into(),
+            pattern: "random".into(),
+        }),
+    };
+    w.send(&Request::StartRun {
+        manifest: Box::new(manifest),
+    })
+    .await
+    .unwrap();
+    w.flush().await.unwrap();
+    let Response::RunStarted { run } = r.recv().await.unwrap() else {
+        panic!("no run")
+    };
+    let blocks = (1u64 << 30) / 4096;
+    let (mut sent, mut confirmed, mut seq) = (0u64, 0u64, 0u64);
+    loop {
+        while sent < confirmed + window as u64 && Instant::now() < end {
+            sent += 1;
+            let acks = (0..batch)
+                .map(|i| {
+                    seq += 1;
+                    FileAck {
+                        seq,
+                        block: (seq.wrapping_mul(0x9E37_79B9) + i as u64) % blocks,
+                        ms: (seq / 1000) as u32,
+                    }
+                })
+                .collect();
+            w.send(&Request::Acks {
+                run,
+                batch: AckBatch {
+                    batch: sent,
+                    promised: true,
+                    acks: Acks::File(acks),
+                },
+            })
+            .await
+            .unwrap();
+        }
+        w.flush().await.unwrap();
+        if confirmed == sent {
+            break;
+        }
+        match r.recv().await.unwrap() {
+            Response::Confirmed { batch, .. } => confirmed = batch,
+            other => panic!("{other:?}"),
+        }
+    }
+    (confirmed * batch as u64, run.to_string())
+}
+
+#[tokio::main]
+async fn main() {
+    let a = Args::parse();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds);
+    let tasks: Vec<_> = (0..a.agents)
+        .map(|i| tokio::spawn(agent(a.listener.clone(), i, a.batch, a.window, end)))
+        .collect();
+    let mut total = 0;
+    let mut runs = Vec::new();
+    for t in tasks {
+        let (n, run) = t.await.unwrap();
+        total += n;
+        runs.push(run);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "agents = {}, acks confirmed = {total}, seconds = {secs:.2}",
+        a.agents
+    );
+    println!("acks/s = {:.0}", total as f64 / secs);
+    println!("runs = {}", runs.join(","));
+}
