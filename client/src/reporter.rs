@@ -360,6 +360,7 @@ impl Task {
         let mut ending_sent = false;
         let mut lost_since: Option<Instant> = None;
         let mut acks_open = true;
+        let mut last_said: Option<Instant> = None;
         loop {
             let Some((resp, w)) = conn.as_mut() else {
                 // Disconnected: retry with backoff; keep gathering acks meanwhile.
@@ -381,7 +382,12 @@ impl Task {
                         ending_sent = false;
                     }
                     Err(e) => {
-                        tracing::warn!("reconnecting to listener: {e}");
+                        // Say why once every 5 s, not every attempt.
+                        if last_said.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(5))
+                        {
+                            eprintln!("still reconnecting to listener {}: {e}", self.addr);
+                            last_said = Some(Instant::now());
+                        }
                         let backoff = tokio::time::sleep(Duration::from_millis(250));
                         tokio::pin!(backoff);
                         loop {
@@ -444,7 +450,7 @@ impl Task {
                     return;
                 }
                 Step::Lost(e) => {
-                    tracing::warn!("listener connection lost: {e}; reconnecting");
+                    last_said = None;
                     eprintln!("listener connection lost: {e}; reconnecting");
                     conn = None;
                 }
