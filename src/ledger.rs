@@ -57,6 +57,8 @@ pub struct Manifest {
 }
 
 /// Which workload a run drives.
+// One manifest per run: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Workload {
     /// Checksummed blocks written to a file or block device.
@@ -137,6 +139,10 @@ pub struct PgManifest {
     /// when the run started: every transaction adds the same delta to each, so the
     /// four differences from these stay equal.
     pub start_sums: [i64; 4],
+    /// The mount beneath `data_directory` as the agent's host sees it
+    /// (`device mountpoint fstype options`, from `/proc/mounts`); empty when the
+    /// directory is hidden or not on the agent's host.
+    pub data_mount: String,
 }
 
 /// One acknowledged write of a file run.

@@ -7,7 +7,6 @@ pub mod common;
 pub mod demo;
 pub mod file;
 pub mod net;
-#[path = "pgbench_stub.rs"]
 pub mod pgbench;
 pub mod reporter;
 pub mod verify;

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 /// Most acks in one batch.
 pub const BATCH_MAX: usize = 8192;
 /// Most acks handed over but not yet confirmed before writers pause.
-pub const MAX_UNCONFIRMED: u64 = 1_000_000;
+pub const MAX_UNCONFIRMED: u64 = 100_000;
 /// How long `finish` keeps trying to reach a listener that went away.
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -149,15 +149,6 @@ impl Default for ReporterOptions {
 }
 
 impl Reporter {
-    /// [`Reporter::start_with`] with default options.
-    pub async fn start(
-        listener: &str,
-        secret: &Secret,
-        manifest: Manifest,
-    ) -> Result<(Reporter, RunId), Failure> {
-        Self::start_with(listener, secret, manifest, &ReporterOptions::default()).await
-    }
-
     /// Connects to `listener`, starts a run described by `manifest` and returns the
     /// reporter and the run id the listener assigned. The manifest's `promised` flag
     /// (pgbench) marks whether these acks are durability promises.

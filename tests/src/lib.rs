@@ -5,6 +5,7 @@
 //! (`target/release` or `target/debug`); build them first with
 //! `cargo build --release --workspace` (the README's test command does).
 
+pub mod pg;
 pub mod simfs;
 
 use std::io::{BufRead, BufReader};

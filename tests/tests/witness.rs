@@ -473,3 +473,70 @@ fn many_agents_at_once_all_verify_with_bounded_listener_memory() {
         assert_eq!(v["acknowledged"], serde_json::json!(200));
     }
 }
+
+#[test]
+fn a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it() {
+    use plugpull_tests::simfs::{skip_without_fuse, SimFs};
+    if skip_without_fuse("a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut fs = SimFs::mount(dir.path(), "honest", 1);
+    let target = fs.mnt().join("t.dat");
+    let mut child = Command::new(bin("plugpull"))
+        .args([
+            "write",
+            "file",
+            "--listener",
+            l.addr(),
+            "--size",
+            "1MiB",
+            "-T",
+            "60s",
+            "-P",
+            "0.1",
+            "--target",
+        ])
+        .arg(&target)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let run = first
+        .trim()
+        .strip_prefix("run id: ")
+        .expect("run id line")
+        .to_string();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("progress:") || line.trim_end().ends_with("acknowledged 0") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "writer ended early");
+    }
+    // From the cut on, every operation on the mount fails with EIO.
+    fs.cut();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(2), "{rest}");
+    assert!(rest.contains("Input/output error (os error 5)"), "{rest}");
+    assert!(
+        rest.contains(&format!("run {run} is marked invalid in the ledger")),
+        "{rest}"
+    );
+    fs.umount();
+    let (code, v, e) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 2);
+    assert_eq!(v, serde_json::Value::Null);
+    assert!(
+        e.contains(&format!(
+            "run {run} is invalid: the agent's durability call failed"
+        )),
+        "{e}"
+    );
+    assert!(e.contains("Input/output error"), "{e}");
+}

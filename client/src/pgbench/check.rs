@@ -1,0 +1,1082 @@
+//! The verifier of a pgbench run: what survived in PostgreSQL against what the
+//! ledger says was acknowledged.
+//!
+//! For each client `c`, `A_c` is its highest acknowledged seq in the ledger and `S_c`
+//! the set of its acknowledged seqs (normally `1..=A_c`). `P_c` is the set of seqs
+//! whose tag survived in `pgbench_history`. A seq can exist only up to the bound
+//! `B_c`: `A_c + 1` for a finished run (one transaction in flight per client at
+//! most), `A_c + max_unconfirmed` for a run cut short (the agent may have committed
+//! that many beyond what the listener confirmed; see `run.rs`).
+//!
+//! | count | rule |
+//! | --- | --- |
+//! | lost commits | `s ∈ S_c`, `s ∉ P_c` (promised acks; unpromised ones go to `unpromised_lost`) |
+//! | ordering violations | `s ∉ S_c`, `s ∉ P_c`, and some `s' > s` with `s' ∈ P_c`, `s' ≤ B_c` |
+//! | duplicates | extra copies of a tag (a tag found `n` times counts `n - 1`) |
+//! | phantoms | a tag of this run with `seq < 1`, `seq > B_c`, or a client the run did not have |
+//! | malformed tags | a `filler` starting with the run's prefix that is not a valid tag |
+//!
+//! Everything is computed with set-based SQL: one scan of `pgbench_history` groups
+//! the run's tags, and per-client aggregates give the counts (`generate_series` is
+//! only used to list the first findings, when there are any). The balance invariant
+//! runs at the same time on a second connection; then amcheck and the checksum
+//! failure counter.
+
+use super::conn::{self, describe};
+use super::schema;
+use super::tag;
+use crate::Failure;
+use plugpull::ledger::{AckBatch, Acks, Manifest, PgManifest};
+use plugpull::RunId;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio_postgres::Client;
+
+/// How many findings a report lists at most.
+pub const MAX_FINDINGS: usize = 1000;
+
+/// Options of `plugpull verify` for a pgbench run.
+#[derive(clap::Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// PostgreSQL connection to check, overriding the one the run recorded (a
+    /// conninfo string or `postgresql://` URL; PG* environment variables fill in
+    /// what it leaves out, and the password always comes from them or from here).
+    #[arg(long, value_name = "CONNINFO")]
+    pub dsn: Option<String>,
+
+    /// How long to keep retrying while PostgreSQL refuses connections or is still
+    /// in crash recovery, e.g. `60s`; after that, "does not accept connections" is
+    /// the finding.
+    #[arg(long, value_name = "DURATION", default_value = "10s",
+          value_parser = plugpull::units::parse_duration)]
+    pub pg_wait: Duration,
+
+    /// Do not run amcheck (`verify_heapam`, `bt_index_check` with `heapallindexed`).
+    #[arg(long)]
+    pub no_amcheck: bool,
+
+    /// PostgreSQL's server log: its last lines go into the report when the server
+    /// does not accept connections.
+    #[arg(long, value_name = "PATH")]
+    pub pg_log: Option<PathBuf>,
+}
+
+impl Default for VerifyArgs {
+    fn default() -> Self {
+        VerifyArgs {
+            dsn: None,
+            pg_wait: Duration::from_secs(10),
+            no_amcheck: false,
+            pg_log: None,
+        }
+    }
+}
+
+/// The balance invariant: the four sums move together.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Invariant {
+    /// `sum(pgbench_accounts.abalance)` now.
+    pub sum_abalance: i64,
+    /// `sum(pgbench_tellers.tbalance)` now.
+    pub sum_tbalance: i64,
+    /// `sum(pgbench_branches.bbalance)` now.
+    pub sum_bbalance: i64,
+    /// `sum(pgbench_history.delta)` now.
+    pub sum_delta: i64,
+    /// The same four sums when the run started (all 0 on fresh tables).
+    pub start_sums: [i64; 4],
+    /// Whether the four sums changed by the same amount since the start (so they are
+    /// equal on fresh tables).
+    pub holds: bool,
+    /// Whether the sums could be read.
+    pub checked: bool,
+}
+
+/// The server configuration a run recorded (see `PgManifest`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunSettings {
+    /// `server_version`.
+    pub server_version: String,
+    /// `fsync`.
+    pub fsync: String,
+    /// `synchronous_commit`.
+    pub synchronous_commit: String,
+    /// `full_page_writes`.
+    pub full_page_writes: String,
+    /// `wal_sync_method`.
+    pub wal_sync_method: String,
+    /// `data_checksums`.
+    pub data_checksums: String,
+    /// `data_directory`.
+    pub data_directory: String,
+    /// The mount beneath the data directory (`device mountpoint fstype options`).
+    pub data_mount: String,
+}
+
+/// What amcheck found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Amcheck {
+    /// Whether amcheck ran (the extension could be created and its functions called).
+    pub ran: bool,
+    /// Corruptions: rows from `verify_heapam` plus indexes `bt_index_check` rejected.
+    pub corruptions: u64,
+    /// Tables and indexes checked.
+    pub relations_checked: u32,
+    /// Why it did not run, or which parts could not run.
+    pub note: Option<String>,
+}
+
+/// One finding: a commit lost, reordered, duplicated or invented, or damage.
+#[derive(Clone, Debug, Serialize)]
+pub struct PgFinding {
+    /// `lost_commit`, `unpromised_lost`, `ordering_violation`, `duplicate`,
+    /// `phantom`, `malformed_tag`, `invariant`, `amcheck`, `checksum_failures`,
+    /// `missing_table` or `server_unavailable`.
+    pub kind: String,
+    /// The client, where the finding names a commit.
+    pub client: Option<u32>,
+    /// The per-client sequence number, where the finding names a commit.
+    pub seq: Option<u64>,
+    /// Human-readable detail.
+    pub detail: String,
+}
+
+/// Wall-clock time of the verifier's phases, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timings {
+    /// Connecting (including waiting for the server).
+    pub connect_ms: u64,
+    /// Counting the commits (the tag scan) and the balance sums, concurrently.
+    pub commits_ms: u64,
+    /// Listing the first findings.
+    pub findings_ms: u64,
+    /// amcheck and the checksum failure counter.
+    pub amcheck_ms: u64,
+    /// Everything.
+    pub total_ms: u64,
+}
+
+/// The report of verifying a pgbench run; one model for the human report and
+/// `--json` (field names are a stable interface for scripts).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PgReport {
+    /// Run id, 16 hex digits.
+    pub run_id: String,
+    /// Always `"pgbench"`.
+    pub workload: String,
+    /// Host that ran the agent.
+    pub host: String,
+    /// The connection checked (no password).
+    pub conninfo: String,
+    /// Whether the agent finished the run (`false`: it was cut short).
+    pub finished: bool,
+    /// Whether the run's configuration promised durability.
+    pub promised: bool,
+    /// Clients of the run.
+    pub clients: u32,
+    /// The server configuration the run recorded when it started.
+    pub run_settings: RunSettings,
+    /// Whether PostgreSQL accepted a connection.
+    pub server_reachable: bool,
+    /// Commits acknowledged in the ledger (promised and unpromised).
+    pub acknowledged_commits: u64,
+    /// Of those, acknowledged while the configuration did not promise durability.
+    pub unpromised_acknowledged: u64,
+    /// Distinct tags of the run found, within the bounds (not phantoms).
+    pub present_commits: u64,
+    /// Of those, not acknowledged in the ledger: in flight at the cut, or committed
+    /// but not yet confirmed by the listener. Survivors like these are no failure.
+    pub unacknowledged_present: u64,
+    /// Acknowledged (promised) commits that are missing.
+    pub lost_commits: u64,
+    /// Missing seqs not acknowledged while a later seq of the client survived.
+    pub ordering_violations: u64,
+    /// Extra copies of tags.
+    pub duplicates: u64,
+    /// Tags of this run beyond anything the agent could have issued.
+    pub phantoms: u64,
+    /// Rows with the run's prefix that are not valid tags.
+    pub malformed_tags: u64,
+    /// Acknowledged commits lost that the configuration did not promise (expected).
+    pub unpromised_lost: u64,
+    /// The balance invariant.
+    pub invariant: Invariant,
+    /// amcheck results.
+    pub amcheck: Amcheck,
+    /// `sum(pg_stat_database.checksum_failures)` (0 when checksums are off).
+    pub checksum_failures: u64,
+    /// Findings in all (the list holds the first [`MAX_FINDINGS`]).
+    pub findings_total: u64,
+    /// The first findings: failures first, then expected losses.
+    pub findings: Vec<PgFinding>,
+    /// Time taken, per phase.
+    pub timings: Timings,
+    /// True when nothing acknowledged (and promised) was lost or damaged.
+    pub ok: bool,
+    /// One line: `PASS: …` or `FAIL: …`.
+    pub summary: String,
+}
+
+/// The ledger's acknowledgements of one client, as merged ranges.
+#[derive(Clone, Debug, Default)]
+struct ClientAcks {
+    /// Merged `(first, last, promised, ms)` ranges, sorted by `first`.
+    ranges: Vec<(u64, u64, bool, u32)>,
+}
+
+impl ClientAcks {
+    fn top(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).max().unwrap_or(0)
+    }
+    fn count(&self, promised: bool) -> u64 {
+        self.ranges
+            .iter()
+            .filter(|r| r.2 == promised)
+            .map(|r| r.1 - r.0 + 1)
+            .sum()
+    }
+    /// Acknowledged seqs in `1..=m`.
+    fn count_upto(&self, m: u64) -> u64 {
+        self.ranges
+            .iter()
+            .filter(|r| r.0 <= m)
+            .map(|r| r.1.min(m) - r.0 + 1)
+            .sum()
+    }
+    /// The gaps of the acknowledged set within `1..=m`.
+    fn gaps_upto(&self, m: u64) -> Vec<(u64, u64)> {
+        let mut gaps = Vec::new();
+        let mut next = 1;
+        for r in &self.ranges {
+            if r.0 > m {
+                break;
+            }
+            if r.0 > next {
+                gaps.push((next, r.0 - 1));
+            }
+            next = next.max(r.1 + 1);
+        }
+        if next <= m {
+            gaps.push((next, m));
+        }
+        gaps
+    }
+}
+
+/// Merges the ledger's batches into per-client ranges.
+fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
+    let mut raw: BTreeMap<u32, Vec<(u64, u64, bool, u32)>> = BTreeMap::new();
+    for b in batches {
+        if let Acks::Pg(ranges) = &b.acks {
+            for r in ranges {
+                if r.first >= 1 && r.last >= r.first {
+                    raw.entry(r.client)
+                        .or_default()
+                        .push((r.first, r.last, b.promised, r.ms));
+                }
+            }
+        }
+    }
+    raw.into_iter()
+        .map(|(c, mut v)| {
+            v.sort();
+            let mut merged: Vec<(u64, u64, bool, u32)> = Vec::new();
+            for r in v {
+                match merged.last_mut() {
+                    Some(m) if m.2 == r.2 && r.0 <= m.1 + 1 => {
+                        if r.1 > m.1 {
+                            m.1 = r.1;
+                            m.3 = r.3;
+                        }
+                    }
+                    Some(m) if r.0 <= m.1 => {
+                        // Overlap with a different promise flag: keep the first.
+                        if r.1 > m.1 {
+                            let rest = (m.1 + 1, r.1, r.2, r.3);
+                            merged.push(rest);
+                        }
+                    }
+                    _ => merged.push(r),
+                }
+            }
+            (c, ClientAcks { ranges: merged })
+        })
+        .collect()
+}
+
+/// The tag CTE shared by the queries: `t` groups the run's rows (`filler LIKE
+/// prefix%`) by (client, seq) with their count `n`; rows that are not valid tags
+/// form the group (NULL, NULL). Validity is checked with `translate` rather than a
+/// regular expression, and computed once per row (the `OFFSET 0` fences keep the
+/// planner from inlining it twice): together about 40% faster on a million rows.
+const TAGS_CTE: &str = "t AS (
+        SELECT client, seq, count(*) AS n FROM (
+            SELECT CASE WHEN ok THEN substr(f, 9, 4)::int END AS client,
+                   CASE WHEN ok THEN substr(f, 13, 10)::bigint END AS seq
+            FROM (SELECT f, length(f) = 22
+                            AND translate(substr(f, 9, 14), '0123456789', '') = '' AS ok
+                  FROM (SELECT filler::text AS f FROM pgbench_history
+                        WHERE filler LIKE $1 OFFSET 0) AS x0
+                  OFFSET 0) AS x) AS y
+        GROUP BY client, seq)";
+
+/// Per-client counts from the main query.
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    inbound: u64,
+    top: u64,
+    dups: u64,
+    phantoms: u64,
+    acked_present: [u64; 2], // [unpromised, promised]
+}
+
+/// Verifies a pgbench run: see the module doc for the rules.
+///
+/// Errors (exit 2): the connection settings are invalid, authentication fails, the
+/// database does not exist, or a query fails. A server that does not accept
+/// connections within `--pg-wait` is a finding, not an error.
+pub async fn verify(
+    run: RunId,
+    manifest: &Manifest,
+    pg: &PgManifest,
+    batches: &[AckBatch],
+    finished: bool,
+    opts: &VerifyArgs,
+) -> Result<PgReport, Failure> {
+    let t_all = Instant::now();
+    let dsn = opts.dsn.as_deref().unwrap_or(&pg.conninfo);
+    let cfg = conn::config(Some(dsn)).map_err(Failure)?;
+    let conninfo = conn::redacted(&cfg);
+    let acks = merge_acks(batches);
+    let clients = pg
+        .clients
+        .max(acks.keys().next_back().map(|c| c + 1).unwrap_or(0));
+    let mut rep = PgReport {
+        run_id: run.to_string(),
+        workload: "pgbench".into(),
+        host: manifest.host.clone(),
+        conninfo: conninfo.clone(),
+        finished,
+        promised: pg.promised,
+        clients,
+        run_settings: RunSettings {
+            server_version: pg.server_version.clone(),
+            fsync: pg.fsync.clone(),
+            synchronous_commit: pg.synchronous_commit.clone(),
+            full_page_writes: pg.full_page_writes.clone(),
+            wal_sync_method: pg.wal_sync_method.clone(),
+            data_checksums: pg.data_checksums.clone(),
+            data_directory: pg.data_directory.clone(),
+            data_mount: pg.data_mount.clone(),
+        },
+        acknowledged_commits: acks.values().map(|a| a.count(true) + a.count(false)).sum(),
+        unpromised_acknowledged: acks.values().map(|a| a.count(false)).sum(),
+        invariant: Invariant {
+            start_sums: pg.start_sums,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+
+    // Connect, waiting for crash recovery.
+    let deadline = Instant::now() + opts.pg_wait;
+    let client = loop {
+        match conn::connect(&cfg).await {
+            Ok(c) => break c,
+            Err(e) if conn::is_transient_connect_error(&e) => {
+                if Instant::now() >= deadline {
+                    unreachable(&mut rep, &conninfo, &describe(&e), opts);
+                    rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
+                    return Ok(rep);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => {
+                return Err(Failure(format!(
+                    "cannot connect to PostgreSQL at {conninfo}: {}",
+                    describe(&e)
+                )))
+            }
+        }
+    };
+    rep.server_reachable = true;
+    rep.timings.connect_ms = t_all.elapsed().as_millis() as u64;
+    let q = |what: &'static str| {
+        move |e: tokio_postgres::Error| Failure(format!("{what}: {}", describe(&e)))
+    };
+
+    let mut failures: Vec<PgFinding> = Vec::new();
+    let mut expected: Vec<PgFinding> = Vec::new();
+    let missing = schema::missing_tables(&client).await.map_err(Failure)?;
+    for t in &missing {
+        failures.push(PgFinding {
+            kind: "missing_table".into(),
+            client: None,
+            seq: None,
+            detail: format!(
+                "relation \"{t}\" does not exist (lost, or --dsn names another database)"
+            ),
+        });
+    }
+
+    // Commits and the invariant, concurrently on two connections.
+    let t_commits = Instant::now();
+    let prefix = format!("{}%", tag::prefix(run));
+    let bound_extra = if finished {
+        1
+    } else if pg.max_unconfirmed == 0 {
+        i64::MAX as u64 / 4
+    } else {
+        pg.max_unconfirmed
+    };
+    let b_clients: Vec<i32> = (0..clients as i32).collect();
+    let b_bounds: Vec<i64> = (0..clients)
+        .map(|c| {
+            let top = acks.get(&c).map(|a| a.top()).unwrap_or(0);
+            (top.saturating_add(bound_extra)).min(tag::MAX_SEQ) as i64
+        })
+        .collect();
+    let (mut r_client, mut r_first, mut r_last, mut r_prom) = (vec![], vec![], vec![], vec![]);
+    for (c, a) in &acks {
+        for r in &a.ranges {
+            r_client.push(*c as i32);
+            r_first.push(r.0 as i64);
+            r_last.push(r.1 as i64);
+            r_prom.push(r.2);
+        }
+    }
+    let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
+    if missing.is_empty() {
+        client
+            .batch_execute("SET work_mem = '256MB'; SET statement_timeout = 0")
+            .await
+            .map_err(q("cannot set work_mem"))?;
+        let sql = format!(
+            "WITH {TAGS_CTE},
+             b AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS b(client, bound)),
+             r AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::bigint[], $7::bool[])
+                   AS r(client, first, last, promised))
+             SELECT t.client,
+                count(*) FILTER (WHERE t.seq BETWEEN 1 AND b.bound) AS inbound,
+                coalesce(max(t.seq) FILTER (WHERE t.seq BETWEEN 1 AND b.bound), 0) AS top,
+                coalesce(sum(t.n - 1) FILTER (WHERE t.client IS NOT NULL), 0)::bigint AS dups,
+                count(*) FILTER (WHERE t.client IS NOT NULL
+                                 AND (b.bound IS NULL OR t.seq NOT BETWEEN 1 AND b.bound))
+                    AS phantoms,
+                count(*) FILTER (WHERE NOT r.promised) AS acked_unpromised,
+                count(*) FILTER (WHERE r.promised) AS acked_promised,
+                coalesce(sum(t.n) FILTER (WHERE t.client IS NULL), 0)::bigint AS malformed
+             FROM t LEFT JOIN b ON b.client = t.client
+             LEFT JOIN r ON r.client = t.client AND t.seq BETWEEN r.first AND r.last
+             GROUP BY t.client"
+        );
+        let client2 = conn::connect(&cfg).await.map_err(|e| {
+            Failure(format!(
+                "cannot open a second connection to {conninfo}: {}",
+                describe(&e)
+            ))
+        })?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &prefix, &b_clients, &b_bounds, &r_client, &r_first, &r_last, &r_prom,
+        ];
+        let (rows, sums) = tokio::join!(client.query(&sql, &params), schema::sums(&client2));
+        let rows = rows.map_err(q("cannot count the run's commits"))?;
+        let sums = sums.map_err(q("cannot read the balance sums"))?;
+        for row in rows {
+            let c: Option<i32> = row.get(0);
+            let n = |k: usize| row.get::<_, i64>(k) as u64;
+            match c {
+                Some(c) => {
+                    let e = counts.entry(c as u32).or_default();
+                    e.inbound = n(1);
+                    e.top = n(2);
+                    e.dups = n(3);
+                    e.phantoms = n(4);
+                    e.acked_present = [n(5), n(6)];
+                }
+                None => rep.malformed_tags = n(7),
+            }
+        }
+        let i = &mut rep.invariant;
+        [i.sum_abalance, i.sum_tbalance, i.sum_bbalance, i.sum_delta] = sums;
+        let d: Vec<i64> = (0..4).map(|k| sums[k] - pg.start_sums[k]).collect();
+        i.holds = d.iter().all(|x| *x == d[0]);
+        i.checked = true;
+    }
+    rep.timings.commits_ms = t_commits.elapsed().as_millis() as u64;
+
+    // The counts.
+    let mut ordering_gaps: Vec<(u32, u64, u64)> = Vec::new();
+    let empty = ClientAcks::default();
+    for c in 0..clients.max(counts.keys().next_back().map(|c| c + 1).unwrap_or(0)) {
+        let a = acks.get(&c).unwrap_or(&empty);
+        let k = counts.get(&c).copied().unwrap_or_default();
+        rep.present_commits += k.inbound;
+        rep.duplicates += k.dups;
+        rep.phantoms += k.phantoms;
+        let present_acked = k.acked_present[0] + k.acked_present[1];
+        rep.unacknowledged_present += k.inbound.saturating_sub(present_acked);
+        rep.lost_commits += a.count(true).saturating_sub(k.acked_present[1]);
+        rep.unpromised_lost += a.count(false).saturating_sub(k.acked_present[0]);
+        // Missing in 1..=top, minus the acknowledged ones among them.
+        let missing_upto_top = k.top.saturating_sub(k.inbound);
+        let lost_upto_top = a.count_upto(k.top).saturating_sub(present_acked);
+        let ordering = missing_upto_top.saturating_sub(lost_upto_top);
+        if ordering > 0 {
+            for g in a.gaps_upto(k.top) {
+                ordering_gaps.push((c, g.0, g.1));
+            }
+        }
+        rep.ordering_violations += ordering;
+    }
+    if !missing.is_empty() {
+        // Without the tables nothing acknowledged is present.
+        rep.lost_commits = rep.acknowledged_commits - rep.unpromised_acknowledged;
+        rep.unpromised_lost = rep.unpromised_acknowledged;
+    }
+
+    // The first findings, one query per kind that has any.
+    let t_find = Instant::now();
+    if missing.is_empty() {
+        let room = |f: &Vec<PgFinding>| MAX_FINDINGS.saturating_sub(f.len()) as i64;
+        if rep.lost_commits + rep.unpromised_lost > 0 {
+            let sql = format!(
+                "WITH {TAGS_CTE},
+                 r AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bool[])
+                       AS r(client, first, last, promised))
+                 SELECT r.client, s.seq, r.promised FROM r
+                 CROSS JOIN LATERAL generate_series(r.first, r.last) AS s(seq)
+                 WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.client = r.client AND t.seq = s.seq)
+                 ORDER BY r.promised DESC, r.client, s.seq LIMIT $6"
+            );
+            let limit = room(&failures).max(1) + MAX_FINDINGS as i64;
+            let rows = client
+                .query(
+                    &sql,
+                    &[&prefix, &r_client, &r_first, &r_last, &r_prom, &limit],
+                )
+                .await
+                .map_err(q("cannot list the lost commits"))?;
+            for row in rows {
+                let (c, s, promised): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
+                let ms = acks
+                    .get(&(c as u32))
+                    .and_then(|a| a.ranges.iter().find(|r| r.0 <= s as u64 && s as u64 <= r.1))
+                    .map(|r| r.3)
+                    .unwrap_or(0);
+                let f = PgFinding {
+                    kind: if promised { "lost_commit" } else { "unpromised_lost" }.into(),
+                    client: Some(c as u32),
+                    seq: Some(s as u64),
+                    detail: format!(
+                        "acknowledged commit missing (its batch acknowledged about {:.3} s into the run){}",
+                        ms as f64 / 1000.0,
+                        if promised { "" } else { "; the configuration did not promise durability" }
+                    ),
+                };
+                if promised {
+                    &mut failures
+                } else {
+                    &mut expected
+                }
+                .push(f);
+            }
+        }
+        if rep.ordering_violations > 0 && !ordering_gaps.is_empty() {
+            let sql = format!(
+                "WITH {TAGS_CTE}
+                 SELECT o.client, s.seq
+                 FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS o(client, first, last)
+                 CROSS JOIN LATERAL generate_series(o.first, o.last) AS s(seq)
+                 WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.client = o.client AND t.seq = s.seq)
+                 ORDER BY 1, 2 LIMIT $5"
+            );
+            let gc: Vec<i32> = ordering_gaps.iter().map(|g| g.0 as i32).collect();
+            let gf: Vec<i64> = ordering_gaps.iter().map(|g| g.1 as i64).collect();
+            let gl: Vec<i64> = ordering_gaps.iter().map(|g| g.2 as i64).collect();
+            let rows = client
+                .query(&sql, &[&prefix, &gc, &gf, &gl, &room(&failures)])
+                .await
+                .map_err(q("cannot list the ordering violations"))?;
+            for row in rows {
+                let (c, s): (i32, i64) = (row.get(0), row.get(1));
+                failures.push(PgFinding {
+                    kind: "ordering_violation".into(),
+                    client: Some(c as u32),
+                    seq: Some(s as u64),
+                    detail:
+                        "not acknowledged and missing, while a later commit of the client survived"
+                            .into(),
+                });
+            }
+        }
+        if rep.duplicates > 0 {
+            let sql = format!(
+                "WITH {TAGS_CTE} SELECT client, seq, n FROM t
+                 WHERE n > 1 AND client IS NOT NULL ORDER BY 1, 2 LIMIT $2"
+            );
+            let rows = client
+                .query(&sql, &[&prefix, &room(&failures)])
+                .await
+                .map_err(q("cannot list the duplicates"))?;
+            for row in rows {
+                let (c, s, n): (i32, i64, i64) = (row.get(0), row.get(1), row.get(2));
+                failures.push(PgFinding {
+                    kind: "duplicate".into(),
+                    client: Some(c as u32),
+                    seq: Some(s as u64),
+                    detail: format!("tag found {n} times"),
+                });
+            }
+        }
+        if rep.phantoms > 0 {
+            let sql = format!(
+                "WITH {TAGS_CTE},
+                 b AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS b(client, bound))
+                 SELECT t.client, t.seq, b.bound FROM t LEFT JOIN b ON b.client = t.client
+                 WHERE t.client IS NOT NULL AND (b.bound IS NULL OR t.seq NOT BETWEEN 1 AND b.bound)
+                 ORDER BY 1, 2 LIMIT $4"
+            );
+            let rows = client
+                .query(&sql, &[&prefix, &b_clients, &b_bounds, &room(&failures)])
+                .await
+                .map_err(q("cannot list the phantoms"))?;
+            for row in rows {
+                let (c, s, b): (i32, i64, Option<i64>) = (row.get(0), row.get(1), row.get(2));
+                failures.push(PgFinding {
+                    kind: "phantom".into(),
+                    client: Some(c as u32),
+                    seq: Some(s as u64),
+                    detail: match b {
+                        Some(b) => {
+                            format!("beyond anything the client could have issued (seq ≤ {b})")
+                        }
+                        None => format!("the run had no client {c} (clients 0..{clients})"),
+                    },
+                });
+            }
+        }
+        if rep.malformed_tags > 0 {
+            let rows = client
+                .query(
+                    "SELECT filler::text FROM pgbench_history WHERE filler LIKE $1 \
+                     AND NOT (length(filler) = 22 \
+                              AND translate(substr(filler, 9, 14), '0123456789', '') = '') \
+                     LIMIT $2",
+                    &[&prefix, &room(&failures)],
+                )
+                .await
+                .map_err(q("cannot list the malformed tags"))?;
+            for row in rows {
+                let f: String = row.get(0);
+                failures.push(PgFinding {
+                    kind: "malformed_tag".into(),
+                    client: None,
+                    seq: None,
+                    detail: format!("filler {f:?} starts with the run's prefix but is not a tag"),
+                });
+            }
+        }
+        if rep.invariant.checked && !rep.invariant.holds {
+            let i = &rep.invariant;
+            failures.push(PgFinding {
+                kind: "invariant".into(),
+                client: None,
+                seq: None,
+                detail: format!(
+                    "balance sums moved apart since the start: abalance {:+}, tbalance {:+}, bbalance {:+}, history delta {:+} (a partially applied transaction)",
+                    i.sum_abalance - i.start_sums[0],
+                    i.sum_tbalance - i.start_sums[1],
+                    i.sum_bbalance - i.start_sums[2],
+                    i.sum_delta - i.start_sums[3]
+                ),
+            });
+        }
+    }
+    rep.timings.findings_ms = t_find.elapsed().as_millis() as u64;
+
+    // amcheck and checksum failures.
+    let t_am = Instant::now();
+    if !opts.no_amcheck {
+        let mut am_findings = Vec::new();
+        rep.amcheck = amcheck(&client, &missing, &mut am_findings).await?;
+        failures.extend(am_findings);
+    } else {
+        rep.amcheck.note = Some("skipped (--no-amcheck)".into());
+    }
+    let cf: i64 = client
+        .query_one(
+            "SELECT coalesce(sum(checksum_failures), 0)::bigint FROM pg_stat_database",
+            &[],
+        )
+        .await
+        .map_err(q("cannot read pg_stat_database"))?
+        .get(0);
+    rep.checksum_failures = cf as u64;
+    if cf > 0 {
+        failures.push(PgFinding {
+            kind: "checksum_failures".into(),
+            client: None,
+            seq: None,
+            detail: format!("pg_stat_database counts {cf} data page checksum failures"),
+        });
+    }
+    rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
+
+    // Verdict.
+    let problems = rep.lost_commits
+        + rep.ordering_violations
+        + rep.duplicates
+        + rep.phantoms
+        + rep.malformed_tags
+        + rep.amcheck.corruptions
+        + u64::from(rep.checksum_failures > 0)
+        + missing.len() as u64
+        + u64::from(rep.invariant.checked && !rep.invariant.holds);
+    rep.ok = problems == 0;
+    rep.findings_total = problems + rep.unpromised_lost;
+    failures.extend(expected);
+    failures.truncate(MAX_FINDINGS);
+    rep.findings = failures;
+    rep.summary = summary(&rep, &missing);
+    if rep.ok && rep.acknowledged_commits == 0 {
+        return Err(Failure(format!(
+            "not measured: run {run} has no acknowledged commits in the ledger (and PostgreSQL shows no damage)"
+        )));
+    }
+    rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
+    Ok(rep)
+}
+
+/// Fills `rep` for a server that does not accept connections.
+fn unreachable(rep: &mut PgReport, conninfo: &str, err: &str, opts: &VerifyArgs) {
+    let mut detail = format!(
+        "PostgreSQL at {conninfo} does not accept connections (waited {}): {err}",
+        humantime_secs(opts.pg_wait)
+    );
+    if let Some(path) = &opts.pg_log {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(20)..];
+                detail.push_str(&format!(
+                    "\nlast lines of {}:\n{}",
+                    path.display(),
+                    tail.join("\n")
+                ));
+            }
+            Err(e) => detail.push_str(&format!("\n(cannot read {}: {e})", path.display())),
+        }
+    }
+    rep.server_reachable = false;
+    rep.ok = false;
+    rep.findings_total = 1;
+    rep.findings = vec![PgFinding {
+        kind: "server_unavailable".into(),
+        client: None,
+        seq: None,
+        detail,
+    }];
+    rep.summary = format!(
+        "FAIL: PostgreSQL does not accept connections at {conninfo} ({err}); {} acknowledged commits could not be checked",
+        rep.acknowledged_commits
+    );
+}
+
+fn humantime_secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// Runs amcheck on the pgbench tables and their btree indexes.
+async fn amcheck(
+    client: &Client,
+    missing: &[&str],
+    findings: &mut Vec<PgFinding>,
+) -> Result<Amcheck, Failure> {
+    let mut am = Amcheck::default();
+    if let Err(e) = client
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        .await
+    {
+        am.note = Some(format!(
+            "amcheck not available: {} (needs the extension and the right to create it)",
+            describe(&e)
+        ));
+        return Ok(am);
+    }
+    am.ran = true;
+    let tables: Vec<&str> = schema::TABLES
+        .iter()
+        .filter(|t| !missing.contains(t))
+        .copied()
+        .collect();
+    let mut notes = Vec::new();
+    for t in &tables {
+        match client
+            .query(
+                "SELECT blkno, offnum, attnum, msg FROM verify_heapam($1::text::regclass)",
+                &[t],
+            )
+            .await
+        {
+            Ok(rows) => {
+                am.relations_checked += 1;
+                for r in rows {
+                    am.corruptions += 1;
+                    let (blk, off, msg): (i64, Option<i32>, Option<String>) =
+                        (r.get(0), r.get(1), r.get(3));
+                    findings.push(PgFinding {
+                        kind: "amcheck".into(),
+                        client: None,
+                        seq: None,
+                        detail: format!(
+                            "verify_heapam({t}): block {blk}, offset {}: {}",
+                            off.map(|o| o.to_string()).unwrap_or("-".into()),
+                            msg.unwrap_or_default()
+                        ),
+                    });
+                }
+            }
+            Err(e) if e.code().is_some() && !conn::is_connection_error(&e) => {
+                // verify_heapam may be missing (amcheck < 1.3) or the table unreadable.
+                notes.push(format!("verify_heapam({t}): {}", describe(&e)));
+            }
+            Err(e) => return Err(Failure(format!("amcheck: {}", describe(&e)))),
+        }
+    }
+    let idx: Vec<String> = client
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indexrelid
+             JOIN pg_am am ON am.oid = c.relam
+             WHERE am.amname = 'btree' AND i.indrelid = ANY($1::text[]::regclass[])
+             ORDER BY 1",
+            &[&tables],
+        )
+        .await
+        .map_err(|e| Failure(format!("cannot list the indexes: {}", describe(&e))))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for ix in idx {
+        match client
+            .execute("SELECT bt_index_check($1::text::regclass, true)", &[&ix])
+            .await
+        {
+            Ok(_) => am.relations_checked += 1,
+            Err(e) if conn::is_connection_error(&e) => {
+                return Err(Failure(format!("amcheck: {}", describe(&e))))
+            }
+            Err(e) => {
+                am.relations_checked += 1;
+                am.corruptions += 1;
+                findings.push(PgFinding {
+                    kind: "amcheck".into(),
+                    client: None,
+                    seq: None,
+                    detail: format!("bt_index_check({ix}, heapallindexed): {}", describe(&e)),
+                });
+            }
+        }
+    }
+    if !notes.is_empty() {
+        am.note = Some(notes.join("; "));
+    }
+    Ok(am)
+}
+
+/// The one-line verdict.
+fn summary(r: &PgReport, missing: &[&str]) -> String {
+    if r.ok {
+        let mut s = format!(
+            "PASS: {} acknowledged commits, {} present ({} beyond the acknowledged: in flight or unconfirmed), none lost; balances consistent",
+            r.acknowledged_commits, r.present_commits, r.unacknowledged_present
+        );
+        if r.unpromised_lost > 0 {
+            s.push_str(&format!(
+                "; {} unpromised commits lost, as the configuration allowed",
+                r.unpromised_lost
+            ));
+        }
+        return s;
+    }
+    let mut parts = Vec::new();
+    for t in missing {
+        parts.push(format!("{t} missing"));
+    }
+    let named = [
+        (r.lost_commits, "lost commits"),
+        (r.ordering_violations, "ordering violations"),
+        (r.duplicates, "duplicates"),
+        (r.phantoms, "phantoms"),
+        (r.malformed_tags, "malformed tags"),
+        (r.amcheck.corruptions, "amcheck corruptions"),
+        (r.checksum_failures, "checksum failures"),
+    ];
+    for (n, what) in named {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    if r.invariant.checked && !r.invariant.holds {
+        parts.push("balance invariant broken".into());
+    }
+    format!(
+        "FAIL: {} out of {} acknowledged commits",
+        parts.join(", "),
+        r.acknowledged_commits
+    )
+}
+
+impl PgReport {
+    /// Prints the report for people (stdout), ending with the summary line.
+    pub fn print_human(&self) {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        println!("run {} (pgbench) from host {}", self.run_id, self.host);
+        println!("checked: {}", self.conninfo);
+        println!(
+            "finished: {}   durability promised: {}   clients: {}",
+            yes(self.finished),
+            yes(self.promised),
+            self.clients
+        );
+        let rs = &self.run_settings;
+        println!(
+            "run settings: PostgreSQL {}, fsync={}, synchronous_commit={}, full_page_writes={}, \
+             wal_sync_method={}, data_checksums={}",
+            rs.server_version,
+            rs.fsync,
+            rs.synchronous_commit,
+            rs.full_page_writes,
+            rs.wal_sync_method,
+            rs.data_checksums
+        );
+        println!(
+            "data directory: {}{}",
+            rs.data_directory,
+            if rs.data_mount.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", rs.data_mount)
+            }
+        );
+        if !self.server_reachable {
+            for f in &self.findings {
+                println!("{}", f.detail);
+            }
+            println!("{}", self.summary);
+            return;
+        }
+        println!("acknowledged commits:   {}", self.acknowledged_commits);
+        if self.unpromised_acknowledged > 0 {
+            println!("  of which unpromised:  {}", self.unpromised_acknowledged);
+        }
+        println!(
+            "present commits:        {} ({} beyond the acknowledged: in flight or unconfirmed)",
+            self.present_commits, self.unacknowledged_present
+        );
+        println!("lost commits:           {}", self.lost_commits);
+        println!("unpromised lost:        {}", self.unpromised_lost);
+        println!("ordering violations:    {}", self.ordering_violations);
+        println!("duplicates:             {}", self.duplicates);
+        println!("phantoms:               {}", self.phantoms);
+        if self.malformed_tags > 0 {
+            println!("malformed tags:         {}", self.malformed_tags);
+        }
+        let i = &self.invariant;
+        if i.checked {
+            println!(
+                "balance invariant:      {} (abalance {}, tbalance {}, bbalance {}, history delta {}; at start {:?})",
+                if i.holds { "holds" } else { "BROKEN" },
+                i.sum_abalance,
+                i.sum_tbalance,
+                i.sum_bbalance,
+                i.sum_delta,
+                i.start_sums
+            );
+        } else {
+            println!("balance invariant:      not checked");
+        }
+        if self.amcheck.ran {
+            println!(
+                "amcheck:                {} corruptions in {} relations",
+                self.amcheck.corruptions, self.amcheck.relations_checked
+            );
+        } else {
+            println!("amcheck:                did not run");
+        }
+        if let Some(n) = &self.amcheck.note {
+            println!("  note: {n}");
+        }
+        println!("checksum failures:      {}", self.checksum_failures);
+        println!(
+            "time:                   {} ms (commits and sums {} ms, findings {} ms, amcheck {} ms)",
+            self.timings.total_ms,
+            self.timings.commits_ms,
+            self.timings.findings_ms,
+            self.timings.amcheck_ms
+        );
+        if !self.findings.is_empty() {
+            println!(
+                "findings ({} in all, first {} listed):",
+                self.findings_total,
+                self.findings.len()
+            );
+            for f in &self.findings {
+                match (f.client, f.seq) {
+                    (Some(c), Some(s)) => {
+                        println!("  {:<20} client {c} seq {s}: {}", f.kind, f.detail)
+                    }
+                    _ => println!("  {:<20} {}", f.kind, f.detail),
+                }
+            }
+        }
+        println!("{}", self.summary);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plugpull::ledger::PgAckRange;
+
+    fn batch(n: u64, promised: bool, ranges: &[(u32, u64, u64)]) -> AckBatch {
+        AckBatch {
+            batch: n,
+            promised,
+            acks: Acks::Pg(
+                ranges
+                    .iter()
+                    .map(|&(client, first, last)| PgAckRange {
+                        client,
+                        first,
+                        last,
+                        ms: n as u32,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn ranges_merge_per_client_and_flag() {
+        let m = merge_acks(&[
+            batch(1, true, &[(0, 1, 5), (1, 1, 2)]),
+            batch(2, true, &[(0, 6, 9), (1, 3, 3)]),
+            batch(3, false, &[(0, 10, 12)]),
+            batch(4, true, &[(0, 6, 9)]), // a resent batch
+        ]);
+        assert_eq!(m[&0].ranges, vec![(1, 9, true, 2), (10, 12, false, 3)]);
+        assert_eq!(m[&1].ranges, vec![(1, 3, true, 2)]);
+        assert_eq!(m[&0].top(), 12);
+        assert_eq!(m[&0].count(true), 9);
+        assert_eq!(m[&0].count(false), 3);
+        assert_eq!(m[&0].count_upto(10), 10);
+        assert_eq!(m[&0].gaps_upto(15), vec![(13, 15)]);
+        assert_eq!(m[&0].gaps_upto(12), vec![]);
+        let holes = merge_acks(&[batch(1, true, &[(0, 3, 4), (0, 8, 9)])]);
+        assert_eq!(holes[&0].gaps_upto(10), vec![(1, 2), (5, 7), (10, 10)]);
+    }
+}

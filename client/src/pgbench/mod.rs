@@ -1,0 +1,353 @@
+//! # The PostgreSQL workload: pgbench TPC-B, tagged
+//!
+//! `plugpull write pgbench` runs pgbench's built-in "TPC-B (sort of)" script against
+//! pgbench's own tables and reports every successful `COMMIT` to the listener;
+//! `plugpull verify` (for a pgbench run) then checks, after the cut and the reboot,
+//! that every acknowledged commit survived. See `docs/pgbench.md` for the user's
+//! guide and DESIGN.md ("PostgreSQL workload") for the rules.
+//!
+//! * [`conn`] — libpq-style connection settings, error classification, server settings.
+//! * [`schema`] — `pgbench -i` compatible tables and the balance sums.
+//! * [`tag`] — the 22-character tag in `pgbench_history.filler`: run, client, seq.
+//! * [`run`] — the clients and their transaction.
+//! * [`check`] — the verifier: set-based SQL over the tags, the balance invariant,
+//!   amcheck, checksum failures, and the report.
+//!
+//! The only difference from pgbench's transaction is the `filler` value of the
+//! history row, which names the transaction, so the verifier can tell which
+//! acknowledged commits are missing, one by one.
+
+pub mod check;
+pub mod conn;
+pub mod run;
+pub mod schema;
+pub mod tag;
+
+#[allow(unused_imports)] // PgReport is the type verify() returns
+pub use check::{verify, PgReport, VerifyArgs};
+
+use crate::common::make_manifest;
+use crate::reporter::{Reporter, ReporterOptions};
+use crate::Failure;
+use plugpull::auth::Secret;
+use plugpull::ledger::{PgManifest, RunSummary, Workload};
+use std::time::Duration;
+
+/// Query protocol, as pgbench's `-M`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Each statement as text with the values in it (simple query protocol).
+    Simple,
+    /// Statements prepared once per connection, then bound and executed.
+    Prepared,
+}
+
+impl Protocol {
+    /// `"simple"` or `"prepared"`, as pgbench prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Simple => "simple",
+            Protocol::Prepared => "prepared",
+        }
+    }
+}
+
+/// Options of `plugpull write pgbench` (the listener options come from the common
+/// listener arguments).
+#[derive(clap::Args, Debug, Clone)]
+pub struct WriteArgs {
+    /// PostgreSQL connection: a conninfo string (`host=/run/postgresql dbname=bench`)
+    /// or a `postgresql://` URL. Fields it leaves out come from PGHOST, PGPORT,
+    /// PGUSER, PGDATABASE and PGPASSWORD, then libpq's defaults.
+    #[arg(long, value_name = "CONNINFO")]
+    pub dsn: Option<String>,
+
+    /// Create the pgbench tables first, as `pgbench -i -s SCALE` does. Existing
+    /// tables are reused (never dropped), with the scale they have.
+    #[arg(long)]
+    pub init: bool,
+
+    /// Scale factor for --init: 100,000 accounts, 10 tellers and 1 branch per unit.
+    /// Without --init the scale is read from the tables.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub scale: u32,
+
+    /// Number of clients (database connections), 1 to 9999 (pgbench -c).
+    #[arg(long, short = 'c', default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=tag::MAX_CLIENT as i64 + 1))]
+    pub clients: u32,
+
+    /// Number of OS threads the clients are spread over, at most --clients (pgbench -j).
+    #[arg(long, short = 'j', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+
+    /// How long to run, e.g. `60s` or `10m` (pgbench -T). The default when neither
+    /// this nor --transactions is given: 60 s.
+    #[arg(long, short = 'T', value_parser = plugpull::units::parse_duration,
+          conflicts_with = "transactions")]
+    pub duration: Option<Duration>,
+
+    /// Transactions per client, failed ones included (pgbench -t).
+    #[arg(long, short = 't', value_parser = clap::value_parser!(u64).range(1..))]
+    pub transactions: Option<u64>,
+
+    /// Query protocol (pgbench -M).
+    #[arg(long, short = 'M', value_enum, default_value_t = Protocol::Simple)]
+    pub protocol: Protocol,
+
+    /// Print a progress line on stderr every SECONDS seconds (pgbench -P).
+    #[arg(long = "progress", short = 'P', value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub progress: Option<u64>,
+
+    /// Run even though the server does not promise durability (fsync=off, or
+    /// synchronous_commit=off): acknowledgements are then recorded as not promised,
+    /// and their losses are reported as expected, not as failures.
+    #[arg(long)]
+    pub allow_unsafe_config: bool,
+
+    /// Ack log and the bound on unconfirmed acknowledgements. Clients wait while
+    /// `--max-unconfirmed` commits (all clients) await the listener's confirmation;
+    /// this bounds which sequence numbers can exist after a cut, so the verifier can
+    /// call anything beyond a phantom.
+    #[command(flatten)]
+    pub reporter: ReporterOptions,
+
+    /// Seed of the random account, teller, branch and delta choices (default: random).
+    #[arg(long, value_name = "SEED")]
+    pub random_seed: Option<u64>,
+}
+
+/// Runs `plugpull write pgbench`: connects, reads and checks the server settings,
+/// creates or checks the tables, starts the run at the listener, prints
+/// `run id: ID` as the first line on stdout, runs the clients, and prints a
+/// pgbench-style summary.
+///
+/// Errors (exit 2): bad options, the server unreachable or refusing us, missing
+/// tables without `--init`, an unsafe configuration without `--allow-unsafe-config`,
+/// the listener unreachable. A server crash during the run is not an error: the run
+/// ends, the acknowledgements made stay valid, and the summary says how many clients
+/// were lost.
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Failure> {
+    if args.jobs > args.clients {
+        return Err(Failure(format!(
+            "--jobs {} is more than --clients {}: each thread needs a client",
+            args.jobs, args.clients
+        )));
+    }
+    let cfg = conn::config(args.dsn.as_deref()).map_err(Failure)?;
+    let conninfo = conn::redacted(&cfg);
+    let client = conn::connect(&cfg).await.map_err(|e| {
+        Failure(format!(
+            "cannot connect to PostgreSQL at {conninfo}: {}",
+            conn::describe(&e)
+        ))
+    })?;
+    let settings = conn::Settings::read(&client).await.map_err(|e| {
+        Failure(format!(
+            "cannot read the server settings: {}",
+            conn::describe(&e)
+        ))
+    })?;
+    let unsafe_settings = settings.unsafe_settings();
+    let promised = unsafe_settings.is_empty();
+    if !promised {
+        let list = unsafe_settings.join(", ");
+        if !args.allow_unsafe_config {
+            return Err(Failure(format!(
+                "refusing to start: the server has {list}, so a successful COMMIT does not promise \
+                 durability; fix the configuration, or pass --allow-unsafe-config to measure anyway \
+                 (losses are then reported as unpromised)"
+            )));
+        }
+        eprintln!(
+            "warning: {list}: COMMIT does not promise durability; acknowledgements are recorded as not promised"
+        );
+    }
+    let scale = if args.init {
+        schema::init(&client, args.scale).await
+    } else {
+        schema::check(&client).await
+    }
+    .map_err(Failure)?;
+    let aid_big: bool = client
+        .query_one(
+            "SELECT atttypid = 'int8'::regtype FROM pg_attribute \
+             WHERE attrelid = 'pgbench_accounts'::regclass AND attname = 'aid'",
+            &[],
+        )
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "cannot read pgbench_accounts: {}",
+                conn::describe(&e)
+            ))
+        })?
+        .get(0);
+    // Like pgbench: vacuum the small tables (but never truncate the history, which
+    // may hold the tags of runs not yet verified).
+    schema::vacuum(&client, &["pgbench_branches", "pgbench_tellers"], false)
+        .await
+        .map_err(Failure)?;
+    let start_sums = schema::sums(&client).await.map_err(|e| {
+        Failure(format!(
+            "cannot read the balance sums: {}",
+            conn::describe(&e)
+        ))
+    })?;
+    drop(client);
+
+    let limit = match (args.duration, args.transactions) {
+        (_, Some(n)) => run::Limit::Transactions(n),
+        (Some(d), None) => run::Limit::Duration(d),
+        (None, None) => run::Limit::Duration(Duration::from_secs(60)),
+    };
+    let params = run::Params {
+        cfg,
+        scale,
+        clients: args.clients,
+        jobs: args.jobs,
+        limit,
+        protocol: args.protocol,
+        progress: args.progress.map(Duration::from_secs),
+        max_unconfirmed: args.reporter.max_unconfirmed,
+        seed: args.random_seed.unwrap_or_else(rand::random),
+        aid_big,
+    };
+    let prepared = run::prepare(&params).await.map_err(Failure)?;
+
+    let pg = PgManifest {
+        conninfo: conninfo.clone(),
+        scale,
+        clients: args.clients,
+        jobs: args.jobs,
+        protocol: args.protocol.name().into(),
+        server_version: settings.server_version.clone(),
+        fsync: settings.fsync.clone(),
+        synchronous_commit: settings.synchronous_commit.clone(),
+        full_page_writes: settings.full_page_writes.clone(),
+        wal_sync_method: settings.wal_sync_method.clone(),
+        data_checksums: settings.data_checksums.clone(),
+        data_directory: settings.data_directory.clone(),
+        promised,
+        max_unconfirmed: args.reporter.max_unconfirmed,
+        start_sums,
+        data_mount: mount_of(&settings.data_directory),
+    };
+    let (reporter, run_id) = Reporter::start_with(
+        listener,
+        secret,
+        make_manifest(Workload::Pgbench(pg)),
+        &args.reporter,
+    )
+    .await?;
+    println!("run id: {run_id}");
+    let out = prepared.go(run_id, reporter.sink()).await;
+    let confirmed = reporter
+        .finish(RunSummary {
+            issued: out.attempts,
+            acknowledged: out.committed,
+            duration_ms: out.elapsed.as_millis() as u64,
+        })
+        .await?;
+    print_summary(&params, &settings, &out, confirmed);
+    Ok(())
+}
+
+/// The `/proc/mounts` line (`device mountpoint fstype options`) of the mount
+/// holding `path`, when `path` exists on this host; empty otherwise.
+fn mount_of(path: &str) -> String {
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return String::new();
+    };
+    let Ok(mounts) = std::fs::read_to_string("/proc/mounts") else {
+        return String::new();
+    };
+    let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t");
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() >= 4).then(|| {
+                (
+                    unescape(f[1]),
+                    format!("{} {} {} {}", f[0], f[1], f[2], f[3]),
+                )
+            })
+        })
+        .filter(|(mp, _)| real.starts_with(mp))
+        .max_by_key(|(mp, _)| mp.len())
+        .map(|(_, line)| line)
+        .unwrap_or_default()
+}
+
+/// Prints the summary in pgbench's words (stdout), then plugpull's own lines.
+fn print_summary(p: &run::Params, s: &conn::Settings, o: &run::Outcome, confirmed: u64) {
+    println!(
+        "pgbench-compatible run against PostgreSQL {}",
+        s.server_version
+    );
+    println!("transaction type: <builtin: TPC-B (sort of)>");
+    println!("scaling factor: {}", p.scale);
+    println!("query mode: {}", p.protocol.name());
+    println!("number of clients: {}", p.clients);
+    println!("number of threads: {}", p.jobs);
+    println!("maximum number of tries: 1");
+    match p.limit {
+        run::Limit::Duration(d) => println!("duration: {} s", d.as_secs()),
+        run::Limit::Transactions(n) => println!("number of transactions per client: {n}"),
+    }
+    match p.limit {
+        run::Limit::Transactions(n) => println!(
+            "number of transactions actually processed: {}/{}",
+            o.committed,
+            n * p.clients as u64
+        ),
+        run::Limit::Duration(_) => {
+            println!("number of transactions actually processed: {}", o.committed)
+        }
+    }
+    let pct = if o.attempts > 0 {
+        100.0 * o.failed as f64 / o.attempts as f64
+    } else {
+        0.0
+    };
+    println!("number of failed transactions: {} ({pct:.3}%)", o.failed);
+    println!("latency average = {:.3} ms", o.stats.mean_ms());
+    println!("latency stddev = {:.3} ms", o.stats.stddev_ms());
+    println!(
+        "initial connection time = {:.3} ms",
+        o.conn_time.as_secs_f64() * 1000.0
+    );
+    let secs = o.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "tps = {:.6} (without initial connection time)",
+        o.committed as f64 / secs
+    );
+    println!("latency p99 = {:.3} ms", o.stats.percentile_ms(99.0));
+    println!("acknowledged by listener: {confirmed}");
+    if confirmed < o.committed {
+        println!(
+            "warning: {} acknowledgements were not confirmed by the listener",
+            o.committed - confirmed
+        );
+    }
+    if o.lost_clients > 0 {
+        println!(
+            "clients lost: {} of {} ({} with a transaction in flight at COMMIT)",
+            o.lost_clients, p.clients, o.in_flight
+        );
+        if o.lost_clients == p.clients {
+            println!(
+                "the server closed every connection (crash or shutdown?): the run ended early; \
+                 the {confirmed} acknowledgements made stay valid"
+            );
+        }
+    }
+    if o.aborted_clients > 0 {
+        println!("clients aborted: {} of {}", o.aborted_clients, p.clients);
+    }
+    if o.interrupted {
+        println!("interrupted: the run ended early");
+    }
+}

@@ -1,0 +1,391 @@
+//! A throwaway PostgreSQL cluster for tests: `initdb` and `pg_ctl` from the
+//! server's binary directory, a data directory in a temporary directory (or at a
+//! given path, e.g. a simfs mount), a free TCP port on 127.0.0.1 and a Unix socket
+//! directory of its own, so tests never touch a system cluster.
+//!
+//! PostgreSQL refuses to run as root: when the tests run as root, every server
+//! program runs as the `postgres` user (`Command::uid`/`gid`, which also drops the
+//! supplementary groups), and the directories it needs are chowned to it. `psql`
+//! runs as the caller and connects as the `postgres` role over the socket (trust
+//! authentication for local connections).
+//!
+//! The binary directory: `PLUGPULL_PG_BIN` if set, else the newest of
+//! `/usr/lib/postgresql/{17,16,15,14}/bin` that has `initdb`. When there is none,
+//! [`PgCluster::available`] is false and tests print a SKIP line and return.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The directory holding `initdb`, `pg_ctl`, `postgres`, `psql`, `pgbench`, if any.
+pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("PLUGPULL_PG_BIN") {
+        let d = PathBuf::from(d);
+        return d.join("initdb").exists().then_some(d);
+    }
+    ["17", "16", "15", "14"]
+        .iter()
+        .map(|v| PathBuf::from(format!("/usr/lib/postgresql/{v}/bin")))
+        .find(|d| d.join("initdb").exists())
+}
+
+/// `(uid, gid)` of the `postgres` user, when we run as root and must switch to it.
+fn run_as() -> Option<(u32, u32)> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return None;
+    }
+    let name = CString::new("postgres").unwrap();
+    // SAFETY: getpwnam returns null or a pointer to static storage, read at once.
+    unsafe {
+        let pw = libc::getpwnam(name.as_ptr());
+        assert!(
+            !pw.is_null(),
+            "running as root, but there is no `postgres` user to run PostgreSQL as"
+        );
+        Some(((*pw).pw_uid, (*pw).pw_gid))
+    }
+}
+
+/// Chowns `path` (recursively) to `owner`.
+fn chown_r(path: &Path, owner: (u32, u32)) {
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", owner.0, owner.1))
+        .arg(path)
+        .status()
+        .expect("run chown");
+    assert!(st.success(), "chown -R {}", path.display());
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the server binds it soon after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+/// A PostgreSQL cluster of its own; stopped (immediate mode) and removed on drop.
+pub struct PgCluster {
+    _tmp: tempfile::TempDir,
+    /// The data directory.
+    pub data: PathBuf,
+    /// The Unix socket directory.
+    pub sock: PathBuf,
+    /// The server log (`pg_ctl -l`).
+    pub log: PathBuf,
+    /// The TCP port on 127.0.0.1 (and the socket's port number).
+    pub port: u16,
+    bin: PathBuf,
+    owner: Option<(u32, u32)>,
+    running: bool,
+}
+
+impl PgCluster {
+    /// Whether PostgreSQL's server binaries are installed.
+    pub fn available() -> bool {
+        bin_dir().is_some()
+    }
+
+    /// Prints a loud SKIP line for `test` and returns true when PostgreSQL is not
+    /// installed; tests return at once then.
+    pub fn skip(test: &str) -> bool {
+        if Self::available() {
+            return false;
+        }
+        eprintln!(
+            "\n*** SKIP {test}: no PostgreSQL server binaries (set PLUGPULL_PG_BIN or install postgresql) ***\n"
+        );
+        true
+    }
+
+    /// Creates (`initdb`) and starts a cluster in a new temporary directory.
+    pub fn start_new() -> PgCluster {
+        let mut c = PgCluster::create(None);
+        c.start();
+        c
+    }
+
+    /// Creates (`initdb`) a cluster whose data directory is `data` (created if
+    /// missing; it must be empty), without starting it. Socket and log live in a
+    /// temporary directory. Use this for a data directory on a simfs mount.
+    pub fn init_at(data: &Path) -> PgCluster {
+        PgCluster::create(Some(data))
+    }
+
+    /// Creates a cluster, not started.
+    pub fn create(data: Option<&Path>) -> PgCluster {
+        let bin = bin_dir().expect("PostgreSQL server binaries (see PgCluster::available)");
+        let tmp = tempfile::Builder::new()
+            .prefix("pp-pg")
+            .tempdir()
+            .expect("temp dir");
+        let data = data
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| tmp.path().join("data"));
+        let sock = tmp.path().join("sock");
+        std::fs::create_dir_all(&sock).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let owner = run_as();
+        if let Some(o) = owner {
+            chown_r(tmp.path(), o);
+            chown_r(&data, o);
+        }
+        let c = PgCluster {
+            _tmp: tmp,
+            log: sock.parent().unwrap().join("postgres.log"),
+            data,
+            sock,
+            port: free_port(),
+            bin,
+            owner,
+            running: false,
+        };
+        let o = c.server_cmd("initdb", |cmd| {
+            cmd.arg("-D").arg(&c.data).args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-N",
+            ]);
+        });
+        assert!(
+            o.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let conf = format!(
+            "\n# plugpull test cluster\nport = {}\nlisten_addresses = '127.0.0.1'\n\
+             unix_socket_directories = '{}'\nmax_connections = 60\n\
+             shared_buffers = 64MB\nlog_min_messages = warning\n",
+            c.port,
+            c.sock.display()
+        );
+        c.append_file("postgresql.conf", &conf);
+        c
+    }
+
+    /// Runs a server program from the binary directory as the server's user.
+    fn server_cmd(&self, prog: &str, f: impl FnOnce(&mut Command)) -> Output {
+        let mut cmd = Command::new(self.bin.join(prog));
+        f(&mut cmd);
+        cmd.current_dir(self.sock.parent().unwrap())
+            .env("LC_ALL", "C")
+            .env_remove("PGDATA")
+            .env_remove("PGPORT")
+            .env_remove("PGHOST");
+        if let Some((uid, gid)) = self.owner {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(gid);
+        }
+        cmd.output()
+            .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"))
+    }
+
+    /// Appends `text` to a file in the data directory (keeping its owner).
+    fn append_file(&self, name: &str, text: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.data.join(name))
+            .unwrap_or_else(|e| panic!("open {name}: {e}"));
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Starts the server and waits until it accepts connections (crash recovery
+    /// included). Panics with the log's tail when it does not start.
+    pub fn start(&mut self) {
+        if let Err(e) = self.try_start() {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts the server; `Err` carries pg_ctl's output and the log's tail.
+    pub fn try_start(&mut self) -> Result<(), String> {
+        let o = self.server_cmd("pg_ctl", |cmd| {
+            cmd.arg("-D")
+                .arg(&self.data)
+                .arg("-l")
+                .arg(&self.log)
+                .args(["-w", "-t", "120", "start"]);
+        });
+        if !o.status.success() {
+            return Err(format!(
+                "pg_ctl start failed: {}{}\nlog tail:\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr),
+                self.log_tail(30)
+            ));
+        }
+        self.running = true;
+        Ok(())
+    }
+
+    /// `pg_ctl stop -m immediate`: every server process quits at once without a
+    /// checkpoint, as in a crash; the next start runs crash recovery. (The OS page
+    /// cache survives: this is a database crash, not a power cut.)
+    pub fn stop_immediate(&mut self) {
+        self.stop_mode("immediate");
+    }
+
+    /// `pg_ctl stop -m fast`: a clean shutdown.
+    pub fn stop(&mut self) {
+        self.stop_mode("fast");
+    }
+
+    fn stop_mode(&mut self, mode: &str) {
+        let o = self.server_cmd("pg_ctl", |cmd| {
+            cmd.arg("-D")
+                .arg(&self.data)
+                .args(["-m", mode, "-w", "-t", "60", "stop"]);
+        });
+        self.running = false;
+        assert!(
+            o.status.success(),
+            "pg_ctl stop -m {mode} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Whether the server was started and not stopped through this handle.
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// Stops cleanly and starts again.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start();
+    }
+
+    /// Conninfo for the `postgres` superuser over the Unix socket.
+    pub fn conninfo(&self) -> String {
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.sock.display(),
+            self.port
+        )
+    }
+
+    /// Conninfo for the `postgres` superuser over the Unix socket, in database `db`.
+    pub fn conninfo_db(&self, db: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={db}",
+            self.sock.display(),
+            self.port
+        )
+    }
+
+    /// Conninfo for `user` with `password` over TCP on 127.0.0.1.
+    pub fn tcp_conninfo(&self, user: &str, password: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={user} password={password} dbname=postgres",
+            self.port
+        )
+    }
+
+    /// Runs `sql` with psql as the superuser; returns its unaligned, tuples-only
+    /// output, trimmed. Panics with psql's stderr on error.
+    pub fn psql(&self, sql: &str) -> String {
+        self.try_psql(sql)
+            .unwrap_or_else(|e| panic!("psql failed on {sql:?}: {e}"))
+    }
+
+    /// Runs `sql` with psql (stopping at the first error); `Err` carries stderr.
+    pub fn try_psql(&self, sql: &str) -> Result<String, String> {
+        self.try_psql_in("postgres", sql)
+    }
+
+    /// Runs `sql` with psql in database `db`; panics with psql's stderr on error.
+    pub fn psql_in(&self, db: &str, sql: &str) -> String {
+        self.try_psql_in(db, sql)
+            .unwrap_or_else(|e| panic!("psql -d {db} failed on {sql:?}: {e}"))
+    }
+
+    /// Runs `sql` with psql in database `db`; `Err` carries stderr.
+    pub fn try_psql_in(&self, db: &str, sql: &str) -> Result<String, String> {
+        let o = Command::new(self.bin.join("psql"))
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(&self.sock)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-c",
+                sql,
+            ])
+            .env_remove("PGPASSWORD")
+            .env_remove("PGDATABASE")
+            .env_remove("PGUSER")
+            .output()
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        if o.status.success() {
+            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
+        }
+    }
+
+    /// Sets a server parameter with `ALTER SYSTEM` and applies it: a reload, or a
+    /// restart for parameters that need one (`postmaster` context).
+    pub fn set(&mut self, setting: &str, value: &str) {
+        let lit = value.replace('\'', "''");
+        self.psql(&format!("ALTER SYSTEM SET {setting} = '{lit}'"));
+        let context = self.psql(&format!(
+            "SELECT context FROM pg_settings WHERE name = '{}'",
+            setting.replace('\'', "''")
+        ));
+        if context == "postmaster" {
+            self.restart();
+        } else {
+            self.psql("SELECT pg_reload_conf()");
+        }
+    }
+
+    /// Puts `line` first in `pg_hba.conf` (so it wins over the trust lines) and
+    /// reloads, e.g. `host all pwuser 127.0.0.1/32 scram-sha-256`.
+    pub fn prepend_hba(&mut self, line: &str) {
+        let path = self.data.join("pg_hba.conf");
+        let old = std::fs::read_to_string(&path).expect("read pg_hba.conf");
+        std::fs::write(&path, format!("{line}\n{old}")).expect("write pg_hba.conf");
+        if self.running {
+            self.psql("SELECT pg_reload_conf()");
+        }
+    }
+
+    /// Path of a server program (`pgbench`, `pg_controldata`, …) of this installation.
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
+    /// The last `n` lines of the server log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if self.running {
+            let _ = self.server_cmd("pg_ctl", |cmd| {
+                cmd.arg("-D")
+                    .arg(&self.data)
+                    .args(["-m", "immediate", "-w", "-t", "30", "stop"]);
+            });
+        }
+        // The temporary directory removes itself; a data directory at a given
+        // path belongs to the caller.
+    }
+}

@@ -1,0 +1,483 @@
+//! A `plugpull-simfs` mount for tests: the power-cut simulator over a backing
+//! directory, with `cut` (returning the parsed ground truth), `umount` and
+//! `remount`, and a `Drop` that always leaves nothing mounted and nothing running,
+//! also when the test panics.
+//!
+//! Layout under the directory given to [`SimFs::mount`]: `backing/` (what survives),
+//! `mnt/` (the mountpoint), `simfs.log` (the mount process's stderr, appended over
+//! remounts), `truth-N.jsonl` (the ground truth of the N-th mount) and the control
+//! socket `.mnt.simfs.sock`.
+//!
+//! FUSE needs `/dev/fuse`, `fusermount3` and (for `allow_other`) root. Where they
+//! are missing, [`skip_without_fuse`] prints a loud `SKIPPED` line and the test
+//! returns; with `PLUGPULL_REQUIRE_FUSE=1` (set it in CI) it panics instead, so a
+//! CI machine that lost FUSE cannot pass by skipping.
+
+use crate::{bin, is_root};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long a mount may take to print `mounted MNT`.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// True when FUSE mounts can be made here: `/dev/fuse` exists, `fusermount3` is on
+/// the `PATH`, and we are root (simfs mounts with `allow_other`).
+pub fn fuse_available() -> bool {
+    Path::new("/dev/fuse").exists() && on_path("fusermount3") && is_root()
+}
+
+/// Whether an executable named `name` is in a directory of `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+/// Returns true (after printing `SKIPPED <test>: no /dev/fuse (simfs needs FUSE)`)
+/// when FUSE is not available; the test should return at once then.
+///
+/// Panics instead when `PLUGPULL_REQUIRE_FUSE` is set to a non-empty value other
+/// than `0`: where FUSE is expected (CI), a missing FUSE is a failure, not a skip.
+pub fn skip_without_fuse(test: &str) -> bool {
+    if fuse_available() {
+        return false;
+    }
+    let why = if !Path::new("/dev/fuse").exists() {
+        "no /dev/fuse"
+    } else if !on_path("fusermount3") {
+        "no fusermount3 on PATH"
+    } else {
+        "not root"
+    };
+    let required = std::env::var("PLUGPULL_REQUIRE_FUSE").is_ok_and(|v| !v.is_empty() && v != "0");
+    assert!(
+        !required,
+        "{test}: PLUGPULL_REQUIRE_FUSE is set but FUSE is unusable here: {why}"
+    );
+    eprintln!("\n*** SKIPPED {test}: no /dev/fuse (simfs needs FUSE): {why} ***\n");
+    true
+}
+
+/// Whether `path` (absolute, canonical) is a mountpoint, per `/proc/self/mountinfo`.
+pub fn is_mountpoint(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .map(unescape_mountinfo)
+            .is_some_and(|p| p == want)
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, …).
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What became of a write in the ground truth (`fate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// Cached at the cut; no byte reached the backing file.
+    Dropped,
+    /// Cached at the cut, but a torn cut kept every piece.
+    Destaged,
+    /// Cached at the cut; only the first `kept_sectors` pieces reached the backing file.
+    Torn,
+    /// Destaged before the cut to `landed_at` instead of its own offset.
+    Misdirected,
+}
+
+impl Fate {
+    fn parse(s: &str) -> Fate {
+        match s {
+            "dropped" => Fate::Dropped,
+            "destaged" => Fate::Destaged,
+            "torn" => Fate::Torn,
+            "misdirected" => Fate::Misdirected,
+            other => panic!("unknown fate {other:?} in the ground truth"),
+        }
+    }
+}
+
+/// One write line of the ground truth.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TruthWrite {
+    /// Order of arrival since mount, from 1.
+    pub write_id: u64,
+    /// Path relative to the mount root (` (deleted)` appended if unlinked).
+    pub file: String,
+    /// Byte offset the application wrote at.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// An fsync/fdatasync of the file that started after this write returned had succeeded.
+    pub fsynced: bool,
+    /// What became of it.
+    pub fate: Fate,
+    /// Torn cuts: leading sector pieces kept.
+    pub kept_sectors: Option<u64>,
+    /// Misdirected writes: the byte offset written to instead.
+    pub landed_at: Option<u64>,
+}
+
+impl TruthWrite {
+    /// The block of `block_size` bytes the application wrote to.
+    pub fn block(&self, block_size: u64) -> u64 {
+        self.offset / block_size
+    }
+}
+
+/// The last line of the ground truth (also what `cut` prints).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TruthSummary {
+    /// True for a power cut, false for a clean unmount after misdirected writes.
+    pub cut: bool,
+    /// The mode's name.
+    pub mode: String,
+    /// The seed.
+    pub seed: u64,
+    /// Writes accepted since mount.
+    pub writes_total: u64,
+    /// Non-misdirected lines.
+    pub cached_at_cut: u64,
+    /// Those of them with `fsynced: true`.
+    pub fsynced_at_cut: u64,
+    /// Misdirected lines.
+    pub misdirected: u64,
+}
+
+/// A parsed ground-truth log.
+#[derive(Clone, Debug)]
+pub struct Truth {
+    /// The write lines, ordered by `write_id`.
+    pub writes: Vec<TruthWrite>,
+    /// The summary line.
+    pub summary: TruthSummary,
+}
+
+impl Truth {
+    /// Parses the JSON lines of a ground-truth log. Panics on anything malformed,
+    /// and checks the summary's counts against the lines.
+    pub fn parse(text: &str) -> Truth {
+        let mut writes = Vec::new();
+        let mut summary = None;
+        for (i, line) in text.lines().enumerate() {
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("ground truth line {}: {e}: {line}", i + 1));
+            assert!(
+                summary.is_none(),
+                "ground truth has a line after its summary: {line}"
+            );
+            let u = |k: &str| {
+                v[k].as_u64()
+                    .unwrap_or_else(|| panic!("ground truth line {}: no {k}: {line}", i + 1))
+            };
+            if v.get("write_id").is_some() {
+                writes.push(TruthWrite {
+                    write_id: u("write_id"),
+                    file: v["file"].as_str().expect("file").to_string(),
+                    offset: u("offset"),
+                    len: u("len"),
+                    fsynced: v["fsynced"].as_bool().expect("fsynced"),
+                    fate: Fate::parse(v["fate"].as_str().expect("fate")),
+                    kept_sectors: v["kept_sectors"].as_u64(),
+                    landed_at: v["landed_at"].as_u64(),
+                });
+            } else {
+                summary = Some(TruthSummary {
+                    cut: v["cut"].as_bool().expect("cut"),
+                    mode: v["mode"].as_str().expect("mode").to_string(),
+                    seed: u("seed"),
+                    writes_total: u("writes_total"),
+                    cached_at_cut: u("cached_at_cut"),
+                    fsynced_at_cut: u("fsynced_at_cut"),
+                    misdirected: u("misdirected"),
+                });
+            }
+        }
+        let summary = summary.expect("ground truth without a summary line");
+        assert!(
+            writes.windows(2).all(|w| w[0].write_id < w[1].write_id),
+            "ground truth not ordered by write_id"
+        );
+        let cached = writes
+            .iter()
+            .filter(|w| w.fate != Fate::Misdirected)
+            .count() as u64;
+        let fsynced = writes
+            .iter()
+            .filter(|w| w.fate != Fate::Misdirected && w.fsynced)
+            .count() as u64;
+        let misdirected = writes.len() as u64 - cached;
+        assert_eq!(
+            (cached, fsynced, misdirected),
+            (
+                summary.cached_at_cut,
+                summary.fsynced_at_cut,
+                summary.misdirected
+            ),
+            "ground truth summary disagrees with its lines"
+        );
+        Truth { writes, summary }
+    }
+
+    /// The write lines of `file` (relative to the mount root).
+    pub fn of_file<'a>(&'a self, file: &'a str) -> impl Iterator<Item = &'a TruthWrite> + 'a {
+        self.writes.iter().filter(move |w| w.file == file)
+    }
+}
+
+/// A running `plugpull-simfs mount`; unmounted and killed on drop.
+pub struct SimFs {
+    child: Option<Child>,
+    dir: PathBuf,
+    backing: PathBuf,
+    mnt: PathBuf,
+    log: PathBuf,
+    mode: String,
+    seed: u64,
+    extra: Vec<String>,
+    mounts: u32,
+}
+
+impl SimFs {
+    /// Mounts simfs in `mode` with `seed` over `dir/backing` at `dir/mnt` (both
+    /// created if missing) and returns once the mount is live.
+    pub fn mount(dir: &Path, mode: &str, seed: u64) -> SimFs {
+        SimFs::mount_with(dir, mode, seed, &[])
+    }
+
+    /// The same, with extra `mount` options (`--destage-delay-ms 50`, …).
+    pub fn mount_with(dir: &Path, mode: &str, seed: u64, extra: &[&str]) -> SimFs {
+        let dir = dir.canonicalize().expect("simfs dir exists");
+        let backing = dir.join("backing");
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&backing).expect("create backing dir");
+        std::fs::create_dir_all(&mnt).expect("create mountpoint");
+        let mut s = SimFs {
+            child: None,
+            log: dir.join("simfs.log"),
+            dir,
+            backing,
+            mnt,
+            mode: mode.to_string(),
+            seed,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            mounts: 0,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "simfs is already mounted at {}",
+            self.mnt.display()
+        );
+        self.mounts += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("simfs log");
+        let mut child = Command::new(bin("plugpull-simfs"))
+            .arg("mount")
+            .arg("--backing")
+            .arg(&self.backing)
+            .arg("--mountpoint")
+            .arg(&self.mnt)
+            .args(["--mode", &self.mode, "--seed", &self.seed.to_string()])
+            .arg("--ground-truth")
+            .arg(self.truth_path())
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn plugpull-simfs");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(MOUNT_TIMEOUT).unwrap_or_default();
+        self.child = Some(child);
+        let want = format!("mounted {}", self.mnt.display());
+        if line.trim_end() != want {
+            let log = self.log_text();
+            self.force_down();
+            panic!("plugpull-simfs mount said {line:?}, expected {want:?}; log:\n{log}");
+        }
+    }
+
+    /// The mountpoint.
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// The backing directory: after [`SimFs::umount`] it holds exactly what survived.
+    pub fn backing(&self) -> &Path {
+        &self.backing
+    }
+
+    /// The mode of the current (or last) mount.
+    pub fn mode(&self) -> &str {
+        &self.mode
+    }
+
+    /// The ground-truth path of the current (or last) mount.
+    pub fn truth_path(&self) -> PathBuf {
+        self.dir.join(format!("truth-{}.jsonl", self.mounts))
+    }
+
+    /// Whether the mount process is running.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The mount process's log (all mounts so far).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs `plugpull-simfs SUB --mountpoint MNT`; returns (success, stdout, stderr).
+    fn ctl(&self, sub: &str) -> (bool, String, String) {
+        let o = Command::new(bin("plugpull-simfs"))
+            .arg(sub)
+            .arg("--mountpoint")
+            .arg(&self.mnt)
+            .output()
+            .expect("run plugpull-simfs");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+
+    /// Pulls the plug and returns the ground truth (written and fsynced when `cut`
+    /// returns). Every operation on the mount fails with EIO afterwards.
+    pub fn cut(&mut self) -> Truth {
+        let (ok, out, err) = self.ctl("cut");
+        assert!(
+            ok,
+            "plugpull-simfs cut failed: {err}\nlog:\n{}",
+            self.log_text()
+        );
+        let text = std::fs::read_to_string(self.truth_path())
+            .unwrap_or_else(|e| panic!("ground truth {}: {e}", self.truth_path().display()));
+        let truth = Truth::parse(&text);
+        assert_eq!(
+            text.lines().last().map(str::trim),
+            Some(out.trim()),
+            "cut printed another summary than the ground truth's last line"
+        );
+        assert!(
+            truth.summary.cut && truth.summary.mode == self.mode && truth.summary.seed == self.seed,
+            "{:?}",
+            truth.summary
+        );
+        truth
+    }
+
+    /// The mount's counters (`plugpull-simfs stats`), as JSON.
+    pub fn stats(&self) -> Value {
+        let (ok, out, err) = self.ctl("stats");
+        assert!(ok, "plugpull-simfs stats failed: {err}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("stats said {out:?}: {e}"))
+    }
+
+    /// Unmounts (`plugpull-simfs umount`: lazily if busy) and waits for the mount
+    /// process to exit. Without a cut this is a clean shutdown (the cache is flushed).
+    pub fn umount(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let (ok, _, err) = self.ctl("umount");
+        if !ok {
+            self.child = Some(child);
+            let log = self.log_text();
+            self.force_down();
+            panic!("plugpull-simfs umount failed: {err}\nlog:\n{log}");
+        }
+        let st = child.wait().expect("wait for simfs");
+        assert!(
+            st.success(),
+            "simfs mount process exited with {st}; log:\n{}",
+            self.log_text()
+        );
+        assert!(
+            !is_mountpoint(&self.mnt),
+            "{} still mounted after umount",
+            self.mnt.display()
+        );
+    }
+
+    /// Unmounts (if mounted) and mounts the same backing directory again in `mode`,
+    /// with the same seed and options.
+    pub fn remount(&mut self, mode: &str) {
+        self.umount();
+        self.mode = mode.to_string();
+        self.spawn();
+    }
+
+    /// Detaches the mount lazily, kills the mount process (aborting the FUSE
+    /// connection) and reaps it; best effort, never panics.
+    fn force_down(&mut self) {
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&self.mnt)
+            .stderr(Stdio::null())
+            .status();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if is_mountpoint(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+        }
+        if is_mountpoint(&self.mnt) {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for SimFs {
+    fn drop(&mut self) {
+        self.force_down();
+    }
+}
