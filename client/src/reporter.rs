@@ -8,7 +8,7 @@
 //! `fdatasync`. If the connection breaks, the task reconnects with backoff, sends
 //! `ResumeRun`, drops the batches the listener already holds and resends the rest
 //! (batches are idempotent by number). Writers pause, with a message on stderr,
-//! while more than [`MAX_UNCONFIRMED`] acks wait for confirmation, so a run never
+//! while more than `--max-unconfirmed` acks wait for confirmation, so a run never
 //! goes on unwitnessed for long.
 
 use crate::net::{self, Reader, Writer};
@@ -26,7 +26,10 @@ use tokio::sync::{mpsc, oneshot};
 /// Most acks in one batch.
 pub const BATCH_MAX: usize = 8192;
 /// Most acks handed over but not yet confirmed before writers pause.
-pub const MAX_UNCONFIRMED: u64 = 100_000;
+/// Default of `--max-unconfirmed` for the file workload.
+pub const FILE_MAX_UNCONFIRMED: u64 = 1_000_000;
+/// Default of `--max-unconfirmed` for the pgbench workload.
+pub const PG_MAX_UNCONFIRMED: u64 = 100_000;
 /// How long `finish` keeps trying to reach a listener that went away.
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -40,6 +43,7 @@ struct Shared {
     handed: AtomicU64,
     confirmed: AtomicU64,
     paused: AtomicBool,
+    last_pause_said: std::sync::Mutex<Option<Instant>>,
     max_unconfirmed: u64,
 }
 
@@ -96,13 +100,22 @@ impl AckSink {
             > self.shared.max_unconfirmed
     }
 
-    /// Blocks the calling thread while [`AckSink::paused`], saying so once on stderr.
-    /// Returns early when `stop` is set.
+    /// Blocks the calling thread while [`AckSink::paused`], saying so on stderr (at
+    /// most once every 10 s, with the matching "resumed"). Returns early when `stop`
+    /// is set.
     pub fn wait_while_paused(&self, stop: &AtomicBool) {
         if !self.paused() {
             return;
         }
-        if !self.shared.paused.swap(true, Ordering::Relaxed) {
+        let say = {
+            let mut last = self.shared.last_pause_said.lock().unwrap();
+            let say = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+            if say {
+                *last = Some(Instant::now());
+            }
+            say
+        };
+        if say && !self.shared.paused.swap(true, Ordering::Relaxed) {
             eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
         }
         while self.paused() && !stop.load(Ordering::Relaxed) {
@@ -134,17 +147,17 @@ pub struct ReporterOptions {
     /// record, to compare with the ledger.
     #[arg(long)]
     pub ack_log: Option<std::path::PathBuf>,
-    /// Pause writing while more than this many acks await the listener's confirmation.
-    #[arg(long, default_value_t = MAX_UNCONFIRMED)]
-    pub max_unconfirmed: u64,
+    /// Pause writing while more than this many acks await the listener's confirmation
+    /// [default: 1000000 for files; 100000 for pgbench, where it also bounds which
+    /// sequence numbers can exist after a cut]
+    #[arg(long)]
+    pub max_unconfirmed: Option<u64>,
 }
 
-impl Default for ReporterOptions {
-    fn default() -> Self {
-        ReporterOptions {
-            ack_log: None,
-            max_unconfirmed: MAX_UNCONFIRMED,
-        }
+impl ReporterOptions {
+    /// `--max-unconfirmed`, or `default` when it was not given.
+    pub fn max_unconfirmed_or(&self, default: u64) -> u64 {
+        self.max_unconfirmed.unwrap_or(default)
     }
 }
 
@@ -166,9 +179,13 @@ impl Reporter {
             )?)),
             None => None,
         };
-        let promised = match &manifest.workload {
-            plugpull::ledger::Workload::Pgbench(p) => p.promised,
-            plugpull::ledger::Workload::File(_) => true,
+        let (promised, max_unconfirmed) = match &manifest.workload {
+            plugpull::ledger::Workload::Pgbench(p) => {
+                (p.promised, opts.max_unconfirmed_or(PG_MAX_UNCONFIRMED))
+            }
+            plugpull::ledger::Workload::File(_) => {
+                (true, opts.max_unconfirmed_or(FILE_MAX_UNCONFIRMED))
+            }
         };
         let (mut r, mut w) = net::connect(listener, secret).await?;
         w.send(&Request::StartRun {
@@ -189,7 +206,8 @@ impl Reporter {
             handed: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
             paused: AtomicBool::new(false),
-            max_unconfirmed: opts.max_unconfirmed,
+            last_pause_said: std::sync::Mutex::new(None),
+            max_unconfirmed,
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let (ctrl, ctrl_rx) = mpsc::unbounded_channel();

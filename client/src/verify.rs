@@ -147,7 +147,7 @@ pub async fn verify(
                     serde_json::to_string(&report).expect("report serializes")
                 );
             } else {
-                report.print_human();
+                report.print_human(args.show);
             }
             Ok(report.ok)
         }
@@ -313,11 +313,11 @@ pub fn print_file_report(r: &FileReport, show: usize) {
     for v in Verdict::ALL {
         let n = r.verdicts.get(v);
         let note = if v.is_failure() && n > 0 {
-            "FAILURE"
+            "  FAILURE"
         } else {
             ""
         };
-        println!("{:<20} {:>12}  {note}", v.name().replace('_', " "), n);
+        println!("{:<20} {:>12}{note}", v.name().replace('_', " "), n);
     }
     if !r.findings.is_empty() {
         println!();

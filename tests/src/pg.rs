@@ -151,7 +151,6 @@ impl PgCluster {
                 "-E",
                 "UTF8",
                 "--locale=C",
-                "-N",
             ]);
         });
         assert!(
@@ -196,6 +195,8 @@ impl PgCluster {
             .open(self.data.join(name))
             .unwrap_or_else(|e| panic!("open {name}: {e}"));
         f.write_all(text.as_bytes()).unwrap();
+        // Durable, like everything initdb writes: a data directory on simfs may be cut.
+        f.sync_all().unwrap_or_else(|e| panic!("fsync {name}: {e}"));
     }
 
     /// Starts the server and waits until it accepts connections (crash recovery

@@ -931,8 +931,8 @@ fn summary(r: &PgReport, missing: &[&str]) -> String {
 }
 
 impl PgReport {
-    /// Prints the report for people (stdout), ending with the summary line.
-    pub fn print_human(&self) {
+    /// Prints the report for people (stdout): at most `show` findings, then the summary line.
+    pub fn print_human(&self, show: usize) {
         let yes = |b: bool| if b { "yes" } else { "no" };
         println!("run {} (pgbench) from host {}", self.run_id, self.host);
         println!("checked: {}", self.conninfo);
@@ -1019,12 +1019,13 @@ impl PgReport {
             self.timings.amcheck_ms
         );
         if !self.findings.is_empty() {
+            let listed = self.findings.len().min(show);
             println!(
-                "findings ({} in all, first {} listed):",
+                "findings ({} in all, first {listed} listed; --show N for more, --json for up to {}):",
                 self.findings_total,
                 self.findings.len()
             );
-            for f in &self.findings {
+            for f in self.findings.iter().take(show) {
                 match (f.client, f.seq) {
                     (Some(c), Some(s)) => {
                         println!("  {:<20} client {c} seq {s}: {}", f.kind, f.detail)

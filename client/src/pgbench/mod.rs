@@ -27,7 +27,7 @@ pub mod tag;
 pub use check::{verify, PgReport, VerifyArgs};
 
 use crate::common::make_manifest;
-use crate::reporter::{Reporter, ReporterOptions};
+use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
 use crate::Failure;
 use plugpull::auth::Secret;
 use plugpull::ledger::{PgManifest, RunSummary, Workload};
@@ -210,7 +210,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         limit,
         protocol: args.protocol,
         progress: args.progress.map(Duration::from_secs),
-        max_unconfirmed: args.reporter.max_unconfirmed,
+        max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         seed: args.random_seed.unwrap_or_else(rand::random),
         aid_big,
     };
@@ -230,7 +230,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         data_checksums: settings.data_checksums.clone(),
         data_directory: settings.data_directory.clone(),
         promised,
-        max_unconfirmed: args.reporter.max_unconfirmed,
+        max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         start_sums,
         data_mount: mount_of(&settings.data_directory),
     };
