@@ -126,11 +126,14 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
             "1",
         ],
     );
+    // Crash only after 1500 commits and once the first 1-second progress line is surely out (--init included).
+    let spawned = std::time::Instant::now();
     let started = wait_for(Duration::from_secs(60), || {
         child.try_wait().unwrap().is_some()
-            || pg
-                .try_psql_in("bench", "SELECT count(*) >= 1500 FROM pgbench_history")
-                .is_ok_and(|s| s == "t")
+            || (spawned.elapsed() >= Duration::from_secs(3)
+                && pg
+                    .try_psql_in("bench", "SELECT count(*) >= 1500 FROM pgbench_history")
+                    .is_ok_and(|s| s == "t"))
     });
     assert!(
         started && child.try_wait().unwrap().is_none(),
