@@ -548,7 +548,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
                     (m / 1000.0, var.sqrt() / 1000.0)
                 } else { (0.0, 0.0) };
                 eprintln!(
-                    "progress: {:.1} s, {:.1} writes/s, lat {:.3} ms stddev {:.3}, acknowledged {}",
+                    "progress: {:.1} s, {:.1} writes/s, lat {:.3} ms stddev {:.3}, {} acknowledged",
                     start.elapsed().as_secs_f64(), dn / (now - last.0).as_secs_f64(), mean, sd, sink.confirmed()
                 );
                 last = (now, n, s1, s2);

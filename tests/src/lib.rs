@@ -10,7 +10,7 @@ pub mod simfs;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The path of a workspace binary built beside this test executable.
@@ -264,4 +264,96 @@ impl RawConn {
         });
         self.recv()
     }
+}
+
+/// A running `plugpull write …` that printed its run id. Its stdout and stderr stay
+/// open (the writer prints until it ends).
+pub struct Writer {
+    /// The process.
+    pub child: Child,
+    /// Its run id (16 hex digits).
+    pub run: String,
+    /// The rest of its stdout.
+    pub stdout: BufReader<ChildStdout>,
+    /// Its stderr (progress lines, messages).
+    pub stderr: BufReader<ChildStderr>,
+}
+
+impl Writer {
+    /// Spawns `plugpull ARGS` and returns once it printed `run id: …`; panics with its
+    /// stderr when it does not.
+    pub fn spawn(args: &[&str]) -> Writer {
+        let mut child = Command::new(bin("plugpull"))
+            .args(args)
+            .env_remove("PLUGPULL_SECRET")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn plugpull");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("writer stdout");
+        let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
+            sigkill(&mut child);
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+            panic!("plugpull {args:?} said {line:?}; stderr: {rest}");
+        };
+        Writer {
+            child,
+            run,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Reads stderr up to the first line for which `f` is true and returns that line;
+    /// panics, with what it read, when stderr ends first.
+    pub fn wait_stderr(&mut self, mut f: impl FnMut(&str) -> bool) -> String {
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if self.stderr.read_line(&mut line).expect("writer stderr") == 0 {
+                let st = self.child.wait().expect("wait for the writer");
+                panic!("the writer ended ({st}); stderr:\n{seen}");
+            }
+            if f(line.trim_end()) {
+                return line;
+            }
+            seen.push_str(&line);
+        }
+    }
+
+    /// Waits for a progress line (`progress: …, N acknowledged`, both workloads)
+    /// reporting at least `n` acknowledgements confirmed by the listener; returns N.
+    pub fn wait_acknowledged(&mut self, n: u64) -> u64 {
+        let line = self.wait_stderr(|l| progress_acknowledged(l).is_some_and(|a| a >= n));
+        progress_acknowledged(line.trim_end()).unwrap()
+    }
+
+    /// Waits for the writer to exit; returns its status and the rest of its stdout and stderr.
+    pub fn finish(mut self) -> (ExitStatus, String, String) {
+        // Read both pipes at once: a writer blocked on a full stderr never closes stdout.
+        let mut stderr = self.stderr;
+        let err = std::thread::spawn(move || {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut stderr, &mut err).expect("writer stderr");
+            err
+        });
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut out).expect("writer stdout");
+        let err = err.join().expect("stderr reader");
+        (self.child.wait().expect("wait for the writer"), out, err)
+    }
+}
+
+/// N from a progress line ending `, N acknowledged`.
+pub fn progress_acknowledged(line: &str) -> Option<u64> {
+    line.strip_prefix("progress:")?
+        .strip_suffix(" acknowledged")?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
 }

@@ -7,7 +7,7 @@ use plugpull_tests::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const BS: u64 = 4096;
@@ -69,42 +69,25 @@ fn a_writer_killed_mid_run_verifies_ok_and_its_in_flight_block_is_classified() {
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let target = dir.path().join("t.dat");
-    let mut child = Command::new(bin("plugpull"))
-        .args([
-            "write",
-            "file",
-            "--listener",
-            l.addr(),
-            "--target",
-            target.to_str().unwrap(),
-            "--size",
-            "8MiB",
-            "-j",
-            "4",
-            "-T",
-            "60s",
-            "-P",
-            "0.2",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "8MiB",
+        "-j",
+        "4",
+        "-T",
+        "60s",
+        "-P",
+        "0.2",
+    ]);
     // Let it write and have acks confirmed, then kill it without warning.
-    let mut stderr_r = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        use std::io::BufRead;
-        assert!(
-            stderr_r.read_line(&mut line).unwrap() > 0,
-            "writer ended early"
-        );
-        if line.starts_with("progress:") && !line.trim_end().ends_with("acknowledged 0") {
-            break;
-        }
-    }
-    sigkill(&mut child);
+    w.wait_acknowledged(1);
+    sigkill(&mut w.child);
     let (code, v, err) = verify_json(&l, &[]);
     assert_eq!(code, 0, "{err} {v}");
     assert_eq!(v["ok"], json!(true));

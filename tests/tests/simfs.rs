@@ -63,9 +63,7 @@ use plugpull_tests::simfs::{skip_without_fuse, Fate, SimFs, Truth};
 use plugpull_tests::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 const BS: u64 = 4096;
@@ -73,86 +71,28 @@ const SPB: usize = BS as usize / SECTOR;
 /// The target's name inside the mount.
 const FILE: &str = "t.dat";
 
-/// A `plugpull write file` child under load.
-struct Writer {
-    child: Child,
-    run: String,
-    stderr: BufReader<ChildStderr>,
-    /// Kept open: the writer prints to it until it dies.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Writer {
-    /// Starts a writer on `target` (inside a mount) and returns once it printed its run id.
-    fn start(l: &Listener, target: &Path, size: &str, jobs: u32, seed: u64) -> Writer {
-        let mut child = Command::new(bin("plugpull"))
-            .args([
-                "write",
-                "file",
-                "--listener",
-                l.addr(),
-                "--size",
-                size,
-                "--jobs",
-                &jobs.to_string(),
-            ])
-            .args([
-                "--duration",
-                "120s",
-                "--progress",
-                "0.05",
-                "--seed",
-                &seed.to_string(),
-                "--target",
-            ])
-            .arg(target)
-            .env_remove("PLUGPULL_SECRET")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn plugpull write file");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut line).expect("writer stdout");
-        let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
-            sigkill(&mut child);
-            let mut rest = String::new();
-            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-            panic!("writer said {line:?}; stderr: {rest}");
-        };
-        Writer {
-            child,
-            run,
-            stderr,
-            _stdout: stdout,
-        }
-    }
-
-    /// Waits for a progress line reporting at least `n` acknowledgements confirmed by
-    /// the listener (the readiness signal: acks are flowing).
-    fn wait_acks(&mut self, n: u64) {
-        let mut line = String::new();
-        let mut seen = String::new();
-        loop {
-            line.clear();
-            let got = self.stderr.read_line(&mut line).expect("writer stderr");
-            if got == 0 {
-                let st = self.child.wait().expect("wait for the writer");
-                panic!("the writer ended ({st}) before {n} acknowledgements; stderr:\n{seen}");
-            }
-            seen.push_str(&line);
-            if let Some(acked) = line
-                .strip_prefix("progress:")
-                .and_then(|l| l.trim().rsplit(' ').next())
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                if acked >= n {
-                    return;
-                }
-            }
-        }
-    }
+/// Starts a `plugpull write file` on `target` (inside a mount) and returns once it
+/// printed its run id.
+fn start_writer(l: &Listener, target: &Path, size: &str, jobs: u32, seed: u64) -> Writer {
+    let (jobs, seed) = (jobs.to_string(), seed.to_string());
+    Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--size",
+        size,
+        "--jobs",
+        &jobs,
+        "--duration",
+        "120s",
+        "--progress",
+        "0.05",
+        "--seed",
+        &seed,
+        "--target",
+        target.to_str().unwrap(),
+    ])
 }
 
 /// Runs a writer on `sim` until `min_acks` acks are confirmed, SIGKILLs it (and
@@ -165,8 +105,8 @@ fn cut_under_load(
     seed: u64,
     min_acks: u64,
 ) -> (String, Truth) {
-    let mut w = Writer::start(l, &sim.mnt().join(FILE), size, jobs, seed);
-    w.wait_acks(min_acks);
+    let mut w = start_writer(l, &sim.mnt().join(FILE), size, jobs, seed);
+    w.wait_acknowledged(min_acks);
     sigkill(&mut w.child);
     let truth = sim.cut();
     (w.run, truth)
@@ -772,14 +712,14 @@ fn torn_writes_match_the_ground_truth() {
         }
         let blocks = 128;
         let name = format!("t{i}.dat");
-        let mut w = Writer::start(
+        let mut w = start_writer(
             &l,
             &sim.mnt().join(&name),
             &(blocks * BS).to_string(),
             12,
             31 + i,
         );
-        w.wait_acks(200 + 100 * (i % 4));
+        w.wait_acknowledged(200 + 100 * (i % 4));
         sigkill(&mut w.child);
         let truth = sim.cut();
         sim.umount();
@@ -957,8 +897,8 @@ fn a_hundred_honest_cuts_give_no_false_finding() {
             sim.remount("honest");
         }
         let name = format!("c{i}.dat");
-        let mut w = Writer::start(&l, &sim.mnt().join(&name), "256KiB", 2, i);
-        w.wait_acks(1 + 20 * (i % 5));
+        let mut w = start_writer(&l, &sim.mnt().join(&name), "256KiB", 2, i);
+        w.wait_acknowledged(1 + 20 * (i % 5));
         sigkill(&mut w.child);
         let truth = sim.cut();
         sim.umount();

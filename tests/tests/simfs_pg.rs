@@ -20,86 +20,49 @@ use plugpull_tests::pg::PgCluster;
 use plugpull_tests::simfs::{skip_without_fuse, SimFs};
 use plugpull_tests::*;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `plugpull write pgbench` child under load.
-struct PgWriter {
-    child: Child,
-    run: String,
-    stderr: BufReader<ChildStderr>,
-    /// Kept open: the writer prints its summary to it.
-    _stdout: BufReader<ChildStdout>,
+/// Starts `plugpull write pgbench` and returns once it printed its run id (after `--init`).
+fn start_pg_writer(l: &Listener, dsn: &str, init: bool, seed: u64) -> Writer {
+    let seed = seed.to_string();
+    let mut args = vec![
+        "write",
+        "pgbench",
+        "--listener",
+        l.addr(),
+        "--dsn",
+        dsn,
+        "--scale",
+        "1",
+        "--clients",
+        "4",
+        "--jobs",
+        "2",
+        "--duration",
+        "120s",
+        "--progress",
+        "1",
+        "--random-seed",
+        &seed,
+    ];
+    if init {
+        args.push("--init");
+    }
+    Writer::spawn(&args)
 }
 
-impl PgWriter {
-    /// Starts the workload and returns once it printed its run id (after `--init`).
-    fn start(l: &Listener, dsn: &str, init: bool, seed: u64) -> PgWriter {
-        let mut child = Command::new(bin("plugpull"))
-            .args(["write", "pgbench", "--listener", l.addr(), "--dsn", dsn])
-            .args([
-                "--scale",
-                "1",
-                "--clients",
-                "4",
-                "--jobs",
-                "2",
-                "--duration",
-                "120s",
-            ])
-            .args(["--progress", "1", "--random-seed", &seed.to_string()])
-            .args(if init { &["--init"][..] } else { &[][..] })
-            .env_remove("PLUGPULL_SECRET")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn plugpull write pgbench");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("writer stdout");
-        let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
-            sigkill(&mut child);
-            let mut rest = String::new();
-            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-            panic!("pgbench writer said {line:?}; stderr: {rest}");
-        };
-        PgWriter {
-            child,
-            run,
-            stderr,
-            _stdout: stdout,
-        }
-    }
-
-    /// Waits for `lines` progress lines, the last one reporting at least one
-    /// commit confirmed by the listener; returns the confirmed count.
-    fn wait_progress(&mut self, lines: u32) -> u64 {
-        let (mut seen, mut log) = (0, String::new());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.stderr.read_line(&mut line).expect("writer stderr") == 0 {
-                let st = self.child.wait().expect("wait for the writer");
-                panic!("the pgbench writer ended ({st}); stderr:\n{log}");
-            }
-            log.push_str(&line);
-            let Some(confirmed) = line
-                .strip_prefix("progress:")
-                .and_then(|l| l.trim().strip_suffix(" confirmed"))
-                .and_then(|l| l.rsplit(' ').next())
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
-                continue;
-            };
+/// Waits for `lines` progress lines, the last one reporting at least one commit
+/// confirmed by the listener; returns the confirmed count.
+fn wait_progress(w: &mut Writer, lines: u32) -> u64 {
+    let mut seen = 0;
+    let line = w.wait_stderr(|l| {
+        progress_acknowledged(l).is_some_and(|n| {
             seen += 1;
-            if seen >= lines && confirmed > 0 {
-                return confirmed;
-            }
-        }
-    }
+            seen >= lines && n > 0
+        })
+    });
+    progress_acknowledged(line.trim_end()).unwrap()
 }
 
 /// The postmaster's pid from `postmaster.pid` (read through the mount, before the cut).
@@ -163,7 +126,7 @@ fn counts(v: &Value) -> Value {
 }
 
 /// One cut: agent SIGKILLed, power cut, PostgreSQL SIGKILLed, remount honest.
-fn cut(sim: &mut SimFs, w: &mut PgWriter, postmaster: u32) {
+fn cut(sim: &mut SimFs, w: &mut Writer, postmaster: u32) {
     sigkill(&mut w.child);
     let truth = sim.cut();
     kill_postgres(postmaster);
@@ -192,8 +155,8 @@ fn postgres_on_an_honest_device_survives_ten_cuts() {
     pg.start();
     for i in 0..10u64 {
         let pid = postmaster_pid(&data);
-        let mut w = PgWriter::start(&l, &pg.conninfo(), i == 0, i);
-        let confirmed = w.wait_progress(1 + (i % 2) as u32);
+        let mut w = start_pg_writer(&l, &pg.conninfo(), i == 0, i);
+        let confirmed = wait_progress(&mut w, 1 + (i % 2) as u32);
         cut(&mut sim, &mut w, pid);
         pg.try_start().unwrap_or_else(|e| {
             panic!("cut {i}: PostgreSQL did not recover on an honest device: {e}")
@@ -243,10 +206,10 @@ fn postgres_on_a_lying_device_is_caught() {
         let mut pg = PgCluster::init_at(&data);
         pg.start();
         let pid = postmaster_pid(&data);
-        let mut w = PgWriter::start(&l, &pg.conninfo(), true, seed);
+        let mut w = start_pg_writer(&l, &pg.conninfo(), true, seed);
         // Load for a few seconds: what the cut drops (the last ~2 s destage delay)
         // then holds commits acknowledged long before it.
-        w.wait_progress(3);
+        wait_progress(&mut w, 3);
         cut(&mut sim, &mut w, pid);
         let started = pg.try_start();
         let (code, v, err) = if started.is_ok() {

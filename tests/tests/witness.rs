@@ -7,7 +7,6 @@ use plugpull::wire::{ErrorKind, Request, Response, PROTOCOL_VERSION};
 use plugpull::RunId;
 use plugpull_tests::*;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -60,44 +59,28 @@ fn every_confirmed_ack_survives_20_listener_kills() {
     let mut l = Listener::start(dir.path());
     let target = dir.path().join("t.dat");
     let ack_log = dir.path().join("acks.log");
-    let mut child = Command::new(bin("plugpull"))
-        .args([
-            "write",
-            "file",
-            "--listener",
-            l.addr(),
-            "--size",
-            "2MiB",
-            "-j",
-            "2",
-            "-T",
-            "8s",
-            "--target",
-        ])
-        .arg(&target)
-        .arg("--ack-log")
-        .arg(&ack_log)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let run = first
-        .trim()
-        .strip_prefix("run id: ")
-        .expect("run id line")
-        .to_string();
+    let w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--size",
+        "2MiB",
+        "-j",
+        "2",
+        "-T",
+        "8s",
+        "--target",
+        target.to_str().unwrap(),
+        "--ack-log",
+        ack_log.to_str().unwrap(),
+    ]);
+    let run = w.run.clone();
     for i in 0..20 {
         std::thread::sleep(Duration::from_millis(100 + 17 * i));
         l.restart(); // SIGKILL, then a new listener on the same port and data directory
     }
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let (status, rest, err) = w.finish();
     assert!(status.success(), "writer failed: {err}");
     assert!(err.contains("reconnected to listener"), "{err}");
     let confirmed: BTreeSet<(u64, u64)> = std::fs::read_to_string(&ack_log)
@@ -136,42 +119,29 @@ fn the_writer_pauses_while_too_many_acks_are_unconfirmed() {
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let target = dir.path().join("t.dat");
-    let mut child = Command::new(bin("plugpull"))
-        .args([
-            "write",
-            "file",
-            "--listener",
-            l.addr(),
-            "--size",
-            "1MiB",
-            "--writes",
-            "20000",
-            "--max-unconfirmed",
-            "500",
-            "--target",
-        ])
-        .arg(&target)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    out.read_line(&mut first).unwrap();
-    assert!(first.starts_with("run id: "), "{first}");
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--size",
+        "1MiB",
+        "--writes",
+        "20000",
+        "--max-unconfirmed",
+        "500",
+        "--target",
+        target.to_str().unwrap(),
+    ]);
     // Freeze the listener: nothing more gets confirmed.
     unsafe { libc::kill(l.pid() as i32, libc::SIGSTOP) };
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
+    let line = w.wait_stderr(|_| true);
     assert_eq!(line.trim(), "paused: more than 500 acknowledgements are not yet confirmed by the listener; waiting for it");
     unsafe { libc::kill(l.pid() as i32, libc::SIGCONT) };
-    line.clear();
-    err.read_line(&mut line).unwrap();
+    let line = w.wait_stderr(|_| true);
     assert_eq!(line.trim(), "resumed: the listener caught up");
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(child.wait().unwrap().success());
+    let (status, rest, _) = w.finish();
+    assert!(status.success());
     assert!(
         rest.contains("writes acknowledged: 20000 (confirmed by the listener)"),
         "{rest}"
@@ -484,44 +454,25 @@ fn a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it() {
     let l = Listener::start(dir.path());
     let mut fs = SimFs::mount(dir.path(), "honest", 1);
     let target = fs.mnt().join("t.dat");
-    let mut child = Command::new(bin("plugpull"))
-        .args([
-            "write",
-            "file",
-            "--listener",
-            l.addr(),
-            "--size",
-            "1MiB",
-            "-T",
-            "60s",
-            "-P",
-            "0.1",
-            "--target",
-        ])
-        .arg(&target)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let run = first
-        .trim()
-        .strip_prefix("run id: ")
-        .expect("run id line")
-        .to_string();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.starts_with("progress:") || line.trim_end().ends_with("acknowledged 0") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "writer ended early");
-    }
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--size",
+        "1MiB",
+        "-T",
+        "60s",
+        "-P",
+        "0.1",
+        "--target",
+        target.to_str().unwrap(),
+    ]);
+    let run = w.run.clone();
+    w.wait_acknowledged(1);
     // From the cut on, every operation on the mount fails with EIO.
     fs.cut();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let (status, _, rest) = w.finish();
     assert_eq!(status.code(), Some(2), "{rest}");
     assert!(rest.contains("Input/output error (os error 5)"), "{rest}");
     assert!(

@@ -263,7 +263,7 @@ impl Prepared {
                         (0.0, 0.0)
                     };
                     eprintln!(
-                        "progress: {:.1} s, {:.1} tps, lat {:.3} ms stddev {:.3}, {} failed, {} confirmed",
+                        "progress: {:.1} s, {:.1} tps, lat {:.3} ms stddev {:.3}, {} failed, {} acknowledged",
                         now.duration_since(start).as_secs_f64(),
                         iv.count as f64 / secs,
                         mean,
