@@ -102,6 +102,9 @@ pub struct WriteArgs {
     /// Print the summary as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Use a target that holds data other than zeros or plugpull records (it is overwritten).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub reporter: crate::reporter::ReporterOptions,
 }
@@ -128,60 +131,138 @@ fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
     if a.writes == Some(0) {
         return Err("--writes must be at least 1".into());
     }
+    if a.duration.is_some_and(|d| d.is_zero()) {
+        return Err("--duration must be more than 0 s".into());
+    }
+    if a.progress.is_some_and(|d| d.is_zero()) {
+        return Err("-P/--progress must be more than 0 s".into());
+    }
     Ok(a.size / a.block_size)
 }
 
-/// Creates or checks the target so it holds `size` bytes, durably (file and directory entry).
+/// The target of a run, locked (`flock`, exclusive) against a second writer until dropped.
+pub struct LockedTarget {
+    _lock: File,
+}
+
+/// Creates or checks the target so it holds `size` bytes, durably (file and directory
+/// entry), and locks it for this run.
 ///
-/// Errors: the target is too small (a block device, or a filesystem without room),
-/// is neither a regular file nor a block device, or cannot be opened.
-pub fn prepare_target(path: &Path, size: u64) -> Result<(), Failure> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.file_type().is_block_device() => {
-            let f = File::open(path)
-                .map_err(|e| Failure(format!("cannot open target {}: {e}", path.display())))?;
-            let have = device_size(&f)
-                .map_err(|e| Failure(format!("cannot size target {}: {e}", path.display())))?;
-            if have < size {
-                return Err(Failure(format!(
-                    "target {} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
-                    path.display(),
-                    human_bytes(have),
-                    human_bytes(size)
-                )));
-            }
-            Ok(())
-        }
-        Ok(m) if !m.file_type().is_file() => Err(Failure(format!(
-            "target {} is neither a regular file nor a block device",
-            path.display()
-        ))),
-        _ => {
-            let f = OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(false)
-                .open(path)
-                .map_err(|e| Failure(format!("cannot create target {}: {e}", path.display())))?;
-            preallocate(&f, size).map_err(|e| {
-                Failure(format!(
-                    "target {} is too small: cannot preallocate {} ({size} bytes): {e}",
-                    path.display(),
-                    human_bytes(size)
-                ))
-            })?;
-            f.sync_all()
-                .map_err(|e| Failure(format!("fsync of target {}: {e}", path.display())))?;
-            let dir = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| Failure(format!("fsync of directory {}: {e}", dir.display())))?;
-            Ok(())
+/// Errors: another plugpull writer holds the target; the target holds data that is
+/// neither zeros nor plugpull records and `force` is off; a block device smaller than
+/// `size`; a filesystem without `size` bytes free (checked before allocating; a file
+/// this call created is removed again); not a regular file or block device.
+pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarget, Failure> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).ok();
+    if let Some(m) = &meta {
+        if !m.file_type().is_file() && !m.file_type().is_block_device() {
+            return Err(Failure(format!(
+                "target {shown} is neither a regular file nor a block device"
+            )));
         }
     }
+    let created = meta.is_none();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(created)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Failure(format!("cannot open target {shown}: {e}")))?;
+    let fail = |msg: String| {
+        if created {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(Failure(msg))
+    };
+    // SAFETY: flock on a valid descriptor.
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
+        return fail(format!(
+            "target {shown} is in use by another plugpull writer (it holds the target's lock)"
+        ));
+    }
+    if !force && holds_foreign_data(&f) {
+        return fail(format!(
+            "target {shown} holds data that is not plugpull's (its first sector is neither zeros nor a plugpull record); \
+             everything on it would be overwritten: give --force to use it anyway"
+        ));
+    }
+    if meta
+        .as_ref()
+        .is_some_and(|m| m.file_type().is_block_device())
+    {
+        let have =
+            device_size(&f).map_err(|e| Failure(format!("cannot size target {shown}: {e}")))?;
+        if have < size {
+            return Err(Failure(format!(
+                "target {shown} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
+                human_bytes(have),
+                human_bytes(size)
+            )));
+        }
+        return Ok(LockedTarget { _lock: f });
+    }
+    let allocated = f
+        .metadata()
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .unwrap_or(0);
+    let needed = size.saturating_sub(allocated);
+    if let Ok(free) = free_bytes(&f) {
+        if free < needed {
+            return fail(format!(
+                "not enough free space for target {shown}: its filesystem has {} free, --size {} needs {} more",
+                human_bytes(free),
+                human_bytes(size),
+                human_bytes(needed)
+            ));
+        }
+    }
+    if let Err(e) = preallocate(&f, size) {
+        return fail(format!(
+            "cannot preallocate {} ({size} bytes) for target {shown}: {e}",
+            human_bytes(size)
+        ));
+    }
+    f.sync_all()
+        .map_err(|e| Failure(format!("fsync of target {shown}: {e}")))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Failure(format!("fsync of directory {}: {e}", dir.display())))?;
+    Ok(LockedTarget { _lock: f })
+}
+
+/// True when the first sector holds something other than zeros or a plugpull record.
+fn holds_foreign_data(f: &File) -> bool {
+    let mut s = [0u8; SECTOR];
+    let n = f.read_at(&mut s, 0).unwrap_or(0);
+    if n < SECTOR {
+        return s[..n].iter().any(|&b| b != 0);
+    }
+    matches!(
+        plugpull::record::decode_sector(&s),
+        plugpull::record::Sector::Invalid(_)
+    )
+}
+
+/// Bytes available to us on the filesystem holding `f` (`fstatvfs`: `f_bavail × f_frsize`).
+fn free_bytes(f: &File) -> std::io::Result<u64> {
+    // SAFETY: fstatvfs fills the zeroed struct on success.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatvfs(std::os::fd::AsRawFd::as_raw_fd(f), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn device_size(f: &File) -> std::io::Result<u64> {
@@ -462,7 +543,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let blocks = check_args(args)?;
     let bs = args.block_size as usize;
     let size = blocks * args.block_size;
-    prepare_target(&args.target, size)?;
+    let _locked = prepare_target(&args.target, size, args.force)?;
     let files: Vec<File> = (0..args.jobs)
         .map(|_| open_for_writes(&args.target, args.sync))
         .collect::<Result<_, _>>()?;

@@ -150,7 +150,7 @@ pub struct ReporterOptions {
     /// Pause writing while more than this many acks await the listener's confirmation
     /// [default: 1000000 for files; 100000 for pgbench, where it also bounds which
     /// sequence numbers can exist after a cut]
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_unconfirmed: Option<u64>,
 }
 

@@ -501,14 +501,105 @@ fn a_target_smaller_than_size_is_refused() {
         "--size",
         "64MiB",
     ]);
+    let left_behind = target.exists();
     let _ = Command::new("umount").arg(&mnt).status();
     assert_eq!(o.status.code(), Some(2));
     assert!(
+        !left_behind,
+        "the refused target was left on the full filesystem"
+    );
+    assert!(
         stderr(&o).contains(&format!(
-            "target {} is too small: cannot preallocate 64 MiB (67108864 bytes)",
+            "not enough free space for target {}: its filesystem has 1 MiB free, --size 64 MiB needs 64 MiB more",
             target.display()
         )),
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn a_target_in_use_or_holding_other_data_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+
+    // A file that is not plugpull's is not overwritten without --force.
+    let precious = dir.path().join("precious.txt");
+    std::fs::write(&precious, "the only copy of something\n").unwrap();
+    let p = precious.to_str().unwrap();
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        p,
+        "--size",
+        "64KiB",
+        "--writes",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!("target {p} holds data that is not plugpull's")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "the only copy of something\n"
+    );
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        p,
+        "--size",
+        "64KiB",
+        "--writes",
+        "5",
+        "--force",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // A second writer on a target in use is refused; the first goes on and verifies.
+    let target = dir.path().join("t.dat");
+    let t = target.to_str().unwrap();
+    let mut first = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        t,
+        "--size",
+        "1MiB",
+        "-T",
+        "30s",
+        "-P",
+        "0.1",
+    ]);
+    first.wait_acknowledged(1);
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        t,
+        "--size",
+        "1MiB",
+        "--writes",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).trim(), format!("plugpull: target {t} is in use by another plugpull writer (it holds the target's lock)"));
+    unsafe { libc::kill(first.child.id() as i32, libc::SIGINT) };
+    let (status, _, err) = first.finish();
+    assert!(status.success(), "{err}");
+    let (code, v, err) = verify_json(&l, &["--target", t]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ok"], json!(true));
 }
