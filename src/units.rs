@@ -27,6 +27,30 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration ({e}); try 30s or 5m"))
 }
 
+/// Checks a `HOST:PORT` address (a name or IPv4 address, or `[IPv6]`, then a port).
+///
+/// Errors: a message naming what is missing.
+pub fn parse_host_port(s: &str) -> Result<String, String> {
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!(
+            "{s:?} has no port: give HOST:PORT, e.g. witness:7458"
+        ));
+    };
+    if host.is_empty() {
+        return Err(format!(
+            "{s:?} has no host: give HOST:PORT, e.g. witness:7458"
+        ));
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(format!(
+            "{s:?}: write an IPv6 address in brackets, e.g. [::1]:7458"
+        ));
+    }
+    port.parse::<u16>()
+        .map_err(|_| format!("{s:?}: port {port:?} is not a number from 0 to 65535"))?;
+    Ok(s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +61,25 @@ mod tests {
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert!(parse_size("lots").unwrap_err().contains("\"lots\""));
+    }
+
+    #[test]
+    fn host_ports() {
+        assert_eq!(parse_host_port("witness:7458").unwrap(), "witness:7458");
+        assert_eq!(parse_host_port("[::1]:7458").unwrap(), "[::1]:7458");
+        assert_eq!(
+            parse_host_port("127.0.0.1").unwrap_err(),
+            "\"127.0.0.1\" has no port: give HOST:PORT, e.g. witness:7458"
+        );
+        assert!(parse_host_port(":7458")
+            .unwrap_err()
+            .contains("has no host"));
+        assert!(parse_host_port("h:99999")
+            .unwrap_err()
+            .contains("port \"99999\""));
+        assert!(parse_host_port("::1:7458")
+            .unwrap_err()
+            .contains("brackets"));
     }
 
     #[test]

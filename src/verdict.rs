@@ -150,6 +150,10 @@ pub struct BlockCheck {
     pub watermark: u64,
     /// True when the block holds a seq above `A` (a write in flight survived).
     pub newer_than_acked: bool,
+    /// True when some sector is a valid record of this run (wherever it belongs).
+    pub has_run_data: bool,
+    /// True when some sector is a valid record of another run.
+    pub has_other_run: bool,
 }
 
 /// Classifies one block by rules 1–5 of the module doc. `data` holds what could be
@@ -169,11 +173,14 @@ pub fn classify_block(
             found_seq: None,
             watermark: 0,
             newer_than_acked: false,
+            has_run_data: false,
+            has_other_run: false,
         });
     }
     let mut misplaced = false;
     let mut invalid = false;
     let mut ours = false;
+    let mut other = false;
     let mut min = u64::MAX;
     let mut max = 0u64;
     let mut watermark = 0u64;
@@ -188,7 +195,11 @@ pub fn classify_block(
                 watermark = watermark.max(h.watermark);
                 h.seq
             }
-            Sector::Valid(_) | Sector::Blank => 0,
+            Sector::Valid(_) => {
+                other = true;
+                0
+            }
+            Sector::Blank => 0,
             Sector::Invalid(_) => {
                 invalid = true;
                 0
@@ -223,6 +234,8 @@ pub fn classify_block(
         found_seq,
         watermark,
         newer_than_acked: !misplaced && max > acked,
+        has_run_data: ours,
+        has_other_run: other,
     })
 }
 
@@ -289,6 +302,8 @@ pub struct Tally {
     checked: u64,
     in_flight_survived: u64,
     max_watermark: u64,
+    run_data_blocks: u64,
+    other_run_blocks: u64,
     findings: Vec<Finding>,
 }
 
@@ -303,6 +318,10 @@ pub struct Outcome {
     pub in_flight_survived: u64,
     /// Highest acknowledged watermark carried by any surviving sector.
     pub max_watermark: u64,
+    /// Checked blocks holding at least one valid record of this run.
+    pub run_data_blocks: u64,
+    /// Checked blocks holding a valid record of another run (a hint at a wrong target).
+    pub other_run_blocks: u64,
     /// Every failed block, by block index.
     pub findings: Vec<Finding>,
 }
@@ -311,6 +330,8 @@ impl Tally {
     /// Adds the check of `block`; `acks` supplies `A` and its time.
     pub fn add(&mut self, block: u64, check: BlockCheck, acks: &AckTable) {
         self.checked += 1;
+        self.run_data_blocks += check.has_run_data as u64;
+        self.other_run_blocks += check.has_other_run as u64;
         self.max_watermark = self.max_watermark.max(check.watermark);
         if check.newer_than_acked {
             self.in_flight_survived += 1;
@@ -343,6 +364,8 @@ impl Tally {
             checked: self.checked,
             in_flight_survived: self.in_flight_survived,
             max_watermark: self.max_watermark,
+            run_data_blocks: self.run_data_blocks,
+            other_run_blocks: self.other_run_blocks,
             findings: self.findings,
         }
     }
@@ -401,6 +424,10 @@ mod tests {
         // Another run's valid sectors are prior contents, not damage.
         let foreign = block(&Encoder::new(RunId(1)), 3, 99, 0);
         assert_eq!(verdict(3, 9, &foreign), Some((Verdict::LostWrite, Some(0))));
+        let c = classify_block(RUN, 3, B, 9, &foreign).unwrap();
+        assert_eq!((c.has_run_data, c.has_other_run), (false, true));
+        let c = classify_block(RUN, 3, B, 9, &torn).unwrap();
+        assert_eq!((c.has_run_data, c.has_other_run), (true, false));
     }
 
     #[test]

@@ -34,7 +34,7 @@ struct Cli {
 #[derive(clap::Args, Debug, Clone)]
 struct ListenerArgs {
     /// Listener address, HOST:PORT.
-    #[arg(long, env = "PLUGPULL_LISTENER")]
+    #[arg(long, env = "PLUGPULL_LISTENER", value_parser = plugpull::units::parse_host_port)]
     listener: String,
     /// File holding the shared secret (else the PLUGPULL_SECRET variable).
     #[arg(long)]
@@ -87,6 +87,9 @@ enum WriteCmd {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`plugpull verify | head`), as Unix tools do.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -130,7 +133,15 @@ async fn run(cli: Cli) -> Result<bool, Failure> {
             .map(|_| true),
         Cmd::Demo { args } => demo::demo(&args).await,
         Cmd::Verify { listener, args, pg } => {
-            verify::verify(&args, &listener.listener, &secret(&listener)?, &pg).await
+            let result = match secret(&listener) {
+                Ok(s) => verify::verify(&args, &listener.listener, &s, &pg).await,
+                Err(e) => Err(e),
+            };
+            if let (Err(e), true) = (&result, args.json) {
+                // --json promises one object on stdout, also when verification could not run.
+                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+            }
+            result
         }
     }
 }

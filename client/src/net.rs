@@ -3,7 +3,7 @@
 
 use crate::Failure;
 use plugpull::auth::Secret;
-use plugpull::wire::{self, Request, Response, PROTOCOL_VERSION};
+use plugpull::wire::{self, FrameError, Request, Response, PROTOCOL_VERSION};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -17,6 +17,8 @@ pub struct Reader {
     rd: BufReader<OwnedReadHalf>,
     buf: Vec<u8>,
     addr: String,
+    /// No frame received yet: garbage now means the peer is not a listener at all.
+    first: bool,
 }
 
 /// The writing half of an authenticated connection.
@@ -28,11 +30,20 @@ impl Reader {
     /// The next response. A listener `Error` and a closed connection are failures.
     pub async fn recv(&mut self) -> Result<Response, Failure> {
         match wire::read_frame::<Response, _>(&mut self.rd, &mut self.buf).await {
+            Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) if self.first => {
+                Err(Failure(format!(
+                    "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",
+                    self.addr
+                )))
+            }
             Ok(Some(Response::Error { message, .. })) => Err(Failure(format!(
                 "listener {} refused: {message}",
                 self.addr
             ))),
-            Ok(Some(r)) => Ok(r),
+            Ok(Some(r)) => {
+                self.first = false;
+                Ok(r)
+            }
             Ok(None) => Err(Failure(format!(
                 "listener {} closed the connection",
                 self.addr
@@ -79,6 +90,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
         rd: BufReader::with_capacity(1 << 16, rd),
         buf: Vec::new(),
         addr: addr.to_string(),
+        first: true,
     };
     let mut w = Writer {
         wr: BufWriter::with_capacity(1 << 16, wr),

@@ -190,7 +190,8 @@ pub fn verify_file(
     match File::open(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!(
-                "target {} is gone: every acknowledged block is missing",
+                "target {} is gone: every acknowledged block is missing \
+                 (if its filesystem is not mounted, or the device has a new name, mount it or give --target)",
                 path.display()
             );
             for b in 0..blocks {
@@ -253,7 +254,17 @@ pub fn verify_file(
         finished: l.finished,
         acknowledged: acks.acknowledged,
     };
-    Ok(FileReport::new(head, tally.finish()))
+    let outcome = tally.finish();
+    if outcome.run_data_blocks == 0 && outcome.other_run_blocks > 0 {
+        return Err(Failure(format!(
+            "target {} holds no record of run {} but records of other plugpull runs in {} blocks: \
+             wrong --target, or a later run reused this target",
+            path.display(),
+            l.run,
+            outcome.other_run_blocks
+        )));
+    }
+    Ok(FileReport::new(head, outcome))
 }
 
 fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -300,7 +311,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         if r.finished {
             ""
         } else {
-            " (the agent did not finish: the run was cut short)"
+            " (no end recorded: the run was cut short, or is still running)"
         }
     );
     println!("blocks checked: {}", r.blocks_checked);

@@ -70,6 +70,8 @@ impl RunHandle {
 
 /// All runs of one data directory.
 pub struct Store {
+    /// Held (flock) while the listener runs.
+    _lock: File,
     dir: PathBuf,
     runs: Mutex<HashMap<RunId, RunMeta>>,
     live: Mutex<HashMap<RunId, Weak<RunHandle>>>,
@@ -89,6 +91,27 @@ impl Store {
         std::fs::create_dir_all(&runs_dir)
             .map_err(|e| io_err("cannot create data directory", &runs_dir, e))?;
         sync_dir(dir)?;
+        // One listener per data directory: two would interleave appends to a ledger.
+        let lock_path = dir.join("lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_err("cannot open", &lock_path, e))?;
+        // SAFETY: flock on a valid descriptor.
+        if unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } != 0
+        {
+            return Err(format!(
+                "data directory {} is in use by another plugpull-listener",
+                dir.display()
+            ));
+        }
         let mut runs = HashMap::new();
         let entries =
             std::fs::read_dir(&runs_dir).map_err(|e| io_err("cannot read", &runs_dir, e))?;
@@ -110,6 +133,7 @@ impl Store {
         }
         tracing::info!(runs = runs.len(), dir = %dir.display(), "data directory opened");
         Ok(Store {
+            _lock: lock,
             dir: runs_dir,
             runs: Mutex::new(runs),
             live: Mutex::new(HashMap::new()),

@@ -378,7 +378,12 @@ fn acks_confirmed_before_the_listener_was_killed_survive_its_restart() {
     l.restart();
     let (code, v, err) = verify_json(&l, &["--run", &run]);
     assert_eq!(code, 2);
-    assert_eq!(v, Value::Null);
+    // --json still prints one object: not ok, and why.
+    assert_eq!(v["ok"], json!(false));
+    assert_eq!(
+        format!("plugpull: {}", v["error"].as_str().unwrap()),
+        err.trim()
+    );
     assert!(err.contains("damaged at byte"), "{err}");
     assert!(l.log_text().contains("ledger damaged"), "{}", l.log_text());
 }
@@ -602,4 +607,27 @@ fn a_target_in_use_or_holding_other_data_is_refused() {
     let (code, v, err) = verify_json(&l, &["--target", t]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["ok"], json!(true));
+}
+
+#[test]
+fn a_target_of_another_run_is_refused_not_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let (a, b) = (dir.path().join("a.dat"), dir.path().join("b.dat"));
+    let run_a = write_run(&l, &a, "256KiB", &["--writes", "200"]);
+    write_run(&l, &b, "256KiB", &["--writes", "200"]);
+    let (code, v, err) = verify_json(&l, &["--run", &run_a, "--target", b.to_str().unwrap()]);
+    assert_eq!(code, 2, "{v}");
+    assert_eq!(v["ok"], json!(false));
+    assert!(
+        err.contains(&format!(
+            "target {} holds no record of run {run_a} but records of other plugpull runs",
+            b.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("wrong --target, or a later run reused this target"),
+        "{err}"
+    );
 }

@@ -482,7 +482,7 @@ fn a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it() {
     fs.umount();
     let (code, v, e) = verify_json(&l, &["--run", &run]);
     assert_eq!(code, 2);
-    assert_eq!(v, serde_json::Value::Null);
+    assert_eq!(v["ok"], serde_json::json!(false));
     assert!(
         e.contains(&format!(
             "run {run} is invalid: the agent's durability call failed"
@@ -490,4 +490,49 @@ fn a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it() {
         "{e}"
     );
     assert!(e.contains("Input/output error"), "{e}");
+}
+
+#[test]
+fn a_peer_that_is_not_a_listener_is_named_as_such() {
+    use std::io::Write;
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = http.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = http.accept().unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+    });
+    let o = plugpull(&["verify", "--listener", &addr]);
+    server.join().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!("plugpull: {addr} does not speak plugpull's protocol (is it a plugpull-listener?): frame of 1347703880 bytes exceeds the 4194304-byte limit")
+    );
+    let o = plugpull(&["verify", "--listener", "127.0.0.1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("\"127.0.0.1\" has no port: give HOST:PORT"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn two_listeners_cannot_share_a_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let o = Command::new(bin("plugpull-listener"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&l.data_dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!(
+            "plugpull-listener: data directory {} is in use by another plugpull-listener",
+            l.data_dir.display()
+        )
+    );
 }

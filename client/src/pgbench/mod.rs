@@ -72,7 +72,7 @@ pub struct WriteArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub scale: u32,
 
-    /// Number of clients (database connections), 1 to 9999 (pgbench -c).
+    /// Number of clients (database connections), 1 to 10000 (pgbench -c).
     #[arg(long, short = 'c', default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=tag::MAX_CLIENT as i64 + 1))]
     pub clients: u32,
