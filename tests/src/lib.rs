@@ -187,6 +187,26 @@ pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// Says loudly that `test` could not run here and why: on stderr, and as a line
+/// `SKIPPED test: why` appended to `skipped-tests.log` beside the binaries, which
+/// `scripts/test` prints and counts after the run (cargo hides the stderr of tests
+/// that pass).
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("SKIPPED {test}: {why}");
+    eprintln!("\n*** {line} ***\n");
+    let exe = std::env::current_exe().expect("current exe");
+    if let Some(dir) = exe.parent().and_then(Path::parent) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("skipped-tests.log"))
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 /// True when running as root (uid 0).
 pub fn is_root() -> bool {
     // SAFETY: getuid has no preconditions.

@@ -94,8 +94,9 @@ impl PgCluster {
         if Self::available() {
             return false;
         }
-        eprintln!(
-            "\n*** SKIP {test}: no PostgreSQL server binaries (set PLUGPULL_PG_BIN or install postgresql) ***\n"
+        crate::skipped(
+            test,
+            "no PostgreSQL server binaries (set PLUGPULL_PG_BIN or install postgresql)",
         );
         true
     }

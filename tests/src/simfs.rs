@@ -58,7 +58,7 @@ pub fn skip_without_fuse(test: &str) -> bool {
         !required,
         "{test}: PLUGPULL_REQUIRE_FUSE is set but FUSE is unusable here: {why}"
     );
-    eprintln!("\n*** SKIPPED {test}: no /dev/fuse (simfs needs FUSE): {why} ***\n");
+    crate::skipped(test, &format!("no /dev/fuse (simfs needs FUSE): {why}"));
     true
 }
 

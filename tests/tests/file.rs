@@ -480,8 +480,9 @@ fn bad_input_is_refused_with_a_clear_message() {
 #[test]
 fn a_target_smaller_than_size_is_refused() {
     if !is_root() {
-        eprintln!(
-            "SKIPPED a_target_smaller_than_size_is_refused: mounting a 1 MiB tmpfs needs root"
+        skipped(
+            "a_target_smaller_than_size_is_refused",
+            "mounting a 1 MiB tmpfs needs root",
         );
         return;
     }
