@@ -21,7 +21,7 @@ for place in "disk:$work" "tmpfs:$shm"; do
     for r in $(seq "$rounds"); do
         rm -f "$t"; target/release/plugpull write file --listener "$addr" --target "$t" --size $size --writes 1 >/dev/null
         target/release/raw-fsync-loop --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" | awk '{print $3}' >>"$dir/raw"
-        target/release/plugpull write file --listener "$addr" --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" --json \
+        target/release/plugpull write file --listener "$addr" --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" --force --json \
             | python3 -c 'import json,sys; print(json.load(sys.stdin)["writes_per_sec"])' >>"$dir/pp"
     done
     raw=$(median <"$dir/raw"); pp=$(median <"$dir/pp")
