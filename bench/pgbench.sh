@@ -42,6 +42,7 @@ cleanup() {
     "${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1 || true
     [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
     [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"
+    [ -n "${LEDGER:-}" ] && rm -rf "$LEDGER"
 }
 trap cleanup EXIT
 
@@ -60,7 +61,11 @@ export PGHOST=$WORK PGPORT=$PORT PGUSER=postgres PGDATABASE=bench
 "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE bench"
 "$PGBIN/pgbench" -i -s "$SCALE" -q bench 2>&1 | tail -1
 
-"$LISTENER" --listen 127.0.0.1:0 --data-dir "$WORK/listener" >"$WORK/listener.out" 2>"$WORK/listener.log" &
+# The listener stands in for the witness host: its ledger lives on tmpfs so its
+# fdatasyncs do not queue on the disk PostgreSQL's WAL is flushed to (on real
+# hardware the witness is another host).
+LEDGER=$(mktemp -d /dev/shm/plugpull-bench-ledger.XXXX)
+"$LISTENER" --listen 127.0.0.1:0 --data-dir "$LEDGER" >"$WORK/listener.out" 2>"$WORK/listener.log" &
 LPID=$!
 for _ in $(seq 50); do grep -q "listening on" "$WORK/listener.out" 2>/dev/null && break; sleep 0.1; done
 ADDR=$(sed -n 's/^listening on //p' "$WORK/listener.out")
