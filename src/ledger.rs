@@ -115,20 +115,9 @@ pub struct PgManifest {
     pub jobs: u32,
     /// `simple` or `prepared`.
     pub protocol: String,
-    /// `server_version` setting.
-    pub server_version: String,
-    /// `fsync` setting.
-    pub fsync: String,
-    /// `synchronous_commit` setting.
-    pub synchronous_commit: String,
-    /// `full_page_writes` setting.
-    pub full_page_writes: String,
-    /// `wal_sync_method` setting.
-    pub wal_sync_method: String,
-    /// `data_checksums` setting.
-    pub data_checksums: String,
-    /// `data_directory` setting.
-    pub data_directory: String,
+    /// The server settings that decide durability (nested here; postcard encodes it
+    /// as if its fields stood in its place).
+    pub settings: PgSettings,
     /// Whether this configuration promises that a successful `COMMIT` is durable.
     pub promised: bool,
     /// Acknowledgements (all clients together) the agent may be ahead of the
@@ -143,6 +132,25 @@ pub struct PgManifest {
     /// (`device mountpoint fstype options`, from `/proc/mounts`); empty when the
     /// directory is hidden or not on the agent's host.
     pub data_mount: String,
+}
+
+/// The PostgreSQL settings a pgbench run records, as `pg_settings` shows them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct PgSettings {
+    /// `server_version`.
+    pub server_version: String,
+    /// `fsync`.
+    pub fsync: String,
+    /// `synchronous_commit` as the agent's session sees it (role and database settings apply).
+    pub synchronous_commit: String,
+    /// `full_page_writes`.
+    pub full_page_writes: String,
+    /// `wal_sync_method`.
+    pub wal_sync_method: String,
+    /// `data_checksums`.
+    pub data_checksums: String,
+    /// `data_directory` (`(hidden)` without `pg_read_all_settings`).
+    pub data_directory: String,
 }
 
 /// One acknowledged write of a file run.

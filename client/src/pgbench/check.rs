@@ -97,20 +97,9 @@ pub struct Invariant {
 /// The server configuration a run recorded (see `PgManifest`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RunSettings {
-    /// `server_version`.
-    pub server_version: String,
-    /// `fsync`.
-    pub fsync: String,
-    /// `synchronous_commit`.
-    pub synchronous_commit: String,
-    /// `full_page_writes`.
-    pub full_page_writes: String,
-    /// `wal_sync_method`.
-    pub wal_sync_method: String,
-    /// `data_checksums`.
-    pub data_checksums: String,
-    /// `data_directory`.
-    pub data_directory: String,
+    /// The recorded settings (their fields appear in this object).
+    #[serde(flatten)]
+    pub settings: plugpull::ledger::PgSettings,
     /// The mount beneath the data directory (`device mountpoint fstype options`).
     pub data_mount: String,
 }
@@ -362,13 +351,7 @@ pub async fn verify(
         promised: pg.promised,
         clients,
         run_settings: RunSettings {
-            server_version: pg.server_version.clone(),
-            fsync: pg.fsync.clone(),
-            synchronous_commit: pg.synchronous_commit.clone(),
-            full_page_writes: pg.full_page_writes.clone(),
-            wal_sync_method: pg.wal_sync_method.clone(),
-            data_checksums: pg.data_checksums.clone(),
-            data_directory: pg.data_directory.clone(),
+            settings: pg.settings.clone(),
             data_mount: pg.data_mount.clone(),
         },
         acknowledged_commits: acks.values().map(|a| a.count(true) + a.count(false)).sum(),
@@ -942,7 +925,7 @@ impl PgReport {
             yes(self.promised),
             self.clients
         );
-        let rs = &self.run_settings;
+        let rs = &self.run_settings.settings;
         println!(
             "run settings: PostgreSQL {}, fsync={}, synchronous_commit={}, full_page_writes={}, \
              wal_sync_method={}, data_checksums={}",
@@ -956,10 +939,10 @@ impl PgReport {
         println!(
             "data directory: {}{}",
             rs.data_directory,
-            if rs.data_mount.is_empty() {
+            if self.run_settings.data_mount.is_empty() {
                 String::new()
             } else {
-                format!(" on {}", rs.data_mount)
+                format!(" on {}", self.run_settings.data_mount)
             }
         );
         if !self.server_reachable {

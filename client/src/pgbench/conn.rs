@@ -9,6 +9,7 @@
 //! socket directory. Not supported: `.pgpass`, `PGSERVICE`, TLS (connections are
 //! made without TLS; `sslmode=require` fails).
 
+use plugpull::ledger::PgSettings;
 use std::time::Duration;
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
@@ -213,80 +214,59 @@ pub fn is_transient_connect_error(e: &tokio_postgres::Error) -> bool {
     }
 }
 
-/// The server settings a run's manifest records.
-#[derive(Clone, Debug, Default)]
-pub struct Settings {
-    /// `server_version`.
-    pub server_version: String,
-    /// `fsync`.
-    pub fsync: String,
-    /// `synchronous_commit` as this session sees it (role and database settings apply).
-    pub synchronous_commit: String,
-    /// `full_page_writes`.
-    pub full_page_writes: String,
-    /// `wal_sync_method`.
-    pub wal_sync_method: String,
-    /// `data_checksums`.
-    pub data_checksums: String,
-    /// `data_directory` (`(hidden)` without `pg_read_all_settings`).
-    pub data_directory: String,
+/// Reads the settings a run records through `client`.
+pub async fn read_settings(client: &Client) -> Result<PgSettings, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY($1)",
+            &[&vec![
+                "server_version",
+                "fsync",
+                "synchronous_commit",
+                "full_page_writes",
+                "wal_sync_method",
+                "data_checksums",
+                "data_directory",
+            ]],
+        )
+        .await?;
+    let mut s = PgSettings::default();
+    for r in rows {
+        let name: String = r.get(0);
+        let value: String = r.get(1);
+        match name.as_str() {
+            "server_version" => s.server_version = value,
+            "fsync" => s.fsync = value,
+            "synchronous_commit" => s.synchronous_commit = value,
+            "full_page_writes" => s.full_page_writes = value,
+            "wal_sync_method" => s.wal_sync_method = value,
+            "data_checksums" => s.data_checksums = value,
+            "data_directory" => s.data_directory = value,
+            _ => {}
+        }
+    }
+    if s.data_directory.is_empty() {
+        s.data_directory = "(hidden)".into();
+    }
+    Ok(s)
 }
 
-impl Settings {
-    /// Reads the settings through `client`.
-    pub async fn read(client: &Client) -> Result<Settings, tokio_postgres::Error> {
-        let rows = client
-            .query(
-                "SELECT name, setting FROM pg_settings WHERE name = ANY($1)",
-                &[&vec![
-                    "server_version",
-                    "fsync",
-                    "synchronous_commit",
-                    "full_page_writes",
-                    "wal_sync_method",
-                    "data_checksums",
-                    "data_directory",
-                ]],
-            )
-            .await?;
-        let mut s = Settings::default();
-        for r in rows {
-            let name: String = r.get(0);
-            let value: String = r.get(1);
-            match name.as_str() {
-                "server_version" => s.server_version = value,
-                "fsync" => s.fsync = value,
-                "synchronous_commit" => s.synchronous_commit = value,
-                "full_page_writes" => s.full_page_writes = value,
-                "wal_sync_method" => s.wal_sync_method = value,
-                "data_checksums" => s.data_checksums = value,
-                "data_directory" => s.data_directory = value,
-                _ => {}
-            }
-        }
-        if s.data_directory.is_empty() {
-            s.data_directory = "(hidden)".into();
-        }
-        Ok(s)
+/// The settings under which a successful `COMMIT` is *not* promised durable,
+/// as `name=value` texts; empty when it is promised (`fsync=on` and
+/// `synchronous_commit` one of `on`, `local`, `remote_write`, `remote_apply`,
+/// each of which waits for the local WAL flush).
+pub fn unsafe_settings(s: &PgSettings) -> Vec<String> {
+    let mut v = Vec::new();
+    if s.fsync != "on" {
+        v.push(format!("fsync={}", s.fsync));
     }
-
-    /// The settings under which a successful `COMMIT` is *not* promised durable,
-    /// as `name=value` texts; empty when it is promised (`fsync=on` and
-    /// `synchronous_commit` one of `on`, `local`, `remote_write`, `remote_apply`,
-    /// each of which waits for the local WAL flush).
-    pub fn unsafe_settings(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        if self.fsync != "on" {
-            v.push(format!("fsync={}", self.fsync));
-        }
-        if !matches!(
-            self.synchronous_commit.as_str(),
-            "on" | "local" | "remote_write" | "remote_apply"
-        ) {
-            v.push(format!("synchronous_commit={}", self.synchronous_commit));
-        }
-        v
+    if !matches!(
+        s.synchronous_commit.as_str(),
+        "on" | "local" | "remote_write" | "remote_apply"
+    ) {
+        v.push(format!("synchronous_commit={}", s.synchronous_commit));
     }
+    v
 }
 
 #[cfg(test)]
@@ -316,18 +296,18 @@ mod tests {
 
     #[test]
     fn unsafe_settings_are_named() {
-        let mut s = Settings {
+        let mut s = PgSettings {
             fsync: "on".into(),
             synchronous_commit: "on".into(),
             ..Default::default()
         };
-        assert!(s.unsafe_settings().is_empty());
+        assert!(unsafe_settings(&s).is_empty());
         s.synchronous_commit = "remote_apply".into();
-        assert!(s.unsafe_settings().is_empty());
+        assert!(unsafe_settings(&s).is_empty());
         s.synchronous_commit = "off".into();
         s.fsync = "off".into();
         assert_eq!(
-            s.unsafe_settings(),
+            unsafe_settings(&s),
             vec![
                 "fsync=off".to_string(),
                 "synchronous_commit=off".to_string()

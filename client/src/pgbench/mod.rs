@@ -143,13 +143,13 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             conn::describe(&e)
         ))
     })?;
-    let settings = conn::Settings::read(&client).await.map_err(|e| {
+    let settings = conn::read_settings(&client).await.map_err(|e| {
         Failure(format!(
             "cannot read the server settings: {}",
             conn::describe(&e)
         ))
     })?;
-    let unsafe_settings = settings.unsafe_settings();
+    let unsafe_settings = conn::unsafe_settings(&settings);
     let promised = unsafe_settings.is_empty();
     if !promised {
         let list = unsafe_settings.join(", ");
@@ -222,13 +222,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         clients: args.clients,
         jobs: args.jobs,
         protocol: args.protocol.name().into(),
-        server_version: settings.server_version.clone(),
-        fsync: settings.fsync.clone(),
-        synchronous_commit: settings.synchronous_commit.clone(),
-        full_page_writes: settings.full_page_writes.clone(),
-        wal_sync_method: settings.wal_sync_method.clone(),
-        data_checksums: settings.data_checksums.clone(),
-        data_directory: settings.data_directory.clone(),
+        settings: settings.clone(),
         promised,
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         start_sums,
@@ -282,7 +276,12 @@ fn mount_of(path: &str) -> String {
 }
 
 /// Prints the summary in pgbench's words (stdout), then plugpull's own lines.
-fn print_summary(p: &run::Params, s: &conn::Settings, o: &run::Outcome, confirmed: u64) {
+fn print_summary(
+    p: &run::Params,
+    s: &plugpull::ledger::PgSettings,
+    o: &run::Outcome,
+    confirmed: u64,
+) {
     println!(
         "pgbench-compatible run against PostgreSQL {}",
         s.server_version
