@@ -4,7 +4,9 @@
 #  1. throughput: alternates `pgbench -M prepared -c C -j J -T $T` and
 #     `plugpull write pgbench --protocol prepared` with the same C, J and scale,
 #     at C=1 and C=8, $ROUNDS rounds each; prints each tps and the ratio
-#     plugpull/pgbench of the means;
+#     plugpull/pgbench of the means; then the same with the transaction pipelined
+#     on both sides (a pgbench script between \startpipeline and \endpipeline vs
+#     `plugpull write pgbench --pipeline`);
 #  2. verification time: a run of $MILLION acknowledged commits (fsync=off and
 #     synchronous_commit=off with --allow-unsafe-config, to get there fast: the
 #     verifier's work does not depend on how durable the commits were), then
@@ -74,21 +76,42 @@ ADDR=$(sed -n 's/^listening on //p' "$WORK/listener.out")
 tps_of() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p'; }
 mean() { awk '{s += $1; n++} END {printf "%.1f", s / n}'; }
 
-echo "== throughput: pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
-printf '%-4s %-3s %-28s %-28s %s\n' C J "pgbench tps" "plugpull tps" "plugpull/pgbench"
-for C in 1 8; do
-    J=$([ "$C" = 1 ] && echo 1 || echo 2)
-    PG=()
-    PP=()
-    for _ in $(seq "$ROUNDS"); do
-        PG+=("$("$PGBIN/pgbench" -M prepared -c "$C" -j "$J" -T "$T" bench 2>/dev/null | tps_of)")
-        PP+=("$("$PLUGPULL" write pgbench --listener "$ADDR" --protocol prepared \
-            --clients "$C" --jobs "$J" --duration "${T}s" 2>/dev/null | tps_of)")
+# The same TPC-B transaction with BEGIN and its five statements pipelined, for the
+# comparison with `plugpull write pgbench --pipeline`.
+cat >"$WORK/tpcb-pipelined.sql" <<'SQL'
+\set aid random(1, 100000 * :scale)
+\set bid random(1, 1 * :scale)
+\set tid random(1, 10 * :scale)
+\set delta random(-5000, 5000)
+\startpipeline
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;
+UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);
+\endpipeline
+END;
+SQL
+
+for mode in builtin pipelined; do
+    if [ "$mode" = builtin ]; then PGARGS=(); PPARGS=(); else PGARGS=(-f "$WORK/tpcb-pipelined.sql"); PPARGS=(--pipeline); fi
+    echo "== throughput ($mode transaction): pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
+    printf '%-4s %-3s %-28s %-28s %s\n' C J "pgbench tps" "plugpull tps" "plugpull/pgbench"
+    for C in 1 8; do
+        J=$([ "$C" = 1 ] && echo 1 || echo 2)
+        PG=()
+        PP=()
+        for _ in $(seq "$ROUNDS"); do
+            PG+=("$("$PGBIN/pgbench" -M prepared "${PGARGS[@]}" -c "$C" -j "$J" -T "$T" bench 2>/dev/null | tps_of)")
+            PP+=("$("$PLUGPULL" write pgbench --listener "$ADDR" --protocol prepared "${PPARGS[@]}" \
+                --clients "$C" --jobs "$J" --duration "${T}s" 2>/dev/null | tps_of)")
+        done
+        PGM=$(printf '%s\n' "${PG[@]}" | mean)
+        PPM=$(printf '%s\n' "${PP[@]}" | mean)
+        printf '%-4s %-3s %-28s %-28s %s\n' "$C" "$J" "${PG[*]} (mean $PGM)" "${PP[*]} (mean $PPM)" \
+            "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')"
     done
-    PGM=$(printf '%s\n' "${PG[@]}" | mean)
-    PPM=$(printf '%s\n' "${PP[@]}" | mean)
-    printf '%-4s %-3s %-28s %-28s %s\n' "$C" "$J" "${PG[*]} (mean $PGM)" "${PP[*]} (mean $PPM)" \
-        "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')"
 done
 
 echo "== verification of $MILLION acknowledged commits (fsync=off, synchronous_commit=off)"
@@ -97,7 +120,7 @@ echo "== verification of $MILLION acknowledged commits (fsync=off, synchronous_c
 PER=$(( (MILLION + 7) / 8 ))
 START=$(date +%s.%N)
 "$PLUGPULL" write pgbench --listener "$ADDR" --protocol prepared --clients 8 --jobs 2 \
-    --transactions "$PER" --allow-unsafe-config >"$WORK/million.out" 2>"$WORK/million.err"
+    --transactions "$PER" --pipeline --allow-unsafe-config >"$WORK/million.out" 2>"$WORK/million.err"
 END=$(date +%s.%N)
 RUN=$(sed -n 's/^run id: //p' "$WORK/million.out")
 echo "run $RUN: $(sed -n 's/^acknowledged by listener: //p' "$WORK/million.out") acknowledged in $(awk -v a="$START" -v b="$END" 'BEGIN {printf "%.1f", b - a}') s ($(tps_of <"$WORK/million.out") tps)"

@@ -602,6 +602,10 @@ fn every_confirmed_commit_survives_listener_kills() {
             "4",
             "--duration",
             "6s",
+            // The pipelined transaction, so its commits are checked exactly too.
+            "--protocol",
+            "prepared",
+            "--pipeline",
             "--ack-log",
             ack_log.to_str().unwrap(),
         ],

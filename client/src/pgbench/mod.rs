@@ -95,6 +95,13 @@ pub struct WriteArgs {
     #[arg(long, short = 'M', value_enum, default_value_t = Protocol::Simple)]
     pub protocol: Protocol,
 
+    /// Pipeline each transaction: send BEGIN and its five statements without waiting
+    /// for each answer, then COMMIT (needs --protocol prepared). The server does the
+    /// same work; tps then compares with pgbench running the same script between
+    /// \startpipeline and \endpipeline, not with its built-in one.
+    #[arg(long)]
+    pub pipeline: bool,
+
     /// Print a progress line on stderr every SECONDS seconds (pgbench -P).
     #[arg(long = "progress", short = 'P', value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -134,6 +141,9 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             "--jobs {} is more than --clients {}: each thread needs a client",
             args.jobs, args.clients
         )));
+    }
+    if args.pipeline && args.protocol != Protocol::Prepared {
+        return Err(Failure("--pipeline needs --protocol prepared".into()));
     }
     let cfg = conn::config(args.dsn.as_deref()).map_err(Failure)?;
     let conninfo = conn::redacted(&cfg);
@@ -209,6 +219,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         jobs: args.jobs,
         limit,
         protocol: args.protocol,
+        pipeline: args.pipeline,
         progress: args.progress.map(Duration::from_secs),
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         seed: args.random_seed.unwrap_or_else(rand::random),
@@ -221,7 +232,11 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         scale,
         clients: args.clients,
         jobs: args.jobs,
-        protocol: args.protocol.name().into(),
+        protocol: format!(
+            "{}{}",
+            args.protocol.name(),
+            if args.pipeline { " (pipelined)" } else { "" }
+        ),
         settings: settings.clone(),
         promised,
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
@@ -288,7 +303,11 @@ fn print_summary(
     );
     println!("transaction type: <builtin: TPC-B (sort of)>");
     println!("scaling factor: {}", p.scale);
-    println!("query mode: {}", p.protocol.name());
+    println!(
+        "query mode: {}{}",
+        p.protocol.name(),
+        if p.pipeline { " (pipelined)" } else { "" }
+    );
     println!("number of clients: {}", p.clients);
     println!("number of threads: {}", p.jobs);
     println!("maximum number of tries: 1");

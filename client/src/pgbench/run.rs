@@ -83,6 +83,9 @@ pub struct Params {
     pub seed: u64,
     /// Whether `pgbench_accounts.aid` is `bigint` (scale ≥ 20000).
     pub aid_big: bool,
+    /// Send BEGIN and the five statements without waiting for each answer
+    /// (prepared protocol only); COMMIT still goes alone.
+    pub pipeline: bool,
 }
 
 /// How the run went.
@@ -455,6 +458,7 @@ impl Session {
         v: &Values,
         tag: &str,
         aid_big: bool,
+        pipeline: bool,
     ) -> Result<(), (bool, tokio_postgres::Error)> {
         let before = |e| (false, e);
         match &self.stmts {
@@ -489,6 +493,31 @@ impl Session {
                 .await
                 .map_err(before)?;
                 c.simple_query("END").await.map_err(|e| (true, e))?;
+            }
+            Some(s) if pipeline => {
+                let c = &self.client;
+                let aid4 = v.aid as i32;
+                let aid: &(dyn ToSql + Sync) = if aid_big { &v.aid } else { &aid4 };
+                let (bid, tid, delta) = (v.bid as i32, v.tid as i32, v.delta as i32);
+                // BEGIN and the five statements are pipelined: tokio-postgres sends
+                // each request when its future is first polled, and try_join! polls them
+                // in order, so the server runs them in order in one transaction without
+                // a round trip between them. COMMIT goes alone: its answer is the ack.
+                let p_acc: [&(dyn ToSql + Sync); 2] = [&delta, aid];
+                let p_sel: [&(dyn ToSql + Sync); 1] = [aid];
+                let p_tel: [&(dyn ToSql + Sync); 2] = [&delta, &tid];
+                let p_br: [&(dyn ToSql + Sync); 2] = [&delta, &bid];
+                let p_hist: [&(dyn ToSql + Sync); 5] = [&tid, &bid, aid, &delta, &tag];
+                tokio::try_join!(
+                    c.execute(&s.begin, &[]),
+                    c.execute(&s.upd_acc, &p_acc),
+                    c.query(&s.sel_acc, &p_sel),
+                    c.execute(&s.upd_tel, &p_tel),
+                    c.execute(&s.upd_br, &p_br),
+                    c.execute(&s.ins_hist, &p_hist),
+                )
+                .map_err(before)?;
+                c.execute(&s.end, &[]).await.map_err(|e| (true, e))?;
             }
             Some(s) => {
                 let c = &self.client;
@@ -579,7 +608,7 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
         let t = tag::encode(go.run, c, seq);
         r.attempts += 1;
         let t0 = Instant::now();
-        match s.transaction(&v, &t, p.aid_big).await {
+        match s.transaction(&v, &t, p.aid_big, p.pipeline).await {
             Ok(()) => {
                 go.sink.pg_ack(c, seq);
                 shared.acked.fetch_add(1, Ordering::SeqCst);
