@@ -391,3 +391,34 @@ impl Drop for PgCluster {
         // path belongs to the caller.
     }
 }
+
+/// The counts a pgbench verification report pins down, as one JSON object (from
+/// `plugpull verify --json`), to compare whole with [`expected_counts`].
+pub fn report_counts(v: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "server_reachable": v["server_reachable"],
+        "lost_commits": v["lost_commits"],
+        "ordering_violations": v["ordering_violations"],
+        "duplicates": v["duplicates"],
+        "phantoms": v["phantoms"],
+        "malformed_tags": v["malformed_tags"],
+        "unpromised_lost": v["unpromised_lost"],
+        "invariant_holds": v["invariant"]["holds"],
+        "amcheck_corruptions": v["amcheck"]["corruptions"],
+        "checksum_failures": v["checksum_failures"],
+        "ok": v["ok"],
+    })
+}
+
+/// The counts of a clean verification (server reachable, every count 0, invariant
+/// holding, `ok`), with `changes` applied.
+pub fn expected_counts(changes: &[(&str, serde_json::Value)]) -> serde_json::Value {
+    let mut v = serde_json::json!({"server_reachable": true, "lost_commits": 0,
+        "ordering_violations": 0, "duplicates": 0, "phantoms": 0, "malformed_tags": 0,
+        "unpromised_lost": 0, "invariant_holds": true, "amcheck_corruptions": 0,
+        "checksum_failures": 0, "ok": true});
+    for (k, x) in changes {
+        v[*k] = x.clone();
+    }
+    v
+}

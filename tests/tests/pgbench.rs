@@ -6,7 +6,7 @@
 //! TEMPLATE bench`), verified with `--dsn` naming the copy, so each one starts
 //! from the same verified state and nothing else can fire.
 
-use plugpull_tests::pg::PgCluster;
+use plugpull_tests::pg::{expected_counts as expect, report_counts as counts, PgCluster};
 use plugpull_tests::*;
 use serde_json::{json, Value};
 use std::process::{Child, Command, Output, Stdio};
@@ -43,33 +43,6 @@ fn verify(l: &Listener, run: &str, dsn: &str, extra: &[&str]) -> (i32, Value, St
     let mut args = vec!["--run", run, "--dsn", dsn];
     args.extend_from_slice(extra);
     verify_json(l, &args)
-}
-
-/// The counts every scenario pins down, as one JSON object.
-fn counts(v: &Value) -> Value {
-    json!({
-        "lost_commits": v["lost_commits"],
-        "ordering_violations": v["ordering_violations"],
-        "duplicates": v["duplicates"],
-        "phantoms": v["phantoms"],
-        "malformed_tags": v["malformed_tags"],
-        "unpromised_lost": v["unpromised_lost"],
-        "invariant_holds": v["invariant"]["holds"],
-        "amcheck_corruptions": v["amcheck"]["corruptions"],
-        "checksum_failures": v["checksum_failures"],
-        "ok": v["ok"],
-    })
-}
-
-/// The expected counts: all zero, invariant holding, except `changes`.
-fn expect(changes: &[(&str, Value)]) -> Value {
-    let mut v = json!({"lost_commits": 0, "ordering_violations": 0, "duplicates": 0,
-        "phantoms": 0, "malformed_tags": 0, "unpromised_lost": 0, "invariant_holds": true,
-        "amcheck_corruptions": 0, "checksum_failures": 0, "ok": true});
-    for (k, x) in changes {
-        v[*k] = x.clone();
-    }
-    v
 }
 
 /// The tag of `client`'s transaction `seq` in `run` (see client/src/pgbench/tag.rs).
