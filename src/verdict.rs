@@ -144,8 +144,10 @@ pub struct BlockCheck {
     /// The verdict.
     pub verdict: Verdict,
     /// The seq found: the single seq for intact/lost (0 = prior contents), the oldest
-    /// for torn; `None` for corrupt, misdirected and missing.
+    /// for torn, the stray sector's for misdirected; `None` for corrupt and missing.
     pub found_seq: Option<u64>,
+    /// For misdirected: the block the first stray sector was written for.
+    pub found_block: Option<u64>,
     /// Highest watermark among this block's valid, correctly placed sectors of the run.
     pub watermark: u64,
     /// True when the block holds a seq above `A` (a write in flight survived).
@@ -171,6 +173,7 @@ pub fn classify_block(
         return (acked > 0).then_some(BlockCheck {
             verdict: Verdict::Missing,
             found_seq: None,
+            found_block: None,
             watermark: 0,
             newer_than_acked: false,
             has_run_data: false,
@@ -178,6 +181,7 @@ pub fn classify_block(
         });
     }
     let mut misplaced = false;
+    let mut stray: Option<(u64, u64)> = None;
     let mut invalid = false;
     let mut ours = false;
     let mut other = false;
@@ -190,6 +194,7 @@ pub fn classify_block(
                 ours = true;
                 if h.block != block || h.sector != i as u32 || h.sectors_per_block != spb {
                     misplaced = true;
+                    stray.get_or_insert((h.block, h.seq));
                     continue;
                 }
                 watermark = watermark.max(h.watermark);
@@ -212,7 +217,7 @@ pub fn classify_block(
         return None;
     }
     let (verdict, found_seq) = if misplaced {
-        (Verdict::Misdirected, None)
+        (Verdict::Misdirected, stray.map(|(_, seq)| seq))
     } else if acked > 0 && invalid {
         (Verdict::Corrupt, None)
     } else if min == max {
@@ -232,6 +237,7 @@ pub fn classify_block(
     Some(BlockCheck {
         verdict,
         found_seq,
+        found_block: stray.map(|(b, _)| b),
         watermark,
         newer_than_acked: !misplaced && max > acked,
         has_run_data: ours,
@@ -250,6 +256,8 @@ pub struct Finding {
     pub expected_seq: u64,
     /// The seq found on disk, see [`BlockCheck::found_seq`].
     pub found_seq: Option<u64>,
+    /// For misdirected: the block the stray sector was written for.
+    pub found_block: Option<u64>,
     /// Seconds between `A`'s acknowledgement and the last acknowledgement of the run.
     pub acked_secs_before_end: Option<f64>,
 }
@@ -343,6 +351,7 @@ impl Tally {
                 verdict: check.verdict,
                 expected_seq: acks.seq[i],
                 found_seq: check.found_seq,
+                found_block: check.found_block,
                 acked_secs_before_end: (acks.seq[i] > 0)
                     .then(|| (acks.end_ms - acks.ms[i]) as f64 / 1000.0),
             });
@@ -417,8 +426,12 @@ mod tests {
         bad[100] ^= 1;
         assert_eq!(verdict(3, 9, &bad), Some((Verdict::Corrupt, None)));
         let other = block(&enc, 4, 9, 8);
-        assert_eq!(verdict(3, 9, &other), Some((Verdict::Misdirected, None)));
-        assert_eq!(verdict(3, 0, &other), Some((Verdict::Misdirected, None)));
+        assert_eq!(verdict(3, 9, &other), Some((Verdict::Misdirected, Some(9))));
+        assert_eq!(verdict(3, 0, &other), Some((Verdict::Misdirected, Some(9))));
+        assert_eq!(
+            classify_block(RUN, 3, B, 9, &other).unwrap().found_block,
+            Some(4)
+        );
         assert_eq!(verdict(3, 9, &v9[..B - 1]), Some((Verdict::Missing, None)));
         assert_eq!(verdict(3, 0, &v9[..0]), None);
         // Another run's valid sectors are prior contents, not damage.

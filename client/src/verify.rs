@@ -343,6 +343,10 @@ pub fn print_file_report(r: &FileReport, show: usize) {
                         format!("seq {s}")
                     }
                 })
+                .map(|s| match f.found_block {
+                    Some(b) => format!("{s} written for block {b}"),
+                    None => s,
+                })
                 .unwrap_or_else(|| "-".into());
             let lag = f
                 .acked_secs_before_end

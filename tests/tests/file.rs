@@ -247,7 +247,17 @@ fn doctored_files_give_exact_verdicts() {
         v["verdicts"],
         verdicts(&[("intact", N - 1), ("misdirected", 1)])
     );
-    assert_eq!(only_finding(&v)["block"], json!(9));
+    let f = only_finding(&v);
+    // Block 9 (acknowledged seq N+10) holds block 3's sectors of seq N+4.
+    assert_eq!(
+        (
+            f["block"].clone(),
+            f["expected_seq"].clone(),
+            f["found_seq"].clone(),
+            f["found_block"].clone()
+        ),
+        (json!(9), json!(N + 10), json!(N + 4), json!(3))
+    );
 
     // Flip one payload byte of block 5.
     let (_, v) = d.check("corrupt", |f| {

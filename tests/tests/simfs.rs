@@ -189,9 +189,19 @@ fn read_disk(path: &Path, run: RunId, blocks: u64) -> Vec<Vec<Sec>> {
         .collect()
 }
 
-/// True when the block holds a sector of the run written for another place.
-fn misplaced(b: u64, secs: &[Sec]) -> bool {
-    secs.iter().enumerate().any(|(i, s)| matches!(*s, Sec::Ours { block, sector, spb, .. } if block != b || sector != i as u32 || spb != SPB as u32))
+/// The seq of the first sector of the run in the block that was written for another
+/// place, if any.
+fn misplaced(b: u64, secs: &[Sec]) -> Option<u64> {
+    secs.iter().enumerate().find_map(|(i, s)| match *s {
+        Sec::Ours {
+            block,
+            sector,
+            spb,
+            seq,
+            ..
+        } if block != b || sector != i as u32 || spb != SPB as u32 => Some(seq),
+        _ => None,
+    })
 }
 
 /// The seq of each sector (prior contents and invalid sectors count as 0).
@@ -272,8 +282,8 @@ impl Model {
                     }
                 }
             }
-            if misplaced(b, secs) {
-                m.fail(b, "misdirected", a, None);
+            if let Some(stray) = misplaced(b, secs) {
+                m.fail(b, "misdirected", a, Some(stray));
                 continue;
             }
             let s = seqs(secs);
@@ -644,7 +654,7 @@ fn reordering_device_is_caught_unserializable() {
             .disk
             .iter()
             .enumerate()
-            .filter(|(b, secs)| !misplaced(*b as u64, secs))
+            .filter(|(b, secs)| misplaced(*b as u64, secs).is_none())
             .flat_map(|(_, secs)| secs.iter())
             .filter_map(|s| {
                 if let Sec::Ours { wm, .. } = s {
@@ -852,7 +862,7 @@ fn misdirected_writes_match_the_ground_truth() {
             holding.insert(d);
         }
         let all_foreign: BTreeSet<u64> = (0..c.disk.len() as u64)
-            .filter(|&b| misplaced(b, &c.disk[b as usize]))
+            .filter(|&b| misplaced(b, &c.disk[b as usize]).is_some())
             .collect();
         assert_eq!(
             all_foreign, holding,
