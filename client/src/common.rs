@@ -83,6 +83,34 @@ impl LatencyStats {
     }
 }
 
+/// Latency figures in ms, as the `--json` summaries of both workloads give them.
+#[derive(serde::Serialize)]
+pub struct LatencySummary {
+    /// Mean.
+    pub average: f64,
+    /// Standard deviation.
+    pub stddev: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+impl LatencySummary {
+    /// The figures of `h`.
+    pub fn of(h: &LatencyStats) -> Self {
+        LatencySummary {
+            average: h.mean_ms(),
+            stddev: h.stddev_ms(),
+            p50: h.percentile_ms(50.0),
+            p99: h.percentile_ms(99.0),
+            max: h.max_ms(),
+        }
+    }
+}
+
 /// Formats a byte count the way the command line accepts it (`64 MiB`).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];

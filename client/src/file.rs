@@ -7,7 +7,7 @@
 //! has been acknowledged) at its issue, which lets the verifier prove reordering
 //! across a flush. See `plugpull::record` for the sector format.
 
-use crate::common::{human_bytes, make_manifest, LatencyStats};
+use crate::common::{human_bytes, make_manifest, LatencyStats, LatencySummary};
 use crate::reporter::{AckSink, Reporter};
 use crate::Failure;
 use clap::ValueEnum;
@@ -509,29 +509,6 @@ struct Summary {
     latency_ms: LatencySummary,
     coverage_percent: f64,
     blocks_written: u64,
-}
-
-/// Latency figures in ms.
-#[derive(serde::Serialize)]
-pub struct LatencySummary {
-    average: f64,
-    stddev: f64,
-    p50: f64,
-    p99: f64,
-    max: f64,
-}
-
-impl LatencySummary {
-    /// The figures of `h`.
-    pub fn of(h: &LatencyStats) -> Self {
-        LatencySummary {
-            average: h.mean_ms(),
-            stddev: h.stddev_ms(),
-            p50: h.percentile_ms(50.0),
-            p99: h.percentile_ms(99.0),
-            max: h.max_ms(),
-        }
-    }
 }
 
 /// Runs `plugpull write file`.

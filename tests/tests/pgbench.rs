@@ -625,3 +625,28 @@ fn every_confirmed_commit_survives_listener_kills() {
     assert_eq!(v["acknowledged_commits"], json!(acked));
     assert_eq!(counts(&v), expect(&[]));
 }
+
+#[test]
+fn the_json_summary_counts_what_was_acknowledged() {
+    let Some((_dir, pg, l)) = setup("the_json_summary_counts_what_was_acknowledged") else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let o = write(
+        &l,
+        &dsn,
+        &["--init", "--clients", "2", "--transactions", "40", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    assert_eq!(v["transactions"], json!(80));
+    assert_eq!(v["acknowledged"], json!(80));
+    assert_eq!(v["clients"], json!(2));
+    assert_eq!(v["failed"], json!(0));
+    assert_eq!(v["clients_lost"], json!(0));
+    let run = v["run_id"].as_str().unwrap();
+    let (code, r, err) = verify(&l, run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["acknowledged_commits"], json!(80));
+    assert_eq!(counts(&r), expect(&[]));
+}

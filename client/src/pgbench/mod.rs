@@ -95,6 +95,11 @@ pub struct WriteArgs {
     #[arg(long, short = 'M', value_enum, default_value_t = Protocol::Simple)]
     pub protocol: Protocol,
 
+    /// Print the summary as one JSON object instead of pgbench's lines (and no
+    /// `run id:` line first; the object has `run_id`).
+    #[arg(long)]
+    pub json: bool,
+
     /// Pipeline each transaction: send BEGIN and its five statements without waiting
     /// for each answer, then COMMIT (needs --protocol prepared). The server does the
     /// same work; tps then compares with pgbench running the same script between
@@ -250,7 +255,9 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         &args.reporter,
     )
     .await?;
-    println!("run id: {run_id}");
+    if !args.json {
+        println!("run id: {run_id}");
+    }
     let out = prepared.go(run_id, reporter.sink()).await;
     let confirmed = reporter
         .finish(RunSummary {
@@ -259,8 +266,40 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             duration_ms: out.elapsed.as_millis() as u64,
         })
         .await?;
-    print_summary(&params, &settings, &out, confirmed);
+    if args.json {
+        println!("{}", summary_json(run_id, &params, &out, confirmed));
+    } else {
+        print_summary(&params, &settings, &out, confirmed);
+    }
     Ok(())
+}
+
+/// The summary as one JSON object (`--json`): the figures of the text summary, with
+/// latencies in ms.
+fn summary_json(
+    run: plugpull::RunId,
+    p: &run::Params,
+    o: &run::Outcome,
+    confirmed: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": run.to_string(),
+        "scaling_factor": p.scale,
+        "query_mode": p.protocol.name(),
+        "pipelined": p.pipeline,
+        "clients": p.clients,
+        "threads": p.jobs,
+        "duration_secs": o.elapsed.as_secs_f64(),
+        "transactions": o.committed,
+        "failed": o.failed,
+        "tps": o.committed as f64 / o.elapsed.as_secs_f64().max(1e-9),
+        "latency_ms": crate::common::LatencySummary::of(&o.stats),
+        "acknowledged": confirmed,
+        "clients_lost": o.lost_clients,
+        "in_flight_at_commit": o.in_flight,
+        "clients_aborted": o.aborted_clients,
+        "interrupted": o.interrupted,
+    })
 }
 
 /// The `/proc/mounts` line (`device mountpoint fstype options`) of the mount
