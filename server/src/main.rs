@@ -412,46 +412,23 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                 bound = Some(h);
             }
             Request::Acks { run, batch } => {
-                let h = match bound_to(&bound, run) {
-                    Ok(h) => h,
-                    Err(e) => return refuse(ErrorKind::Protocol, e),
-                };
                 let n = batch.batch;
-                let rx = h.append(Append::Batch(batch));
-                let _ = out.send(Pending::Confirm {
-                    run,
-                    rx,
-                    resume: false,
-                    batch: n,
-                });
+                if let Err(e) = append(&bound, out, run, Append::Batch(batch), n) {
+                    return refuse(ErrorKind::Protocol, e);
+                }
             }
             Request::Finish { run, summary } => {
-                let h = match bound_to(&bound, run) {
-                    Ok(h) => h,
-                    Err(e) => return refuse(ErrorKind::Protocol, e),
-                };
-                tracing::info!(%run, issued = summary.issued, acknowledged = summary.acknowledged, "run finished");
-                let rx = h.append(Append::Finished(summary));
-                let _ = out.send(Pending::Confirm {
-                    run,
-                    rx,
-                    resume: false,
-                    batch: 0,
-                });
+                let (issued, acknowledged) = (summary.issued, summary.acknowledged);
+                if let Err(e) = append(&bound, out, run, Append::Finished(summary), 0) {
+                    return refuse(ErrorKind::Protocol, e);
+                }
+                tracing::info!(%run, issued, acknowledged, "run finished");
             }
             Request::Invalidate { run, error } => {
-                let h = match bound_to(&bound, run) {
-                    Ok(h) => h,
-                    Err(e) => return refuse(ErrorKind::Protocol, e),
-                };
+                if let Err(e) = append(&bound, out, run, Append::Invalid(error.clone()), 0) {
+                    return refuse(ErrorKind::Protocol, e);
+                }
                 tracing::warn!(%run, %error, "run marked invalid by its agent");
-                let rx = h.append(Append::Invalid(error));
-                let _ = out.send(Pending::Confirm {
-                    run,
-                    rx,
-                    resume: false,
-                    batch: 0,
-                });
             }
             Request::FetchLedger { run, host } => {
                 let Some(run) = run.or_else(|| shared.store.latest_of(&host)) else {
@@ -478,6 +455,25 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
             }
         }
     }
+}
+
+/// Queues `what` on the connection's run (which must be `run`); the answer,
+/// `Confirmed{batch}`, goes out once the ledger holds it durably.
+fn append(
+    bound: &Option<Arc<RunHandle>>,
+    out: &mpsc::UnboundedSender<Pending>,
+    run: RunId,
+    what: Append,
+    batch: u64,
+) -> Result<(), String> {
+    let rx = bound_to(bound, run)?.append(what);
+    let _ = out.send(Pending::Confirm {
+        run,
+        rx,
+        resume: false,
+        batch,
+    });
+    Ok(())
 }
 
 fn bound_to(bound: &Option<Arc<RunHandle>>, run: RunId) -> Result<Arc<RunHandle>, String> {
