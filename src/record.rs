@@ -107,7 +107,7 @@ impl Encoder {
     /// Panics if `buf.len()` is not a non-zero multiple of [`SECTOR`].
     pub fn encode_block(&self, buf: &mut [u8], block: u64, seq: u64, watermark: u64) {
         assert!(
-            !buf.is_empty() && buf.len() % SECTOR == 0,
+            !buf.is_empty() && buf.len().is_multiple_of(SECTOR),
             "block must be a multiple of 512 bytes"
         );
         let spb = (buf.len() / SECTOR) as u32;

@@ -111,7 +111,8 @@ pub struct WriteArgs {
 
 /// Validates the arguments and returns the number of blocks.
 fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
-    if a.block_size == 0 || a.block_size % SECTOR as u64 != 0 || a.block_size > (64 << 20) {
+    if a.block_size == 0 || !a.block_size.is_multiple_of(SECTOR as u64) || a.block_size > (64 << 20)
+    {
         return Err(format!(
             "--block-size {} is not a multiple of 512 bytes between 512 and 64 MiB",
             a.block_size
@@ -176,14 +177,8 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         }
         Err(Failure(msg))
     };
-    // SAFETY: flock on a valid descriptor.
-    if unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )
-    } != 0
-    {
+    // An exclusive flock(2), held until the run ends.
+    if f.try_lock().is_err() {
         return fail(format!(
             "target {shown} is in use by another plugpull writer (it holds the target's lock)"
         ));

@@ -99,14 +99,8 @@ impl Store {
             .write(true)
             .open(&lock_path)
             .map_err(|e| io_err("cannot open", &lock_path, e))?;
-        // SAFETY: flock on a valid descriptor.
-        if unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&lock),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } != 0
-        {
+        // An exclusive flock(2), held while the listener runs.
+        if lock.try_lock().is_err() {
             return Err(format!(
                 "data directory {} is in use by another plugpull-listener",
                 dir.display()

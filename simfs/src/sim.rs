@@ -519,8 +519,8 @@ impl Sim {
         let len = w.data.len() as u64;
         let eligible = self.config.mode == Mode::Misdirect
             && self.config.misdirect_every > 0
-            && w.offset % block == 0
-            && len % block == 0;
+            && w.offset.is_multiple_of(block)
+            && len.is_multiple_of(block);
         if !eligible || self.rng.random_range(0..self.config.misdirect_every) != 0 {
             return Ok(None);
         }
