@@ -15,7 +15,7 @@
 //! The first entry is the run's [`Manifest`]; then [`Entry::Acks`] batches, each with
 //! the agent's batch number (batches are idempotent: a resent batch whose number is
 //! not above the highest in the ledger is ignored by the listener); a run may end
-//! with [`Entry::Finished`] or [`Entry::Invalid`].
+//! with [`Entry::Finished`] or [`Entry::DeviceError`].
 //!
 //! The listener writes one group commit with one `write` and `fdatasync`s before it
 //! confirms anything in it. A crash can therefore only damage the last commit: a
@@ -227,11 +227,27 @@ pub enum Entry {
     Acks(AckBatch),
     /// The agent finished normally.
     Finished(RunSummary),
-    /// The run is invalid: a durability call failed, so nothing it measured counts.
-    Invalid {
-        /// The error the agent saw, e.g. `fdatasync: Input/output error (os error 5)`.
-        error: String,
-    },
+    /// The run ended by a device error: a write or durability call failed (the
+    /// device lost power or went away, or filled up). Every ack before this entry was
+    /// confirmed before the error and is judged as usual; the agent sends none after it.
+    DeviceError(DeviceError),
+}
+
+/// How a run that ended by a device error ended, as the agent reported it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct DeviceError {
+    /// The first error the agent saw, e.g.
+    /// `fdatasync after block 7: Input/output error (os error 5)`.
+    pub error: String,
+    /// Milliseconds after the run's start when the failed call returned (same clock as
+    /// [`FileAck::ms`]); every ack the agent handed over has `ms ≤` this.
+    pub ms: u64,
+    /// Writes issued before the error (including the failed ones).
+    pub issued: u64,
+    /// Acknowledgements the agent handed over before the error.
+    pub acknowledged: u64,
+    /// Highest seq among them (0 when none).
+    pub last_seq: u64,
 }
 
 /// Why a ledger cannot be read.

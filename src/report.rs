@@ -58,6 +58,10 @@ pub struct FileReport {
     pub ok: bool,
     /// One line: `PASS: …` or `FAIL: …`.
     pub summary: String,
+    /// When a device error ended the run: `run ended by a device error at T s into
+    /// the run: ERROR` (the acks confirmed before it are judged as usual).
+    #[serde(default)]
+    pub device_error: Option<String>,
 }
 
 impl FileReport {
@@ -112,6 +116,7 @@ impl FileReport {
             lost_lag_histogram: lag_histogram(&lags),
             ok,
             summary,
+            device_error: None,
         }
     }
 }

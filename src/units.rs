@@ -14,17 +14,29 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .map_err(|e| format!("{s:?} is not a size ({e}); try 4096, 64MiB or 1GiB"))
 }
 
+/// Longest duration [`parse_duration`] accepts: 366 days. Longer is a typo, and
+/// "now + duration" would overflow the clock for absurd values.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// Parses a duration such as `30s`, `5m` or `1h`; a bare number means seconds.
 ///
-/// Errors: a message naming the text that is not a duration.
+/// Errors: a message naming the text that is not a duration, or one longer than
+/// [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.trim().parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+    let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
+            Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
         }
+        _ => humantime::parse_duration(s)
+            .map_err(|e| format!("{s:?} is not a duration ({e}); try 30s or 5m"))?,
+    };
+    if d > MAX_DURATION {
+        return Err(format!(
+            "{s:?} is longer than {} days, the longest duration accepted",
+            MAX_DURATION.as_secs() / 86400
+        ));
     }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration ({e}); try 30s or 5m"))
+    Ok(d)
 }
 
 /// Checks a `HOST:PORT` address (a name or IPv4 address, or `[IPv6]`, then a port).
@@ -88,5 +100,12 @@ mod tests {
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_duration("366d").unwrap(), MAX_DURATION);
+        for huge in ["367d", "1e300", "1000000000000s"] {
+            assert_eq!(
+                parse_duration(huge).unwrap_err(),
+                format!("{huge:?} is longer than 366 days, the longest duration accepted")
+            );
+        }
     }
 }

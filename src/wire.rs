@@ -29,7 +29,7 @@
 //! lost its connection sends `ResumeRun` and resends every batch above the
 //! `confirmed_batch` it is told. Proofs are defined in [`crate::auth`].
 
-use crate::ledger::{AckBatch, Manifest, RunSummary};
+use crate::ledger::{AckBatch, DeviceError, Manifest, RunSummary};
 use crate::RunId;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -80,12 +80,13 @@ pub enum Request {
         /// The agent's counts.
         summary: RunSummary,
     },
-    /// A durability call failed: the run is invalid; answered by `Confirmed{batch: 0}`.
-    Invalidate {
+    /// A write or durability call failed: the run ended by a device error (every ack
+    /// sent before this one stands, none follows); answered by `Confirmed{batch: 0}`.
+    DeviceError {
         /// The run.
         run: RunId,
-        /// The error.
-        error: String,
+        /// The error, when, and what was acknowledged before it.
+        end: DeviceError,
     },
     /// Send a run's ledger: the run given, or else the latest run of `host`.
     FetchLedger {
@@ -126,7 +127,7 @@ pub enum Response {
     Confirmed {
         /// The run.
         run: RunId,
-        /// The batch (0 for `Finish`/`Invalidate`).
+        /// The batch (0 for `Finish`/`DeviceError`).
         batch: u64,
     },
     /// Part of a run's ledger file; `last` marks the final chunk.
@@ -373,9 +374,17 @@ mod proptests {
                     }
                 }
             ),
-            (any::<u64>(), ".{0,40}").prop_map(|(run, error)| Request::Invalidate {
-                run: RunId(run),
-                error
+            (any::<u64>(), ".{0,40}", any::<[u64; 4]>()).prop_map(|(run, error, n)| {
+                Request::DeviceError {
+                    run: RunId(run),
+                    end: DeviceError {
+                        error,
+                        ms: n[0],
+                        issued: n[1],
+                        acknowledged: n[2],
+                        last_seq: n[3],
+                    },
+                }
             }),
             (any::<Option<u64>>(), ".{0,20}").prop_map(|(run, host)| Request::FetchLedger {
                 run: run.map(RunId),

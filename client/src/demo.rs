@@ -974,9 +974,7 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
 async fn verify_file(ctx: &Ctx, run: plugpull::RunId) -> Result<FileOutcome, Failure> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(&ctx.addr, &secret, Some(run), "").await?;
-    if let Some(e) = &l.invalid {
-        return Err(Failure(format!("run {run} is invalid: {e}")));
-    }
+    crate::verify::device_error_rule(&l)?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
         return Err(Failure(format!("run {run} is not a file run")));
     };

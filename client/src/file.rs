@@ -8,11 +8,12 @@
 //! across a flush. See `plugpull::record` for the sector format.
 
 use crate::common::{human_bytes, make_manifest, LatencyStats, LatencySummary};
+use crate::guard::{self, target_kind};
 use crate::reporter::{AckSink, Reporter};
 use crate::Failure;
 use clap::ValueEnum;
 use plugpull::auth::Secret;
-use plugpull::ledger::{FileAck, FileManifest, RunSummary, Workload};
+use plugpull::ledger::{DeviceError, FileAck, FileManifest, RunSummary, Workload};
 use plugpull::record::{Encoder, SECTOR};
 use plugpull::units::{parse_duration, parse_size};
 use rand::{Rng, SeedableRng};
@@ -109,7 +110,11 @@ pub struct WriteArgs {
     pub reporter: crate::reporter::ReporterOptions,
 }
 
-/// Validates the arguments and returns the number of blocks.
+/// Most concurrent writers `--jobs` accepts (one thread and descriptor each).
+pub const MAX_JOBS: u32 = 1024;
+
+/// Validates the arguments and returns the number of blocks (durations are bounded
+/// by the parser, `plugpull::units::MAX_DURATION`).
 fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
     if a.block_size == 0 || !a.block_size.is_multiple_of(SECTOR as u64) || a.block_size > (64 << 20)
     {
@@ -126,8 +131,8 @@ fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
         )
         .into());
     }
-    if a.jobs == 0 {
-        return Err("--jobs must be at least 1".into());
+    if a.jobs == 0 || a.jobs > MAX_JOBS {
+        return Err(format!("--jobs {} is not between 1 and {MAX_JOBS}", a.jobs).into());
     }
     if a.writes == Some(0) {
         return Err("--writes must be at least 1".into());
@@ -141,7 +146,8 @@ fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
     Ok(a.size / a.block_size)
 }
 
-/// The target of a run, locked (`flock`, exclusive) against a second writer until dropped.
+/// The target of a run, locked (`flock`, exclusive; block devices also opened
+/// `O_EXCL`) against a second writer and against mounting until dropped.
 pub struct LockedTarget {
     _lock: File,
 }
@@ -149,28 +155,31 @@ pub struct LockedTarget {
 /// Creates or checks the target so it holds `size` bytes, durably (file and directory
 /// entry), and locks it for this run.
 ///
-/// Errors: another plugpull writer holds the target; the target holds data that is
-/// neither zeros nor plugpull records and `force` is off; a block device smaller than
-/// `size`; a filesystem without `size` bytes free (checked before allocating; a file
-/// this call created is removed again); not a regular file or block device.
+/// Errors: not a regular file or block device; a block device that is mounted or held
+/// (`O_EXCL` refused); another plugpull writer holds the target; the target holds a
+/// filesystem, volume, RAID or partition-table signature (`wipefs`), or a first sector
+/// that is neither zeros nor a plugpull record, and `force` is off; a block device
+/// smaller than `size`; a filesystem without `size` bytes free (checked before
+/// allocating; a file this call created is removed again). A filesystem whose
+/// `statfs` reports 0 bytes in all has an unknown size: a warning, not an error.
 pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarget, Failure> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).ok();
-    if let Some(m) = &meta {
-        if !m.file_type().is_file() && !m.file_type().is_block_device() {
-            return Err(Failure(format!(
-                "target {shown} is neither a regular file nor a block device"
-            )));
-        }
-    }
+    let meta = target_kind(path)?;
+    let block_device = meta
+        .as_ref()
+        .is_some_and(|m| m.file_type().is_block_device());
     let created = meta.is_none();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(created)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Failure(format!("cannot open target {shown}: {e}")))?;
+    let f = if block_device {
+        guard::open_block_exclusive(path)?
+    } else {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(created)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Failure(format!("cannot open target {shown}: {e}")))?
+    };
     let fail = |msg: String| {
         if created {
             let _ = std::fs::remove_file(path);
@@ -183,16 +192,15 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
             "target {shown} is in use by another plugpull writer (it holds the target's lock)"
         ));
     }
-    if !force && holds_foreign_data(&f) {
-        return fail(format!(
-            "target {shown} holds data that is not plugpull's (its first sector is neither zeros nor a plugpull record); \
-             everything on it would be overwritten: give --force to use it anyway"
-        ));
+    if !force && !created {
+        if let Some(why) = foreign_data(path, &f, block_device) {
+            return fail(format!(
+                "target {shown} holds data that is not plugpull's ({why}); \
+                 everything on it would be overwritten: give --force to use it anyway"
+            ));
+        }
     }
-    if meta
-        .as_ref()
-        .is_some_and(|m| m.file_type().is_block_device())
-    {
+    if block_device {
         let have =
             device_size(&f).map_err(|e| Failure(format!("cannot size target {shown}: {e}")))?;
         if have < size {
@@ -209,8 +217,13 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
         .unwrap_or(0);
     let needed = size.saturating_sub(allocated);
-    if let Ok(free) = free_bytes(&f) {
-        if free < needed {
+    match guard::fs_space(&f) {
+        Ok((0, _)) => eprintln!(
+            "warning: the filesystem of target {shown} reports a size of 0 bytes (statfs): its size is unknown, \
+             so free space is not checked before preallocating {}",
+            human_bytes(size)
+        ),
+        Ok((_, free)) if free < needed => {
             return fail(format!(
                 "not enough free space for target {shown}: its filesystem has {} free, --size {} needs {} more",
                 human_bytes(free),
@@ -218,6 +231,7 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
                 human_bytes(needed)
             ));
         }
+        _ => {}
     }
     if let Err(e) = preallocate(&f, size) {
         return fail(format!(
@@ -237,6 +251,34 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
     Ok(LockedTarget { _lock: f })
 }
 
+/// Why the target's contents are not plugpull's, if they are not: the signatures
+/// `wipefs` finds (see [`guard`]), else a first sector that is neither zeros nor a
+/// plugpull record. Where `wipefs` cannot run, a block device counts as foreign (its
+/// filesystems cannot be ruled out); a file falls back to the first-sector check.
+fn foreign_data(path: &Path, f: &File, block_device: bool) -> Option<String> {
+    match guard::signatures(path) {
+        Ok(sigs) if !sigs.is_empty() => {
+            let list: Vec<String> = sigs
+                .iter()
+                .map(|s| format!("{} signature at byte {}", s.kind, s.offset))
+                .collect();
+            return Some(format!("wipefs found: {}", list.join(", ")));
+        }
+        Ok(_) => {}
+        Err(e) if block_device => {
+            return Some(format!(
+                "{e}: a filesystem, volume or partition table on it cannot be ruled out"
+            ))
+        }
+        Err(e) => eprintln!(
+            "warning: {e}; only the first sector of target {} is checked for foreign data",
+            path.display()
+        ),
+    }
+    holds_foreign_data(f)
+        .then(|| "its first sector is neither zeros nor a plugpull record".to_string())
+}
+
 /// True when the first sector holds something other than zeros or a plugpull record.
 fn holds_foreign_data(f: &File) -> bool {
     let mut s = [0u8; SECTOR];
@@ -250,14 +292,39 @@ fn holds_foreign_data(f: &File) -> bool {
     )
 }
 
-/// Bytes available to us on the filesystem holding `f` (`fstatvfs`: `f_bavail × f_frsize`).
-fn free_bytes(f: &File) -> std::io::Result<u64> {
-    // SAFETY: fstatvfs fills the zeroed struct on success.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatvfs(std::os::fd::AsRawFd::as_raw_fd(f), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
+/// Refuses `--sync direct-dsync` when `--block-size` is not a multiple of the target's
+/// `O_DIRECT` alignment ([`guard::direct_alignment`]); where the kernel does not say,
+/// probes with one `O_DIRECT` read of a block at offset 0.
+fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Failure> {
+    let shown = path.display();
+    let block_device = f.metadata().is_ok_and(|m| m.file_type().is_block_device());
+    if let Some((align, source)) = guard::direct_alignment(f, block_device) {
+        if !bs.is_multiple_of(align) {
+            return Err(Failure(format!(
+                "--sync direct-dsync: --block-size {bs} is not a multiple of {align} bytes, {source} of target {shown}, \
+                 so O_DIRECT writes would fail; give --block-size {} (or a multiple of it), or --sync dsync",
+                align.max(4096)
+            )));
+        }
+        return Ok(());
     }
-    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+    let probe = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| {
+            Failure(format!(
+                "--sync direct-dsync: cannot open target {shown} with O_DIRECT: {e}"
+            ))
+        })?;
+    let mut buf = AlignedBuf::new(bs as usize);
+    match probe.read_at(buf.as_mut(), 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Failure(format!(
+            "--sync direct-dsync: target {shown} refused an O_DIRECT read of one --block-size {bs} block ({e}): \
+             its alignment is larger than {bs} bytes; give a larger --block-size, or --sync dsync"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn device_size(f: &File) -> std::io::Result<u64> {
@@ -351,17 +418,28 @@ struct Shared {
     deadline: Option<Instant>,
     stop: AtomicBool,
     watermark: Watermark,
-    error: Mutex<Option<String>>,
+    /// Set (SeqCst) the moment a write or durability call failed: from then on no
+    /// worker hands over an ack (fsyncgate: a later success cannot be trusted).
+    failed: AtomicBool,
+    /// The first error and when its call returned.
+    error: Mutex<Option<(String, Instant)>>,
+    /// Highest seq handed over as an ack.
+    last_seq: AtomicU64,
     issued: AtomicU64,
     done: AtomicU64,
     lat_us: AtomicU64,
     lat_us2: AtomicU64,
 }
 
-/// Most acks a writer gathers before handing them to the reporter.
-const ACK_GATHER: usize = 256;
-/// Longest a writer holds a gathered ack before handing it over.
-const ACK_DELAY: Duration = Duration::from_millis(1);
+impl Shared {
+    /// Records a failed call: stops every worker, and no ack is handed over after this.
+    fn fail(&self, e: String) {
+        self.failed.store(true, Ordering::SeqCst);
+        let at = Instant::now();
+        self.error.lock().unwrap().get_or_insert((e, at));
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
 
 struct WorkerOut {
     hist: LatencyStats,
@@ -392,15 +470,11 @@ fn worker(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut buf = AlignedBuf::new(bs);
     let mut next = 0u64;
-    // Acks gathered before handing them over: at most ACK_GATHER of them, for at most ACK_DELAY.
-    let mut acks: Vec<FileAck> = Vec::with_capacity(ACK_GATHER);
-    let mut first_ack = Instant::now();
     while own > 0 && !sh.stop.load(Ordering::Relaxed) {
         if sh.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         if sink.paused() {
-            sink.file_acks(&mut acks);
             sink.wait_while_paused(&sh.stop);
         }
         let seq = sh.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
@@ -432,24 +506,23 @@ fn worker(
                 SyncMode::Dsync | SyncMode::DirectDsync => Ok(()),
             });
         if let Err(e) = res {
-            sh.error.lock().unwrap().get_or_insert(e);
-            sh.stop.store(true, Ordering::Relaxed);
+            sh.fail(e);
             break;
         }
         let t1 = Instant::now();
+        // After another worker's failed call, this success is not trusted: no ack.
+        if sh.failed.load(Ordering::SeqCst) {
+            break;
+        }
         let lat = t1 - t0;
         sh.watermark.complete(seq);
-        if acks.is_empty() {
-            first_ack = t1;
-        }
-        acks.push(FileAck {
+        // Handed over the moment the durability call returned: batching is the reporter's job.
+        sink.file_ack(FileAck {
             seq,
             block,
             ms: sink.ms_at(t1),
         });
-        if acks.len() >= ACK_GATHER || t1 - first_ack >= ACK_DELAY {
-            sink.file_acks(&mut acks);
-        }
+        sh.last_seq.fetch_max(seq, Ordering::Relaxed);
         hist.record(lat);
         written[idx as usize] = true;
         let us = lat.as_micros() as u64;
@@ -457,8 +530,6 @@ fn worker(
         sh.lat_us.fetch_add(us, Ordering::Relaxed);
         sh.lat_us2.fetch_add(us * us, Ordering::Relaxed);
     }
-    // Hand over what is still gathered: every durable write is reported.
-    sink.file_acks(&mut acks);
     WorkerOut {
         hist,
         covered: written.iter().filter(|&&w| w).count() as u64,
@@ -504,21 +575,33 @@ struct Summary {
     latency_ms: LatencySummary,
     coverage_percent: f64,
     blocks_written: u64,
+    /// The failed call that ended the run, when a device error ended it.
+    device_error: Option<String>,
 }
 
-/// Runs `plugpull write file`.
+/// Runs `plugpull write file`. Returns `Ok(true)` when the run ended as planned,
+/// `Ok(false)` (exit 1) when it ended by a device error: a `pwrite` or durability call
+/// failed (EIO, ENODEV, ENXIO, ENOSPC, …). The run is then the cut: every worker stops,
+/// no ack is handed over after the error, the ledger records the error
+/// ([`plugpull::ledger::DeviceError`]) and `verify` judges the acks confirmed before it.
 ///
-/// Errors (exit 2): bad arguments, a target that is too small or cannot be opened,
-/// an unreachable listener, a failed write or durability call (the run is then
-/// marked invalid in the ledger first).
-pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Failure> {
+/// Errors (exit 2): bad arguments, a target of the wrong kind, too small or that
+/// cannot be opened, an unreachable listener or a wrong secret (all found before the
+/// target is created), a listener that cannot be reached at the end.
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<bool, Failure> {
     let blocks = check_args(args)?;
+    target_kind(&args.target)?;
+    // An unreachable listener or a wrong secret is found before the target is created.
+    drop(crate::net::connect(listener, secret).await?);
     let bs = args.block_size as usize;
     let size = blocks * args.block_size;
     let _locked = prepare_target(&args.target, size, args.force)?;
     let files: Vec<File> = (0..args.jobs)
         .map(|_| open_for_writes(&args.target, args.sync))
         .collect::<Result<_, _>>()?;
+    if args.sync == SyncMode::DirectDsync {
+        check_direct_alignment(&files[0], &args.target, args.block_size)?;
+    }
     let target = std::fs::canonicalize(&args.target).unwrap_or_else(|_| args.target.clone());
     let manifest = make_manifest(Workload::File(FileManifest {
         target: target.display().to_string(),
@@ -548,10 +631,13 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let sh = Arc::new(Shared {
         next_seq: AtomicU64::new(0),
         limit: args.writes,
-        deadline: duration.map(|d| start + d),
+        // check_args bounds the duration, so this cannot overflow.
+        deadline: duration.and_then(|d| start.checked_add(d)),
         stop: AtomicBool::new(false),
         watermark: Watermark::default(),
+        failed: AtomicBool::new(false),
         error: Mutex::new(None),
+        last_seq: AtomicU64::new(0),
         issued: AtomicU64::new(0),
         done: AtomicU64::new(0),
         lat_us: AtomicU64::new(0),
@@ -624,19 +710,31 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     }
     let local_acks = hist.count();
     let error = sh.error.lock().unwrap().clone();
-    if let Some(err) = error {
-        let confirmed = reporter.invalidate(err.clone()).await;
-        return Err(Failure(format!(
-            "{err}; run {run} is marked invalid in the ledger ({} acknowledgements confirmed before the error)",
-            confirmed.map(|c| c.to_string()).unwrap_or_else(|e| format!("unknown: {e}"))
-        )));
-    }
-    let summary = RunSummary {
-        issued,
-        acknowledged: local_acks,
-        duration_ms: elapsed.as_millis() as u64,
+    let device_error = match error {
+        Some((error, at)) => {
+            let end = DeviceError {
+                error,
+                ms: reporter.sink().ms_at(at) as u64,
+                issued,
+                acknowledged: local_acks,
+                last_seq: sh.last_seq.load(Ordering::Relaxed),
+            };
+            Some(end)
+        }
+        None => None,
     };
-    let confirmed = reporter.finish(summary).await?;
+    let confirmed = match &device_error {
+        Some(end) => reporter.device_error(end.clone()).await?,
+        None => {
+            reporter
+                .finish(RunSummary {
+                    issued,
+                    acknowledged: local_acks,
+                    duration_ms: elapsed.as_millis() as u64,
+                })
+                .await?
+        }
+    };
     let s = Summary {
         run_id: run.to_string(),
         target: target.display().to_string(),
@@ -653,6 +751,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         latency_ms: LatencySummary::of(&hist),
         coverage_percent: 100.0 * covered as f64 / blocks as f64,
         blocks_written: covered,
+        device_error: device_error.as_ref().map(|e| e.error.clone()),
     };
     if args.json {
         println!("{}", serde_json::to_string(&s).expect("summary serializes"));
@@ -674,5 +773,16 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             s.coverage_percent
         );
     }
-    Ok(())
+    if let Some(end) = &device_error {
+        eprintln!(
+            "plugpull: run {run} ended by a device error {:.3} s into the run: {}; no acknowledgement was made after it; \
+             {confirmed} acknowledgements were confirmed by the listener before it. The device lost power, went away or \
+             filled up: this is the cut. Verify the run with `plugpull verify --run {run}` once the device is back \
+             (if it came back under a new name, give --target)",
+            end.ms as f64 / 1000.0,
+            end.error
+        );
+        return Ok(false);
+    }
+    Ok(true)
 }

@@ -123,9 +123,7 @@ async fn run(cli: Cli) -> Result<bool, Failure> {
     match cli.cmd {
         Cmd::Write {
             workload: WriteCmd::File { listener, args },
-        } => file::write(&args, &listener.listener, &secret(&listener)?)
-            .await
-            .map(|_| true),
+        } => file::write(&args, &listener.listener, &secret(&listener)?).await,
         Cmd::Write {
             workload: WriteCmd::Pgbench { listener, args },
         } => pgbench::write(&args, &listener.listener, &secret(&listener)?)

@@ -14,7 +14,7 @@
 use crate::net::{self, Reader, Writer};
 use crate::Failure;
 use plugpull::auth::Secret;
-use plugpull::ledger::{AckBatch, Acks, FileAck, Manifest, PgAckRange, RunSummary};
+use plugpull::ledger::{AckBatch, Acks, DeviceError, FileAck, Manifest, PgAckRange, RunSummary};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::collections::{HashMap, VecDeque};
@@ -38,7 +38,7 @@ pub const PG_MAX_UNCONFIRMED: u64 = 100_000;
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
 
 enum Msg {
-    File(Vec<FileAck>),
+    File(FileAck),
     Pg { client: u32, seq: u64, ms: u32 },
 }
 
@@ -77,14 +77,15 @@ impl AckSink {
         let _ = self.tx.send(m);
     }
 
-    /// Hands over durable writes (their durability call returned), emptying `acks`.
-    /// Writers gather a few acks (see `file.rs`) so that handing them over costs one
-    /// channel message, not one per write.
-    pub fn file_acks(&self, acks: &mut Vec<FileAck>) {
-        if !acks.is_empty() {
-            let v = std::mem::replace(acks, Vec::with_capacity(acks.capacity()));
-            self.hand(v.len() as u64, Msg::File(v));
-        }
+    /// Hands over one durable write (its durability call returned) at once: a
+    /// writer never holds an ack back; batching is the reporter task's job.
+    pub fn file_ack(&self, ack: FileAck) {
+        self.hand(1, Msg::File(ack));
+    }
+
+    /// Acks handed over so far (all workload threads).
+    pub fn handed(&self) -> u64 {
+        self.shared.handed.load(Ordering::Relaxed)
     }
 
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
@@ -133,7 +134,7 @@ impl AckSink {
 
 enum Ctrl {
     Finish(RunSummary, oneshot::Sender<Result<u64, Failure>>),
-    Invalidate(String, oneshot::Sender<Result<u64, Failure>>),
+    DeviceError(DeviceError, oneshot::Sender<Result<u64, Failure>>),
 }
 
 /// A running reporter for one run.
@@ -252,11 +253,13 @@ impl Reporter {
         self.wait(rx).await
     }
 
-    /// Marks the run invalid in the ledger (a durability call failed), after sending
-    /// every queued ack; returns the confirmed count.
-    pub async fn invalidate(self, error: String) -> Result<u64, Failure> {
+    /// Records in the ledger that the run ended by a device error, after sending every
+    /// queued ack (all were handed over before the error); returns the confirmed count.
+    ///
+    /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
+    pub async fn device_error(self, end: DeviceError) -> Result<u64, Failure> {
         let (tx, rx) = oneshot::channel();
-        let _ = self.ctrl.send(Ctrl::Invalidate(error, tx));
+        let _ = self.ctrl.send(Ctrl::DeviceError(end, tx));
         self.wait(rx).await
     }
 
@@ -294,13 +297,9 @@ struct Gather {
 impl Gather {
     fn add(&mut self, m: Msg) {
         match m {
-            Msg::File(mut a) => {
-                self.n += a.len();
-                if self.file.is_empty() {
-                    self.file = a;
-                } else {
-                    self.file.append(&mut a);
-                }
+            Msg::File(a) => {
+                self.n += 1;
+                self.file.push(a);
             }
             Msg::Pg { client, seq, ms } => {
                 self.n += 1;
@@ -511,13 +510,7 @@ impl Task {
                 },
                 reply,
             ),
-            Ctrl::Invalidate(error, reply) => (
-                Request::Invalidate {
-                    run: self.run,
-                    error,
-                },
-                reply,
-            ),
+            Ctrl::DeviceError(end, reply) => (Request::DeviceError { run: self.run, end }, reply),
         }
     }
 

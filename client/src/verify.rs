@@ -6,7 +6,9 @@ use crate::common::{hostname, human_bytes};
 use crate::net;
 use crate::Failure;
 use plugpull::auth::Secret;
-use plugpull::ledger::{self, AckBatch, Acks, Entry, FileManifest, Manifest, Tail, Workload};
+use plugpull::ledger::{
+    self, AckBatch, Acks, DeviceError, Entry, FileManifest, Manifest, Tail, Workload,
+};
 use plugpull::report::{FileReport, ReportHead};
 use plugpull::verdict::{classify_block, AckTable, Tally, Verdict};
 use plugpull::wire::{Request, Response};
@@ -45,8 +47,11 @@ pub struct RunLedger {
     pub batches: Vec<AckBatch>,
     /// Whether the agent finished normally.
     pub finished: bool,
-    /// The error that made the run invalid, if any.
-    pub invalid: Option<String>,
+    /// How the run ended, when a device error ended it.
+    pub device_error: Option<DeviceError>,
+    /// Acknowledgements the ledger holds after its device-error entry (the agent
+    /// sends none; any makes the run unverifiable).
+    pub acks_after_error: u64,
 }
 
 /// Fetches a run's ledger and checks every entry's CRC.
@@ -88,12 +93,18 @@ pub async fn fetch(
     let mut manifest = None;
     let mut batches = Vec::new();
     let mut finished = false;
-    let mut invalid = None;
+    let mut device_error: Option<DeviceError> = None;
+    let mut acks_after_error = 0;
     let (id, tail) = ledger::scan(&bytes, |_, e| match e {
         Entry::Manifest(m) => manifest = Some(*m),
-        Entry::Acks(b) => batches.push(b),
+        Entry::Acks(b) => {
+            if device_error.is_some() {
+                acks_after_error += b.acks.count();
+            }
+            batches.push(b)
+        }
         Entry::Finished(_) => finished = true,
-        Entry::Invalid { error } => invalid = Some(error),
+        Entry::DeviceError(d) => device_error = Some(d),
     })
     .map_err(|e| Failure(format!("cannot verify run {run}: {e}")))?;
     if id != run {
@@ -109,8 +120,42 @@ pub async fn fetch(
         manifest: manifest.expect("scan guarantees a manifest"),
         batches,
         finished,
-        invalid,
+        device_error,
+        acks_after_error,
     })
+}
+
+/// The device-error rule: a run that a device error ended is judged on the acks
+/// confirmed before the error, unless writes were acknowledged after it (ledger
+/// entries after the error, or acks stamped later than it): then nothing it measured
+/// can be trusted. Returns the line the report shows, if a device error ended the run.
+///
+/// Errors (exit 2): acknowledgements after the device error.
+pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Failure> {
+    let Some(end) = &l.device_error else {
+        return Ok(None);
+    };
+    let later = l.acks_after_error
+        + l.batches
+            .iter()
+            .map(|b| match &b.acks {
+                Acks::File(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
+                Acks::Pg(_) => 0,
+            })
+            .sum::<u64>();
+    let at = end.ms as f64 / 1000.0;
+    if later > 0 {
+        return Err(Failure(format!(
+            "run {}: writes were acknowledged after its device error at {at:.3} s into the run ({}): \
+             a success after a failed write or durability call cannot be trusted, so nothing this run measured counts",
+            l.run, end.error
+        )));
+    }
+    Ok(Some(format!(
+        "run ended by a device error at {at:.3} s into the run: {} (the device lost power or went away; \
+         if it came back under a new name, give --target); the {} acknowledgements confirmed before it are judged",
+        end.error, end.acknowledged
+    )))
 }
 
 /// What verification concluded: `Ok(true)` = nothing acknowledged lost or damaged.
@@ -122,12 +167,11 @@ pub async fn verify(
 ) -> Result<bool, Failure> {
     let host = args.host.clone().unwrap_or_else(hostname);
     let l = fetch(listener, secret, args.run, &host).await?;
-    if let Some(e) = &l.invalid {
-        return Err(Failure(format!("run {} is invalid: the agent's durability call failed ({e}); nothing it measured can be trusted", l.run)));
-    }
+    let device_error = device_error_rule(&l)?;
     match &l.manifest.workload {
         Workload::File(fm) => {
-            let report = verify_file(&l, fm, args)?;
+            let mut report = verify_file(&l, fm, args)?;
+            report.device_error = device_error;
             if args.json {
                 println!(
                     "{}",
@@ -187,6 +231,8 @@ pub fn verify_file(
         .clone()
         .unwrap_or_else(|| PathBuf::from(&fm.target));
     let mut tally = Tally::default();
+    // A FIFO or other non-file would block the open or mean nothing: refused at once.
+    crate::guard::target_kind(&path)?;
     match File::open(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!(
@@ -298,6 +344,9 @@ fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
 /// Prints the human report of a file run.
 pub fn print_file_report(r: &FileReport, show: usize) {
     println!("run {} (file workload on host {})", r.run_id, r.host);
+    if let Some(e) = &r.device_error {
+        println!("{e}");
+    }
     println!(
         "target: {} ({}, {} blocks of {} bytes)",
         r.target,

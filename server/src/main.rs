@@ -424,11 +424,12 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                 }
                 tracing::info!(%run, issued, acknowledged, "run finished");
             }
-            Request::Invalidate { run, error } => {
-                if let Err(e) = append(&bound, out, run, Append::Invalid(error.clone()), 0) {
+            Request::DeviceError { run, end } => {
+                let error = end.error.clone();
+                if let Err(e) = append(&bound, out, run, Append::DeviceError(end), 0) {
                     return refuse(ErrorKind::Protocol, e);
                 }
-                tracing::warn!(%run, %error, "run marked invalid by its agent");
+                tracing::warn!(%run, %error, "run ended by a device error");
             }
             Request::FetchLedger { run, host } => {
                 let Some(run) = run.or_else(|| shared.store.latest_of(&host)) else {

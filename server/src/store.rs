@@ -42,8 +42,8 @@ pub enum Append {
     Batch(AckBatch),
     /// The end of the run.
     Finished(RunSummary),
-    /// The run is invalid.
-    Invalid(String),
+    /// The run ended by a device error.
+    DeviceError(plugpull::ledger::DeviceError),
     /// No entry; answers with the highest durable batch (used by `ResumeRun`).
     Barrier,
 }
@@ -282,8 +282,8 @@ async fn writer(
                 }
                 Append::Batch(_) | Append::Barrier => {}
                 Append::Finished(s) => ledger::encode_entry(&Entry::Finished(s.clone()), &mut buf),
-                Append::Invalid(e) => {
-                    ledger::encode_entry(&Entry::Invalid { error: e.clone() }, &mut buf)
+                Append::DeviceError(e) => {
+                    ledger::encode_entry(&Entry::DeviceError(e.clone()), &mut buf)
                 }
             }
         }

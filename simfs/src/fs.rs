@@ -171,6 +171,8 @@ pub struct Shared {
     truth: PathBuf,
     mode: Mode,
     seed: u64,
+    flush_delay: Duration,
+    statfs_zero: bool,
 }
 
 /// The [`Filesystem`] handed to fuser; a thin handle on [`Shared`].
@@ -679,6 +681,13 @@ impl Shared {
             st = self.lock();
             st.live()?;
         }
+        if !self.flush_delay.is_zero() {
+            // A slow flush: the call returns late; a cut meanwhile makes it fail.
+            drop(st);
+            std::thread::sleep(self.flush_delay);
+            st = self.lock();
+            st.live()?;
+        }
         st.sim.mark_fsynced(ino, upto);
         st.fsyncs += 1;
         Ok(st)
@@ -728,6 +737,8 @@ impl SimFs {
             truth: options.truth,
             mode: options.sim.mode,
             seed: options.sim.seed,
+            flush_delay: Duration::from_millis(options.sim.flush_delay_ms),
+            statfs_zero: options.sim.statfs_zero,
         });
         Ok((
             SimFs {
@@ -1273,6 +1284,7 @@ impl Filesystem for SimFs {
             Ok(s)
         })();
         match result {
+            Ok(_) if self.shared.statfs_zero => reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096),
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,

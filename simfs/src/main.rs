@@ -63,6 +63,13 @@ enum Command {
         /// FUSE worker threads.
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// Milliseconds every fsync/fdatasync (and O_SYNC/O_DSYNC write) sleeps before
+        /// returning, after its work: a slow cache flush.
+        #[arg(long, default_value_t = 0)]
+        flush_delay_ms: u64,
+        /// Report 0 bytes in all from statfs, as FUSE filesystems without statfs do.
+        #[arg(long)]
+        statfs_zero: bool,
         /// Control socket path.
         #[arg(long)]
         control: Option<PathBuf>,
@@ -124,6 +131,8 @@ fn main() -> ExitCode {
             misdirect_every,
             threads,
             control,
+            flush_delay_ms,
+            statfs_zero,
         } => {
             if sector == 0 || misdirect_block == 0 {
                 eprintln!("plugpull-simfs: --sector and --misdirect-block must be positive");
@@ -141,6 +150,8 @@ fn main() -> ExitCode {
                     sector,
                     misdirect_block,
                     misdirect_every,
+                    flush_delay_ms,
+                    statfs_zero,
                 },
                 truth: ground_truth,
                 control,

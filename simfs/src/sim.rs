@@ -88,11 +88,18 @@ pub struct SimConfig {
     /// In `misdirect` mode, an eligible destaged write is misdirected with chance
     /// 1 in `misdirect_every` (0 never misdirects).
     pub misdirect_every: u64,
+    /// Milliseconds every fsync/fdatasync (and `O_SYNC`/`O_DSYNC` write) sleeps after
+    /// doing its work and before it returns: a slow cache flush (the data is as
+    /// durable as the mode makes it before the call returns, which is late). 0: none.
+    pub flush_delay_ms: u64,
+    /// Answer `statfs` with 0 blocks in all, free and available, as FUSE filesystems
+    /// that implement no `statfs` do.
+    pub statfs_zero: bool,
 }
 
 impl Default for SimConfig {
     /// `honest`, seed 0, 2000 ms delay, 64 MiB cache, 512-byte sectors, 4096-byte
-    /// blocks, misdirect 1 in 50.
+    /// blocks, misdirect 1 in 50, no flush delay, a true `statfs`.
     fn default() -> Self {
         SimConfig {
             mode: Mode::Honest,
@@ -102,6 +109,8 @@ impl Default for SimConfig {
             sector: 512,
             misdirect_block: 4096,
             misdirect_every: 50,
+            flush_delay_ms: 0,
+            statfs_zero: false,
         }
     }
 }
