@@ -6,9 +6,9 @@
 //!
 //! A real power cut stops the writer and the device in the same instant: the writer
 //! never learns that anything failed. If we cut first, the writer's next `pwrite` or
-//! `fdatasync` fails with EIO, the agent marks the run invalid in the ledger (as it
-//! must: a failed durability call makes the run worthless), and `verify` refuses the
-//! run with exit 2 — a race between the agent's `Invalidate` and our SIGKILL. So we
+//! `fdatasync` fails with EIO and the run ends by a device error (a drive-only cut:
+//! `tests/tests/write_truth.rs` covers it) — a race between the agent's device-error
+//! entry and our SIGKILL. To model a whole-machine cut, we
 //! SIGKILL the writer and reap it first, then cut. In between, the device keeps its
 //! power for a few milliseconds more than the CPU; that is the order of a real
 //! machine losing power (the drive's capacitors outlive the CPU), and it changes
@@ -121,13 +121,13 @@ fn ledger_acks(bytes: &[u8]) -> Vec<FileAck> {
             Acks::File(v) => acks.extend(v),
             Acks::Pg(_) => panic!("pgbench acks in a file run"),
         },
-        Entry::Invalid { error } => invalid = Some(error),
+        Entry::DeviceError(d) => invalid = Some(d.error),
         _ => {}
     })
     .expect("ledger scans");
     assert_eq!(
         invalid, None,
-        "the run was marked invalid: the writer saw the cut"
+        "the run ended by a device error: the writer saw the cut"
     );
     acks
 }

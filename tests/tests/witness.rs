@@ -445,54 +445,6 @@ fn many_agents_at_once_all_verify_with_bounded_listener_memory() {
 }
 
 #[test]
-fn a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it() {
-    use plugpull_tests::simfs::{skip_without_fuse, SimFs};
-    if skip_without_fuse("a_failed_durability_call_marks_the_run_invalid_and_verify_refuses_it") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let l = Listener::start(dir.path());
-    let mut fs = SimFs::mount(dir.path(), "honest", 1);
-    let target = fs.mnt().join("t.dat");
-    let mut w = Writer::spawn(&[
-        "write",
-        "file",
-        "--listener",
-        l.addr(),
-        "--size",
-        "1MiB",
-        "-T",
-        "60s",
-        "-P",
-        "0.1",
-        "--target",
-        target.to_str().unwrap(),
-    ]);
-    let run = w.run.clone();
-    w.wait_acknowledged(1);
-    // From the cut on, every operation on the mount fails with EIO.
-    fs.cut();
-    let (status, _, rest) = w.finish();
-    assert_eq!(status.code(), Some(2), "{rest}");
-    assert!(rest.contains("Input/output error (os error 5)"), "{rest}");
-    assert!(
-        rest.contains(&format!("run {run} is marked invalid in the ledger")),
-        "{rest}"
-    );
-    fs.umount();
-    let (code, v, e) = verify_json(&l, &["--run", &run]);
-    assert_eq!(code, 2);
-    assert_eq!(v["ok"], serde_json::json!(false));
-    assert!(
-        e.contains(&format!(
-            "run {run} is invalid: the agent's durability call failed"
-        )),
-        "{e}"
-    );
-    assert!(e.contains("Input/output error"), "{e}");
-}
-
-#[test]
 fn a_peer_that_is_not_a_listener_is_named_as_such() {
     use std::io::Write;
     let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,0 +1,819 @@
+//! The write side of `plugpull write file` tells the truth (issue 8): an ack reaches
+//! the listener the moment its durability call returns; a device error is the cut,
+//! judged on the acks confirmed before it; a user's filesystem, volume or mounted
+//! device is never overwritten; bad targets and arguments are refused before
+//! anything is created or registered.
+//!
+//! Real parts only: a listener process, the `plugpull` binary, `plugpull-simfs` over
+//! FUSE, loop devices, `mkfs.ext4`/`mkfs.xfs`/`pvcreate`. Tests that need root, loop
+//! devices, FUSE or a missing tool say so with a `SKIPPED` line (see
+//! `plugpull_tests::skipped`).
+
+use plugpull::ledger::{self, Acks, DeviceError, Entry, FileAck};
+use plugpull::record::{decode_sector, Sector, SECTOR};
+use plugpull::RunId;
+use plugpull_tests::simfs::{skip_without_fuse, Fate, SimFs};
+use plugpull_tests::*;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BS: u64 = 4096;
+
+/// The acks and the device-error entry of a ledger file, and the number of entries
+/// after the device error.
+fn read_ledger(path: &Path) -> (Vec<FileAck>, Option<DeviceError>, usize) {
+    let bytes = std::fs::read(path).expect("ledger");
+    let (mut acks, mut end, mut after) = (Vec::new(), None, 0);
+    ledger::scan(&bytes, |_, e| {
+        if end.is_some() {
+            after += 1;
+        }
+        match e {
+            Entry::Acks(b) => match b.acks {
+                Acks::File(v) => acks.extend(v),
+                Acks::Pg(_) => panic!("pgbench acks in a file run"),
+            },
+            Entry::DeviceError(d) => end = Some(d),
+            _ => {}
+        }
+    })
+    .expect("ledger scans");
+    (acks, end, after)
+}
+
+/// The highest seq of `run` held by a whole, correctly placed block of `path`
+/// (block size [`BS`]), and for each block the seq it holds whole (0: none).
+fn seqs_on_medium(path: &Path, run: RunId, blocks: u64) -> Vec<u64> {
+    let data = std::fs::read(path).expect("backing file");
+    (0..blocks as usize)
+        .map(|b| {
+            let blk = &data[b * BS as usize..(b + 1) * BS as usize];
+            let s: Vec<u64> = blk
+                .chunks_exact(SECTOR)
+                .map(|s| match decode_sector(s.try_into().unwrap()) {
+                    Sector::Valid(h) if h.run == run && h.block == b as u64 => h.seq,
+                    _ => 0,
+                })
+                .collect();
+            if s.iter().all(|&x| x == s[0]) {
+                s[0]
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// Whether the ledger file stopped changing (two reads 200 ms apart agree).
+fn wait_ledger_stable(path: &Path) {
+    let mut last = std::fs::read(path).expect("ledger");
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = std::fs::read(path).expect("ledger");
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+    panic!("ledger {} kept changing", path.display());
+}
+
+/// Item 2: one job, `--sync dsync`, on simfs honest whose flushes take 200 ms. The
+/// test waits until write `w` arrives at the device (simfs's `writes_total`; with one
+/// job, write ids are seqs), so write `w - 1`'s durability call has just returned;
+/// 100 ms later, in the middle of `w`'s slow flush, it SIGKILLs the writer and cuts.
+/// Write `w` reached the medium (honest: destaged before the delay) but its call never
+/// returned, so it is the in-flight write; write `w - 1` was acknowledged 100 ms before
+/// the kill, so it must be in the ledger: the ledger holds exactly seqs `1 ..= w - 1`
+/// and the medium's highest seq is `w`. (A writer that keeps its newest ack until its
+/// next write completes leaves `w - 1` out: the ledger would end at `w - 2`.)
+#[test]
+fn an_ack_reaches_the_ledger_the_moment_its_durability_call_returns() {
+    if skip_without_fuse("an_ack_reaches_the_ledger_the_moment_its_durability_call_returns") {
+        return;
+    }
+    for seed in [1u64, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Listener::start(dir.path());
+        let mut sim = SimFs::mount_with(dir.path(), "honest", seed, &["--flush-delay-ms", "200"]);
+        let target = sim.mnt().join("t.dat");
+        let blocks = 64;
+        let mut w = Writer::spawn(&[
+            "write",
+            "file",
+            "--listener",
+            l.addr(),
+            "--target",
+            target.to_str().unwrap(),
+            "--size",
+            &(blocks * BS).to_string(),
+            "--sync",
+            "dsync",
+            "--seed",
+            &seed.to_string(),
+            "-T",
+            "120s",
+            "-P",
+            "0.05",
+        ]);
+        w.wait_acknowledged(2);
+        let writes = || sim.stats()["writes_total"].as_u64().unwrap();
+        let w0 = writes();
+        let t0 = Instant::now();
+        let arrived = loop {
+            let n = writes();
+            if n > w0 {
+                break n;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no write arrived");
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        sigkill(&mut w.child);
+        let truth = sim.cut();
+        sim.umount();
+        assert_eq!(truth.summary.fsynced_at_cut, 0, "honest");
+        let path = l.ledger_path(&w.run);
+        wait_ledger_stable(&path);
+        let (acks, end, _) = read_ledger(&path);
+        assert_eq!(end, None, "the writer was killed, not cut");
+        let seqs: BTreeSet<u64> = acks.iter().map(|a| a.seq).collect();
+        let expect: BTreeSet<u64> = (1..arrived).collect();
+        assert_eq!(
+            seqs, expect,
+            "seed {seed}: the ledger holds every write up to the one in flight ({arrived})"
+        );
+        let medium = seqs_on_medium(&sim.backing().join("t.dat"), w.run.parse().unwrap(), blocks);
+        assert_eq!(
+            medium.iter().copied().max(),
+            Some(arrived),
+            "seed {seed}: the in-flight write reached the medium"
+        );
+        let ack_of: BTreeMap<u64, u64> = acks.iter().map(|a| (a.seq, a.block)).collect();
+        for (b, &s) in medium.iter().enumerate() {
+            if s > 0 && s < arrived {
+                assert_eq!(ack_of[&s], b as u64, "seq {s} acknowledged for its block");
+            }
+        }
+    }
+}
+
+/// Starts a writer on `target` with `jobs` jobs and `--progress 0.05`.
+fn start(l: &Listener, target: &Path, size: &str, jobs: u32, seed: u64) -> Writer {
+    Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        size,
+        "--jobs",
+        &jobs.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "-T",
+        "120s",
+        "-P",
+        "0.05",
+    ])
+}
+
+/// The writer ended by a device error: exit 1, the message names the error and the
+/// rule; the ledger ends with the device-error entry, nothing after it, and holds
+/// exactly the acks the agent says it made.
+fn check_device_error_end(w: Writer, l: &Listener, error: &str) -> Vec<FileAck> {
+    let run = w.run.clone();
+    let (status, out, err) = w.finish();
+    assert_eq!(status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        err.contains(&format!("plugpull: run {run} ended by a device error")),
+        "{err}"
+    );
+    assert!(err.contains(error), "{err}");
+    assert!(
+        err.contains("no acknowledgement was made after it"),
+        "{err}"
+    );
+    let (acks, end, after) = read_ledger(&l.ledger_path(&run));
+    let end = end.expect("a device-error entry");
+    assert_eq!(after, 0, "entries after the device error");
+    assert!(end.error.contains(error), "{end:?}");
+    assert_eq!(end.acknowledged, acks.len() as u64, "{end:?}");
+    assert_eq!(end.last_seq, acks.iter().map(|a| a.seq).max().unwrap_or(0));
+    assert!(acks.iter().all(|a| a.ms as u64 <= end.ms), "{end:?}");
+    acks
+}
+
+/// Item 3, honest device: `plugpull-simfs cut` while the writer runs (the device
+/// loses power, the host does not). The writer gets EIO, stops, exits 1 and records
+/// the device error; verify judges the acks confirmed before it: PASS, exit 0, with
+/// the device-error line in JSON and in the human report.
+#[test]
+fn a_drive_cut_under_a_running_writer_is_judged_and_an_honest_drive_passes() {
+    if skip_without_fuse("a_drive_cut_under_a_running_writer_is_judged_and_an_honest_drive_passes")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount(dir.path(), "honest", 7);
+    let target = sim.mnt().join("t.dat");
+    let mut w = start(&l, &target, "2MiB", 3, 7);
+    w.wait_acknowledged(300);
+    let truth = sim.cut();
+    assert_eq!(truth.summary.fsynced_at_cut, 0);
+    let run = w.run.clone();
+    let acks = check_device_error_end(w, &l, "Input/output error (os error 5)");
+    sim.umount();
+    let backing = sim.backing().join("t.dat");
+    let b = backing.to_str().unwrap();
+    let (code, v, err) = verify_json(&l, &["--run", &run, "--target", b]);
+    assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(v["ok"], json!(true));
+    assert_eq!(v["acknowledged"], json!(acks.len()));
+    assert_eq!(v["findings"], json!([]));
+    let line = v["device_error"]
+        .as_str()
+        .expect("device_error in the report");
+    assert!(
+        line.starts_with("run ended by a device error at "),
+        "{line}"
+    );
+    assert!(line.contains("Input/output error (os error 5)"), "{line}");
+    assert!(
+        line.contains("if it came back under a new name, give --target"),
+        "{line}"
+    );
+    let o = plugpull(&[
+        "verify",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--target",
+        b,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(line), "{}", stdout(&o));
+    assert!(stdout(&o).lines().last().unwrap().starts_with("PASS: "));
+}
+
+/// Item 3, lying device (fsync returns at once, the cut drops everything cached):
+/// cut while one job runs. With one job write ids are seqs, so the blocks whose
+/// acknowledged write was lost follow from the ground truth and the ledger alone:
+/// `{b : a write to b the cut dropped has write_id ≤ A(b)}` (FIFO destage: once a
+/// write of b is dropped, every later one is). verify must name exactly those, as
+/// `lost_write` with the ledger's seq, and nothing else: exit 1.
+#[test]
+fn a_drive_cut_under_a_running_writer_on_a_lying_drive_loses_exactly_the_truths_set() {
+    if skip_without_fuse(
+        "a_drive_cut_under_a_running_writer_on_a_lying_drive_loses_exactly_the_truths_set",
+    ) {
+        return;
+    }
+    let mut lost_total = 0;
+    for seed in [31u64, 32, 33] {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Listener::start(dir.path());
+        let mut sim = SimFs::mount_with(dir.path(), "lying", seed, &["--destage-delay-ms", "40"]);
+        let target = sim.mnt().join("t.dat");
+        let blocks = 512;
+        let mut w = start(&l, &target, &(blocks * BS).to_string(), 1, seed);
+        w.wait_acknowledged(1500);
+        let truth = sim.cut();
+        let run = w.run.clone();
+        let acks = check_device_error_end(w, &l, "Input/output error (os error 5)");
+        sim.umount();
+        let mut a = vec![0u64; blocks as usize];
+        for x in &acks {
+            a[x.block as usize] = a[x.block as usize].max(x.seq);
+        }
+        let lost: BTreeMap<u64, u64> = truth
+            .of_file("t.dat")
+            .filter(|t| t.fate == Fate::Dropped && t.write_id <= a[t.block(BS) as usize])
+            .map(|t| (t.block(BS), a[t.block(BS) as usize]))
+            .collect();
+        let backing = sim.backing().join("t.dat");
+        let (code, v, err) =
+            verify_json(&l, &["--run", &run, "--target", backing.to_str().unwrap()]);
+        let found: BTreeMap<u64, u64> = v["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .map(|f| {
+                assert_eq!(f["verdict"], json!("lost_write"), "{f}");
+                (
+                    f["block"].as_u64().unwrap(),
+                    f["expected_seq"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(found, lost, "seed {seed}: lost blocks vs the ground truth");
+        assert_eq!(v["verdicts"]["lost_write"], json!(lost.len()));
+        assert_eq!(code, if lost.is_empty() { 0 } else { 1 }, "{err}");
+        assert!(v["device_error"]
+            .as_str()
+            .unwrap()
+            .contains("Input/output error"));
+        lost_total += lost.len();
+    }
+    assert!(lost_total > 0, "the lying drive lost nothing in 3 cuts");
+}
+
+/// Runs `cmd ARGS`, panicking with its stderr when it fails; returns stdout.
+fn run(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether `tool` runs at all (`tool --version` or `tool -V`).
+fn have(tool: &str) -> bool {
+    ["--version", "-V"].iter().any(|a| {
+        Command::new(tool)
+            .arg(a)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Returns true (after a loud SKIPPED line) when loop devices cannot be used here.
+fn skip_without_loop(test: &str, tools: &[&str]) -> bool {
+    let why = if !is_root() {
+        Some("not root (loop devices need root)".to_string())
+    } else if !Path::new("/dev/loop-control").exists() {
+        Some("no /dev/loop-control".to_string())
+    } else {
+        tools
+            .iter()
+            .chain(&["losetup"])
+            .find(|t| !have(t))
+            .map(|t| format!("{t} is missing (scripts/deps installs it)"))
+    };
+    match why {
+        Some(w) => {
+            skipped(test, &w);
+            true
+        }
+        None => false,
+    }
+}
+
+/// A loop device over a file; detached on drop.
+struct Loop {
+    dev: String,
+}
+
+impl Loop {
+    fn attach(file: &Path, extra: &[&str]) -> Loop {
+        let mut args = vec!["--find", "--show"];
+        args.extend_from_slice(extra);
+        args.push(file.to_str().unwrap());
+        Loop {
+            dev: run("losetup", &args).trim().to_string(),
+        }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dev).output();
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+/// A mount; unmounted (lazily if busy) on drop.
+struct Mount {
+    at: PathBuf,
+}
+
+impl Mount {
+    fn new(args: &[&str], at: &Path) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        let mut a = args.to_vec();
+        a.push(at.to_str().unwrap());
+        run("mount", &a);
+        Mount {
+            at: at.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let ok = Command::new("umount").arg(&self.at).status();
+        if !ok.is_ok_and(|s| s.success()) {
+            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        }
+    }
+}
+
+/// Item 3, ENOSPC mid-run: a copy-on-write filesystem fills up while the run goes
+/// on, because another file grows (btrfs, like ZFS, needs fresh space for every
+/// overwrite, also of a preallocated file: a full pool fails writes to files that
+/// were fully allocated). Built here as btrfs on a 256 MiB loop device with a 16 MiB
+/// target and a second file that grows until the writer stops. The writer's next
+/// `pwrite` (or `fdatasync`) fails with ENOSPC: it exits 1 naming the error, and the
+/// ledger records it. After a remount (so verify reads the medium, not the cache),
+/// verify judges every ack before the error — the device kept them all: PASS, exit
+/// 0, with "No space left on device" in the report.
+#[test]
+fn a_filesystem_that_fills_up_mid_run_is_judged_with_the_error_named() {
+    let test = "a_filesystem_that_fills_up_mid_run_is_judged_with_the_error_named";
+    if skip_without_loop(test, &["mkfs.btrfs", "mount"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = dir.path().join("btrfs.img");
+    run("truncate", &["-s", "256M", img.to_str().unwrap()]);
+    let lo = Loop::attach(&img, &[]);
+    run("mkfs.btrfs", &["-q", &lo.dev]);
+    let mnt = dir.path().join("mnt");
+    let m = Mount::new(&[&lo.dev], &mnt);
+    let target = mnt.join("t.dat");
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "16MiB",
+        "-T",
+        "60s",
+        "-P",
+        "0.1",
+    ]);
+    w.wait_acknowledged(50);
+    // Another file grows until the filesystem is full, and keeps taking what frees up.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let filler = {
+        let (stop, path) = (stop.clone(), mnt.join("filler"));
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            let (big, small) = (vec![7u8; 1 << 20], vec![7u8; 4096]);
+            let t0 = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && t0.elapsed() < Duration::from_secs(60)
+            {
+                if f.write_all(&big).is_err() {
+                    let _ = f.write_all(&small);
+                }
+            }
+        })
+    };
+    let run_id = w.run.clone();
+    let (status, out, err) = w.finish();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    filler.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        err.contains(&format!("plugpull: run {run_id} ended by a device error")),
+        "{err}"
+    );
+    assert!(
+        err.contains("No space left on device (os error 28)"),
+        "{err}"
+    );
+    let (acks, end, after) = read_ledger(&l.ledger_path(&run_id));
+    let end = end.expect("device-error entry");
+    assert_eq!((after, end.acknowledged), (0, acks.len() as u64));
+    assert!(end.error.contains("No space left on device"), "{end:?}");
+    drop(m);
+    let _m = Mount::new(&[&lo.dev], &mnt);
+    let (code, v, err) = verify_json(
+        &l,
+        &["--run", &run_id, "--target", target.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(v["ok"], json!(true));
+    assert_eq!(v["acknowledged"], json!(acks.len()));
+    assert_eq!(v["findings"], json!([]));
+    assert!(
+        v["device_error"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device (os error 28)"),
+        "{v}"
+    );
+}
+
+/// A cheap fingerprint of a whole file or device.
+fn fingerprint(path: &Path) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let b = std::fs::read(path).expect("read for fingerprint");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    (b.len(), h.finish())
+}
+
+/// `plugpull write file --target DEV --size 4MiB --writes 10 [extra]`.
+fn write_to(l: &Listener, dev: &str, extra: &[&str]) -> std::process::Output {
+    let mut a = vec![
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        dev,
+        "--size",
+        "4MiB",
+        "--writes",
+        "10",
+    ];
+    a.extend_from_slice(extra);
+    plugpull(&a)
+}
+
+/// Item 6: ext4, xfs and an LVM physical volume on loop devices are refused without
+/// `--force` (exit 2, the message names what wipefs found, nothing registered) and
+/// not one byte changes; a mounted device is refused even with `--force` (O_EXCL).
+/// An ext4 image in a regular file is refused the same way.
+#[test]
+fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
+    let test = "filesystems_volumes_and_mounted_devices_are_never_overwritten";
+    if skip_without_loop(
+        test,
+        &[
+            "mkfs.ext4",
+            "e2fsck",
+            "mkfs.xfs",
+            "pvcreate",
+            "wipefs",
+            "mount",
+        ],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    for (fs, size, mkfs, args, sig) in [
+        (
+            "ext4",
+            "64M",
+            "mkfs.ext4",
+            vec!["-q", "-F"],
+            "ext4 signature at byte 0x438",
+        ),
+        (
+            "xfs",
+            "320M",
+            "mkfs.xfs",
+            vec!["-q", "-f"],
+            "xfs signature at byte 0x0",
+        ),
+        (
+            "lvm",
+            "64M",
+            "pvcreate",
+            vec!["-q", "-y", "-ff"],
+            "LVM2_member signature at byte 0x218",
+        ),
+    ] {
+        let img = dir.path().join(format!("{fs}.img"));
+        run("truncate", &["-s", size, img.to_str().unwrap()]);
+        let lo = Loop::attach(&img, &[]);
+        let mut a = args.clone();
+        a.push(&lo.dev);
+        run(mkfs, &a);
+        let before = fingerprint(&img);
+        let o = write_to(&l, &lo.dev, &[]);
+        assert_eq!(o.status.code(), Some(2), "{fs}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).trim(),
+            format!(
+                "plugpull: target {} holds data that is not plugpull's (wipefs found: {sig}); \
+                 everything on it would be overwritten: give --force to use it anyway",
+                lo.dev
+            ),
+            "{fs}"
+        );
+        assert_eq!(stdout(&o), "", "{fs}: no run registered");
+        assert_eq!(fingerprint(&img), before, "{fs}: bytes changed");
+        if fs == "lvm" {
+            let _ = Command::new("pvremove")
+                .args(["-q", "-ff", "-y", &lo.dev])
+                .output();
+        }
+        if fs == "ext4" {
+            let m = Mount::new(&[&lo.dev], &dir.path().join("m"));
+            let o = write_to(&l, &lo.dev, &["--force"]);
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(
+                stderr(&o).starts_with(&format!(
+                    "plugpull: target {} is in use: it is mounted, or held by LVM, MD RAID, device-mapper or another program",
+                    lo.dev
+                )),
+                "{}",
+                stderr(&o)
+            );
+            drop(m);
+            run("e2fsck", &["-n", "-f", &lo.dev]);
+            // A regular file holding the same filesystem image is refused too.
+            drop(lo);
+            let before = fingerprint(&img);
+            let o = write_to(&l, img.to_str().unwrap(), &[]);
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("(wipefs found: ext4 signature at byte 0x438)"),
+                "{}",
+                stderr(&o)
+            );
+            assert_eq!(fingerprint(&img), before, "ext4 image file: bytes changed");
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(l.data_dir.join("runs")).map_or(0, |d| d.count()),
+        0,
+        "no run was registered"
+    );
+}
+
+/// Item 8: `--sync direct-dsync` with `--block-size 512` on a device whose logical
+/// block size is 4096 is refused before anything is registered, naming both sizes.
+#[test]
+fn direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size() {
+    let test = "direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size";
+    if skip_without_loop(test, &[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = dir.path().join("4k.img");
+    run("truncate", &["-s", "16M", img.to_str().unwrap()]);
+    let lo = Loop::attach(&img, &["--sector-size", "4096"]);
+    let o = write_to(
+        &l,
+        &lo.dev,
+        &["--sync", "direct-dsync", "--block-size", "512"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "plugpull: --sync direct-dsync: --block-size 512 is not a multiple of 4096 bytes, \
+             the device's logical block size (BLKSSZGET) of target {}, so O_DIRECT writes would fail; \
+             give --block-size 4096 (or a multiple of it), or --sync dsync",
+            lo.dev
+        )
+    );
+    assert_eq!(stdout(&o), "");
+    let o = write_to(
+        &l,
+        &lo.dev,
+        &["--sync", "direct-dsync", "--block-size", "8192"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// Item 18: a FUSE filesystem whose statfs reports 0 bytes in all (simfs
+/// `--statfs-zero`) has an unknown size: a warning, and the run goes on and verifies.
+#[test]
+fn a_filesystem_reporting_zero_size_is_unknown_not_full() {
+    if skip_without_fuse("a_filesystem_reporting_zero_size_is_unknown_not_full") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount_with(dir.path(), "honest", 5, &["--statfs-zero"]);
+    let target = sim.mnt().join("t.dat");
+    let t = target.to_str().unwrap();
+    let o = write_to(&l, t, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "warning: the filesystem of target {t} reports a size of 0 bytes (statfs): its size is unknown, \
+             so free space is not checked before preallocating 4 MiB"
+        )
+    );
+    let (code, v, err) = verify_json(&l, &["--target", t]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["acknowledged"], json!(10));
+    sim.umount();
+}
+
+/// Item 21: a FIFO target is refused at once by write and by verify; absurd `-T`/`-P`
+/// are refused before a run is registered; an unreachable listener and a wrong
+/// secret are found before the target is created.
+#[test]
+fn bad_targets_and_arguments_are_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let f = fifo.to_str().unwrap();
+    let t0 = Instant::now();
+    let o = write_to(&l, f, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let refusal = format!(
+        "plugpull: target {f} is a FIFO (named pipe): give a regular file or a block device"
+    );
+    assert_eq!(stderr(&o).trim(), refusal);
+    // A real run, then verify pointed at the FIFO.
+    let good = dir.path().join("t.dat");
+    let o = write_to(&l, good.to_str().unwrap(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, _, err) = verify_json(&l, &["--target", f]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim(), refusal);
+    assert!(t0.elapsed() < Duration::from_secs(20), "the FIFO blocked");
+    let runs = || std::fs::read_dir(l.data_dir.join("runs")).unwrap().count();
+    assert_eq!(runs(), 1);
+
+    let fresh = dir.path().join("fresh.dat");
+    let fr = fresh.to_str().unwrap();
+    for (flag, value) in [("-T", "1e300"), ("-T", "400d"), ("-P", "1e19")] {
+        let o = plugpull(&[
+            "write",
+            "file",
+            "--listener",
+            l.addr(),
+            "--target",
+            fr,
+            "--size",
+            "1MiB",
+            flag,
+            value,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(
+            stderr(&o).contains(&format!(
+                "{value:?} is longer than 366 days, the longest duration accepted"
+            )),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "");
+    }
+    assert_eq!(runs(), 1, "no run registered by the refused arguments");
+    assert!(!fresh.exists());
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        &free,
+        "--target",
+        fr,
+        "--size",
+        "1MiB",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!("cannot reach listener at {free}")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !fresh.exists(),
+        "target created for an unreachable listener"
+    );
+    let secret = dir.path().join("wrong.secret");
+    std::fs::write(&secret, "not the listener's secret\n").unwrap();
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--target",
+        fr,
+        "--size",
+        "1MiB",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("could not prove it holds our secret"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!fresh.exists(), "target created with a wrong secret");
+    assert_eq!(runs(), 1);
+}
