@@ -928,8 +928,9 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
     if let Some(w) = &mut pgw {
         println!("   pgbench:     {}", w.progress());
     }
-    // The writers die first (they must never see an error and mark their runs
-    // invalid), then the device loses power, then PostgreSQL dies with it.
+    // The writers die first (a whole-machine cut: they must not see the device
+    // error and end their runs by it), then the device loses power, then
+    // PostgreSQL dies with it.
     fw.guard.kill();
     if let Some(w) = &mut pgw {
         w.guard.kill();

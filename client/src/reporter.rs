@@ -83,10 +83,6 @@ impl AckSink {
         self.hand(1, Msg::File(ack));
     }
 
-    /// Acks handed over so far (all workload threads).
-    pub fn handed(&self) -> u64 {
-        self.shared.handed.load(Ordering::Relaxed)
-    }
 
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
     pub fn pg_ack(&self, client: u32, seq: u64) {
