@@ -68,6 +68,9 @@ enum Cmd {
 enum WriteCmd {
     /// Write checksummed blocks to a file or block device.
     ///
+    /// Exit 1: the run ended by a device error (a write or durability call failed:
+    /// the drive lost power, went away or filled up); that is the cut: verify the run.
+    ///
     /// Example: plugpull write file --listener witness:7458 --target /mnt/test/pp.dat --size 1GiB -j 4 -T 5m -P 5
     File {
         #[command(flatten)]

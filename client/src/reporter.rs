@@ -83,7 +83,6 @@ impl AckSink {
         self.hand(1, Msg::File(ack));
     }
 
-
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
     pub fn pg_ack(&self, client: u32, seq: u64) {
         let ms = self.ms();

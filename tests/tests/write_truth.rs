@@ -817,3 +817,93 @@ fn bad_targets_and_arguments_are_refused_before_anything_is_created() {
     assert!(!fresh.exists(), "target created with a wrong secret");
     assert_eq!(runs(), 1);
 }
+
+/// Item 3, the refusal: a ledger whose run acknowledged writes after its device error
+/// (an ack entry after the `DeviceError` entry, or an ack stamped later than the
+/// error) cannot be judged: verify exits 2 and says why. Built by speaking the wire
+/// protocol by hand to a real listener, as a faulty agent would.
+#[test]
+fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
+    use plugpull::ledger::{AckBatch, FileManifest, Manifest, Workload};
+    use plugpull::wire::{Request, Response};
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("never-read.dat");
+    let ack = |seq: u64, ms: u32| FileAck {
+        seq,
+        block: seq,
+        ms,
+    };
+    let batch = |n: u64, acks: Vec<FileAck>| AckBatch {
+        batch: n,
+        promised: true,
+        acks: Acks::File(acks),
+    };
+    let end = DeviceError {
+        error: "fdatasync after block 3: Input/output error (os error 5)".into(),
+        ms: 10,
+        issued: 4,
+        acknowledged: 3,
+        last_seq: 3,
+    };
+    // (acks before the error entry, acks after it)
+    let cases = [
+        (vec![ack(1, 5), ack(2, 6), ack(3, 10)], vec![ack(4, 9)]),
+        (vec![ack(1, 5), ack(2, 6), ack(3, 11)], vec![]),
+    ];
+    for (before, after) in cases {
+        let mut c = RawConn::connect(l.addr());
+        assert_eq!(
+            c.handshake(&plugpull::auth::Secret::default()),
+            Some(Response::Welcome)
+        );
+        c.send(&Request::StartRun {
+            manifest: Box::new(Manifest {
+                host: "forged".into(),
+                started_unix_ms: 1,
+                tool_version: "test".into(),
+                workload: Workload::File(FileManifest {
+                    target: target.display().to_string(),
+                    size: 64 * BS,
+                    block_size: BS as u32,
+                    jobs: 1,
+                    sync: "fdatasync".into(),
+                    pattern: "random".into(),
+                }),
+            }),
+        });
+        let Some(Response::RunStarted { run }) = c.recv() else {
+            panic!("no RunStarted")
+        };
+        c.send(&Request::Acks {
+            run,
+            batch: batch(1, before),
+        });
+        c.send(&Request::DeviceError {
+            run,
+            end: end.clone(),
+        });
+        let mut n = 2;
+        if !after.is_empty() {
+            c.send(&Request::Acks {
+                run,
+                batch: batch(2, after),
+            });
+            n = 3;
+        }
+        for _ in 0..n {
+            assert!(matches!(c.recv(), Some(Response::Confirmed { .. })));
+        }
+        let (code, v, err) = verify_json(&l, &["--run", &run.to_string()]);
+        assert_eq!(code, 2, "{v}");
+        assert_eq!(v["ok"], json!(false));
+        assert_eq!(
+            err.trim(),
+            format!(
+                "plugpull: run {run}: writes were acknowledged after its device error at 0.010 s into the run \
+                 (fdatasync after block 3: Input/output error (os error 5)): a success after a failed write or \
+                 durability call cannot be trusted, so nothing this run measured counts"
+            )
+        );
+    }
+}
