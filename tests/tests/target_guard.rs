@@ -1,0 +1,316 @@
+//! `plugpull write file` never destroys a user's data and refuses, before anything is
+//! created or registered, targets and arguments it cannot honour (issue 8, items 6,
+//! 8, 18, 21): filesystem/volume signatures and mounted devices, `O_DIRECT`
+//! alignment, a FUSE filesystem reporting 0 bytes, FIFOs, absurd durations, an
+//! unreachable listener or wrong secret. Real loop devices, `mkfs.*`, `pvcreate`,
+//! simfs over FUSE; loud skips where they cannot be made.
+
+use plugpull_tests::blockdev::{run, skip_without_loop, Loop, Mount};
+use plugpull_tests::simfs::{skip_without_fuse, SimFs};
+use plugpull_tests::*;
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A cheap fingerprint of a whole file or device.
+fn fingerprint(path: &Path) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let b = std::fs::read(path).expect("read for fingerprint");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    (b.len(), h.finish())
+}
+
+/// `plugpull write file --target DEV --size 4MiB --writes 10 [extra]`.
+fn write_to(l: &Listener, dev: &str, extra: &[&str]) -> std::process::Output {
+    let mut a = vec![
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        dev,
+        "--size",
+        "4MiB",
+        "--writes",
+        "10",
+    ];
+    a.extend_from_slice(extra);
+    plugpull(&a)
+}
+
+/// Item 6: ext4, xfs and an LVM physical volume on loop devices are refused without
+/// `--force` (exit 2, the message names what wipefs found, nothing registered) and
+/// not one byte changes; a mounted device is refused even with `--force` (O_EXCL).
+/// An ext4 image in a regular file is refused the same way.
+#[test]
+fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
+    let test = "filesystems_volumes_and_mounted_devices_are_never_overwritten";
+    if skip_without_loop(
+        test,
+        &[
+            "mkfs.ext4",
+            "e2fsck",
+            "mkfs.xfs",
+            "pvcreate",
+            "wipefs",
+            "mount",
+        ],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    for (fs, size, mkfs, args, sig) in [
+        (
+            "ext4",
+            "64M",
+            "mkfs.ext4",
+            vec!["-q", "-F"],
+            "ext4 signature at byte 0x438",
+        ),
+        (
+            "xfs",
+            "320M",
+            "mkfs.xfs",
+            vec!["-q", "-f"],
+            "xfs signature at byte 0x0",
+        ),
+        (
+            "lvm",
+            "64M",
+            "pvcreate",
+            vec!["-q", "-y", "-ff"],
+            "LVM2_member signature at byte 0x218",
+        ),
+    ] {
+        let img = dir.path().join(format!("{fs}.img"));
+        run("truncate", &["-s", size, img.to_str().unwrap()]);
+        let lo = Loop::attach(&img, &[]);
+        let mut a = args.clone();
+        a.push(&lo.dev);
+        run(mkfs, &a);
+        let before = fingerprint(&img);
+        let o = write_to(&l, &lo.dev, &[]);
+        assert_eq!(o.status.code(), Some(2), "{fs}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).trim(),
+            format!(
+                "plugpull: target {} holds data that is not plugpull's (wipefs found: {sig}); \
+                 everything on it would be overwritten: give --force to use it anyway",
+                lo.dev
+            ),
+            "{fs}"
+        );
+        assert_eq!(stdout(&o), "", "{fs}: no run registered");
+        assert_eq!(fingerprint(&img), before, "{fs}: bytes changed");
+        if fs == "lvm" {
+            let _ = Command::new("pvremove")
+                .args(["-q", "-ff", "-y", &lo.dev])
+                .output();
+        }
+        if fs == "ext4" {
+            let m = Mount::new(&[&lo.dev], &dir.path().join("m"));
+            let o = write_to(&l, &lo.dev, &["--force"]);
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(
+                stderr(&o).starts_with(&format!(
+                    "plugpull: target {} is in use: it is mounted, or held by LVM, MD RAID, device-mapper or another program",
+                    lo.dev
+                )),
+                "{}",
+                stderr(&o)
+            );
+            drop(m);
+            run("e2fsck", &["-n", "-f", &lo.dev]);
+            // A regular file holding the same filesystem image is refused too.
+            drop(lo);
+            let before = fingerprint(&img);
+            let o = write_to(&l, img.to_str().unwrap(), &[]);
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("(wipefs found: ext4 signature at byte 0x438)"),
+                "{}",
+                stderr(&o)
+            );
+            assert_eq!(fingerprint(&img), before, "ext4 image file: bytes changed");
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(l.data_dir.join("runs")).map_or(0, |d| d.count()),
+        0,
+        "no run was registered"
+    );
+}
+
+/// Item 8: `--sync direct-dsync` with `--block-size 512` on a device whose logical
+/// block size is 4096 is refused before anything is registered, naming both sizes.
+#[test]
+fn direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size() {
+    let test = "direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size";
+    if skip_without_loop(test, &[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = dir.path().join("4k.img");
+    run("truncate", &["-s", "16M", img.to_str().unwrap()]);
+    let lo = Loop::attach(&img, &["--sector-size", "4096"]);
+    let o = write_to(
+        &l,
+        &lo.dev,
+        &["--sync", "direct-dsync", "--block-size", "512"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "plugpull: --sync direct-dsync: --block-size 512 is not a multiple of 4096 bytes, \
+             the device's logical block size (BLKSSZGET) of target {}, so O_DIRECT writes would fail; \
+             give --block-size 4096 (or a multiple of it), or --sync dsync",
+            lo.dev
+        )
+    );
+    assert_eq!(stdout(&o), "");
+    let o = write_to(
+        &l,
+        &lo.dev,
+        &["--sync", "direct-dsync", "--block-size", "8192"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// Item 18: a FUSE filesystem whose statfs reports 0 bytes in all (simfs
+/// `--statfs-zero`) has an unknown size: a warning, and the run goes on and verifies.
+#[test]
+fn a_filesystem_reporting_zero_size_is_unknown_not_full() {
+    if skip_without_fuse("a_filesystem_reporting_zero_size_is_unknown_not_full") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount_with(dir.path(), "honest", 5, &["--statfs-zero"]);
+    let target = sim.mnt().join("t.dat");
+    let t = target.to_str().unwrap();
+    let o = write_to(&l, t, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "warning: the filesystem of target {t} reports a size of 0 bytes (statfs): its size is unknown, \
+             so free space is not checked before preallocating 4 MiB"
+        )
+    );
+    let (code, v, err) = verify_json(&l, &["--target", t]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["acknowledged"], json!(10));
+    sim.umount();
+}
+
+/// Item 21: a FIFO target is refused at once by write and by verify; absurd `-T`/`-P`
+/// are refused before a run is registered; an unreachable listener and a wrong
+/// secret are found before the target is created.
+#[test]
+fn bad_targets_and_arguments_are_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let f = fifo.to_str().unwrap();
+    let t0 = Instant::now();
+    let o = write_to(&l, f, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let refusal = format!(
+        "plugpull: target {f} is a FIFO (named pipe): give a regular file or a block device"
+    );
+    assert_eq!(stderr(&o).trim(), refusal);
+    // A real run, then verify pointed at the FIFO.
+    let good = dir.path().join("t.dat");
+    let o = write_to(&l, good.to_str().unwrap(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, _, err) = verify_json(&l, &["--target", f]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim(), refusal);
+    assert!(t0.elapsed() < Duration::from_secs(20), "the FIFO blocked");
+    let runs = || std::fs::read_dir(l.data_dir.join("runs")).unwrap().count();
+    assert_eq!(runs(), 1);
+
+    let fresh = dir.path().join("fresh.dat");
+    let fr = fresh.to_str().unwrap();
+    for (flag, value) in [("-T", "1e300"), ("-T", "400d"), ("-P", "1e19")] {
+        let o = plugpull(&[
+            "write",
+            "file",
+            "--listener",
+            l.addr(),
+            "--target",
+            fr,
+            "--size",
+            "1MiB",
+            flag,
+            value,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(
+            stderr(&o).contains(&format!(
+                "{value:?} is longer than 366 days, the longest duration accepted"
+            )),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "");
+    }
+    assert_eq!(runs(), 1, "no run registered by the refused arguments");
+    assert!(!fresh.exists());
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        &free,
+        "--target",
+        fr,
+        "--size",
+        "1MiB",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!("cannot reach listener at {free}")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !fresh.exists(),
+        "target created for an unreachable listener"
+    );
+    let secret = dir.path().join("wrong.secret");
+    std::fs::write(&secret, "not the listener's secret\n").unwrap();
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--target",
+        fr,
+        "--size",
+        "1MiB",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("could not prove it holds our secret"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!fresh.exists(), "target created with a wrong secret");
+    assert_eq!(runs(), 1);
+}
