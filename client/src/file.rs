@@ -193,7 +193,7 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         ));
     }
     if !force && !created {
-        if let Some(why) = foreign_data(path, &f, block_device) {
+        if let Some(why) = guard::foreign_data(path, &f, block_device) {
             return fail(format!(
                 "target {shown} holds data that is not plugpull's ({why}); \
                  everything on it would be overwritten: give --force to use it anyway"
@@ -249,47 +249,6 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         .and_then(|d| d.sync_all())
         .map_err(|e| Failure(format!("fsync of directory {}: {e}", dir.display())))?;
     Ok(LockedTarget { _lock: f })
-}
-
-/// Why the target's contents are not plugpull's, if they are not: the signatures
-/// `wipefs` finds (see [`guard`]), else a first sector that is neither zeros nor a
-/// plugpull record. Where `wipefs` cannot run, a block device counts as foreign (its
-/// filesystems cannot be ruled out); a file falls back to the first-sector check.
-fn foreign_data(path: &Path, f: &File, block_device: bool) -> Option<String> {
-    match guard::signatures(path) {
-        Ok(sigs) if !sigs.is_empty() => {
-            let list: Vec<String> = sigs
-                .iter()
-                .map(|s| format!("{} signature at byte {}", s.kind, s.offset))
-                .collect();
-            return Some(format!("wipefs found: {}", list.join(", ")));
-        }
-        Ok(_) => {}
-        Err(e) if block_device => {
-            return Some(format!(
-                "{e}: a filesystem, volume or partition table on it cannot be ruled out"
-            ))
-        }
-        Err(e) => eprintln!(
-            "warning: {e}; only the first sector of target {} is checked for foreign data",
-            path.display()
-        ),
-    }
-    holds_foreign_data(f)
-        .then(|| "its first sector is neither zeros nor a plugpull record".to_string())
-}
-
-/// True when the first sector holds something other than zeros or a plugpull record.
-fn holds_foreign_data(f: &File) -> bool {
-    let mut s = [0u8; SECTOR];
-    let n = f.read_at(&mut s, 0).unwrap_or(0);
-    if n < SECTOR {
-        return s[..n].iter().any(|&b| b != 0);
-    }
-    matches!(
-        plugpull::record::decode_sector(&s),
-        plugpull::record::Sector::Invalid(_)
-    )
 }
 
 /// Refuses `--sync direct-dsync` when `--block-size` is not a multiple of the target's

@@ -11,6 +11,7 @@
 use crate::Failure;
 use std::fs::{File, Metadata};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::Command;
@@ -46,6 +47,47 @@ pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Failure> {
             )))
         }
     }
+}
+
+/// Why the target's contents are not plugpull's, if they are not: the signatures
+/// `wipefs` finds (see [`signatures`]), else a first sector that is neither zeros nor a
+/// plugpull record. Where `wipefs` cannot run, a block device counts as foreign (its
+/// filesystems cannot be ruled out); a file falls back to the first-sector check.
+pub fn foreign_data(path: &Path, f: &File, block_device: bool) -> Option<String> {
+    match signatures(path) {
+        Ok(sigs) if !sigs.is_empty() => {
+            let list: Vec<String> = sigs
+                .iter()
+                .map(|s| format!("{} signature at byte {}", s.kind, s.offset))
+                .collect();
+            return Some(format!("wipefs found: {}", list.join(", ")));
+        }
+        Ok(_) => {}
+        Err(e) if block_device => {
+            return Some(format!(
+                "{e}: a filesystem, volume or partition table on it cannot be ruled out"
+            ))
+        }
+        Err(e) => eprintln!(
+            "warning: {e}; only the first sector of target {} is checked for foreign data",
+            path.display()
+        ),
+    }
+    holds_foreign_data(f)
+        .then(|| "its first sector is neither zeros nor a plugpull record".to_string())
+}
+
+/// True when the first sector holds something other than zeros or a plugpull record.
+fn holds_foreign_data(f: &File) -> bool {
+    let mut s = [0u8; plugpull::record::SECTOR];
+    let n = f.read_at(&mut s, 0).unwrap_or(0);
+    if n < plugpull::record::SECTOR {
+        return s[..n].iter().any(|&b| b != 0);
+    }
+    matches!(
+        plugpull::record::decode_sector(&s),
+        plugpull::record::Sector::Invalid(_)
+    )
 }
 
 /// One signature `wipefs` found: what and at which byte offset.
