@@ -549,7 +549,7 @@ struct Summary {
 /// target is created), a listener that cannot be reached at the end.
 pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<bool, Failure> {
     let blocks = check_args(args)?;
-    target_kind(&args.target)?;
+    let existed = target_kind(&args.target)?.is_some();
     // An unreachable listener or a wrong secret is found before the target is created.
     drop(crate::net::connect(listener, secret).await?);
     let bs = args.block_size as usize;
@@ -559,7 +559,12 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         .map(|_| open_for_writes(&args.target, args.sync))
         .collect::<Result<_, _>>()?;
     if args.sync == SyncMode::DirectDsync {
-        check_direct_alignment(&files[0], &args.target, args.block_size)?;
+        if let Err(e) = check_direct_alignment(&files[0], &args.target, args.block_size) {
+            if !existed {
+                let _ = std::fs::remove_file(&args.target);
+            }
+            return Err(e);
+        }
     }
     let target = std::fs::canonicalize(&args.target).unwrap_or_else(|_| args.target.clone());
     let manifest = make_manifest(Workload::File(FileManifest {

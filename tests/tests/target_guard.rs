@@ -40,7 +40,7 @@ fn write_to(l: &Listener, dev: &str, extra: &[&str]) -> std::process::Output {
     plugpull(&a)
 }
 
-/// Item 6: ext4, xfs and an LVM physical volume on loop devices are refused without
+/// Item 6: ext4, xfs, swap and an LVM physical volume on loop devices are refused without
 /// `--force` (exit 2, the message names what wipefs found, nothing registered) and
 /// not one byte changes; a mounted device is refused even with `--force` (O_EXCL).
 /// An ext4 image in a regular file is refused the same way.
@@ -53,6 +53,7 @@ fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
             "mkfs.ext4",
             "e2fsck",
             "mkfs.xfs",
+            "mkswap",
             "pvcreate",
             "wipefs",
             "mount",
@@ -76,6 +77,13 @@ fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
             "mkfs.xfs",
             vec!["-q", "-f"],
             "xfs signature at byte 0x0",
+        ),
+        (
+            "swap",
+            "64M",
+            "mkswap",
+            vec![],
+            "swap signature at byte 0xff6",
         ),
         (
             "lvm",
@@ -149,7 +157,7 @@ fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
 #[test]
 fn direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size() {
     let test = "direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size";
-    if skip_without_loop(test, &[]) {
+    if skip_without_loop(test, &["mkfs.ext4", "wipefs", "mount"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -179,6 +187,27 @@ fn direct_dsync_refuses_a_block_size_below_the_devices_logical_block_size() {
         &["--sync", "direct-dsync", "--block-size", "8192"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // A file on ext4 over that device: statx's dio_offset_align says 4096. The refused
+    // run leaves no target file behind.
+    run("wipefs", &["-a", "-q", &lo.dev]);
+    run("mkfs.ext4", &["-q", "-F", &lo.dev]);
+    let m = Mount::new(&[&lo.dev], &dir.path().join("m"));
+    let file = m.at.join("t.dat");
+    let f = file.to_str().unwrap();
+    let o = write_to(&l, f, &["--sync", "direct-dsync", "--block-size", "512"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "plugpull: --sync direct-dsync: --block-size 512 is not a multiple of 4096 bytes, \
+             statx dio_offset_align of the file of target {f}, so O_DIRECT writes would fail; \
+             give --block-size 4096 (or a multiple of it), or --sync dsync"
+        )
+    );
+    assert!(!file.exists(), "the refused run left its target behind");
+    let o = write_to(&l, f, &["--sync", "direct-dsync"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    drop(m);
 }
 
 /// Item 18: a FUSE filesystem whose statfs reports 0 bytes in all (simfs
