@@ -357,7 +357,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
     println!(
         "acknowledged writes in ledger: {}{}",
         r.acknowledged,
-        if r.finished {
+        if r.finished || r.device_error.is_some() {
             ""
         } else {
             " (no end recorded: the run was cut short, or is still running)"

@@ -119,16 +119,22 @@ fn an_ack_reaches_the_ledger_the_moment_its_durability_call_returns() {
         ]);
         w.wait_acknowledged(2);
         let writes = || sim.stats()["writes_total"].as_u64().unwrap();
-        let w0 = writes();
         let t0 = Instant::now();
+        let mut w0 = writes();
+        // Until write `arrived` is seen arriving and is still the newest 100 ms later
+        // (a slow poll on a busy machine starts over, it never kills at a wrong phase).
         let arrived = loop {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no write arrived");
             let n = writes();
-            if n > w0 {
+            if n == w0 {
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            w0 = writes();
+            if w0 == n {
                 break n;
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no write arrived");
         };
-        std::thread::sleep(Duration::from_millis(100));
         sigkill(&mut w.child);
         let truth = sim.cut();
         sim.umount();
