@@ -9,6 +9,7 @@ pub mod file;
 pub mod net;
 pub mod pgbench;
 pub mod reporter;
+pub mod target_id;
 pub mod verify;
 
 /// "Could not do the job": bad arguments, unreachable listener, damaged ledger,

@@ -4,16 +4,16 @@
 
 use crate::common::{hostname, human_bytes};
 use crate::net;
+use crate::target_id::{self, FsInfo};
 use crate::Failure;
 use plugpull::auth::Secret;
 use plugpull::ledger::{self, AckBatch, Acks, Entry, FileManifest, Manifest, Tail, Workload};
-use plugpull::report::{FileReport, ReportHead};
+use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::verdict::{classify_block, AckTable, Tally, Verdict};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::fs::File;
-use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Options of `plugpull verify`.
 #[derive(clap::Args, Debug, Clone)]
@@ -47,6 +47,9 @@ pub struct RunLedger {
     pub finished: bool,
     /// The error that made the run invalid, if any.
     pub invalid: Option<String>,
+    /// How the run was chosen, in words (`given with --run`, or the newest run of
+    /// the host by the listener's record).
+    pub chosen: String,
 }
 
 /// Fetches a run's ledger and checks every entry's CRC.
@@ -110,6 +113,7 @@ pub async fn fetch(
         batches,
         finished,
         invalid,
+        chosen: String::new(),
     })
 }
 
@@ -121,7 +125,22 @@ pub async fn verify(
     pg: &crate::pgbench::VerifyArgs,
 ) -> Result<bool, Failure> {
     let host = args.host.clone().unwrap_or_else(hostname);
-    let l = fetch(listener, secret, args.run, &host).await?;
+    let mut l = fetch(listener, secret, args.run, &host).await?;
+    l.chosen = match args.run {
+        Some(_) => "given with --run".into(),
+        None => format!(
+            "the newest run of host {host} by the listener's record (created {} by the listener's clock)",
+            plugpull::units::utc(l.manifest.listener_created_unix_ms)
+        ),
+    };
+    if args.run.is_none() {
+        eprintln!(
+            "verifying run {}, {}; it started {} (agent clock)",
+            l.run,
+            l.chosen,
+            plugpull::units::utc(l.manifest.started_unix_ms)
+        );
+    }
     if let Some(e) = &l.invalid {
         return Err(Failure(format!("run {} is invalid: the agent's durability call failed ({e}); nothing it measured can be trusted", l.run)));
     }
@@ -154,11 +173,189 @@ pub async fn verify(
     }
 }
 
+/// `ioctl` that writes back and drops a block device's cached blocks (`_IO(0x12, 97)`
+/// in `<linux/fs.h>`; needs CAP_SYS_ADMIN).
+const BLKFLSBUF: libc::c_ulong = 0x1261;
+
+/// Where and how the target of a file run is read.
+struct Opened {
+    path: PathBuf,
+    file: File,
+    len: u64,
+    is_block: bool,
+    read_mode: &'static str,
+    read_note: String,
+}
+
+/// Finds the path to read: `--target`, else the manifest's path; a block device is
+/// checked (and, without `--target`, found again) by its identity; a file whose
+/// directory is gone or on another filesystem is "not mounted?".
+///
+/// Returns `Ok(None)` when the file is gone from the right filesystem.
+fn locate(fm: &FileManifest, args: &VerifyArgs) -> Result<Option<PathBuf>, Failure> {
+    let id = &fm.identity;
+    let given = args.target.is_some();
+    let path = args
+        .target
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&fm.target));
+    let shown = path.display().to_string();
+    if id.kind == "block" {
+        let actual = target_id::identify(&path);
+        let problem = match &actual {
+            Ok(a) if a.kind != "block" => Some(format!("{shown} is not a block device")),
+            Ok(a) => target_id::device_mismatch(id, a),
+            Err(e) => Some(format!("{shown}: {e}")),
+        };
+        let Some(problem) = problem else {
+            return Ok(Some(path));
+        };
+        if !given {
+            if let Some(found) = target_id::find_device(id) {
+                eprintln!(
+                    "the run's device {shown} is now {} (found by its identity: {})",
+                    found.display(),
+                    target_id::describe_device(id)
+                );
+                return Ok(Some(found));
+            }
+        }
+        return Err(Failure(format!(
+            "target {shown} is not the device run's data was written to ({problem}); the run wrote {}; \
+             give --target with the device that has this identity",
+            target_id::describe_device(id)
+        )));
+    }
+    if path.exists() {
+        if !given && !id.fs_type.is_empty() {
+            let want = FsInfo::of_identity(id);
+            if let Ok(have) = target_id::fs_of(&path) {
+                if !want.same_as(&have) {
+                    return Err(Failure(format!(
+                        "target {shown} is on {} but the run's target was on {}: is that filesystem mounted?",
+                        have.describe(),
+                        want.describe()
+                    )));
+                }
+            }
+        }
+        return Ok(Some(path));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let want = FsInfo::of_identity(id);
+    if !dir.is_dir() {
+        return Err(Failure(format!(
+            "cannot verify: directory {} of target {shown} does not exist; the run's filesystem was {} — not mounted?",
+            dir.display(),
+            want.describe()
+        )));
+    }
+    if !given && !id.fs_type.is_empty() {
+        let have = target_id::fs_of(dir)
+            .map_err(|e| Failure(format!("cannot examine directory {}: {e}", dir.display())))?;
+        if !want.same_as(&have) {
+            return Err(Failure(format!(
+                "cannot verify: directory {} of target {shown} is on {}, but the run's target was on {} — not mounted?",
+                dir.display(),
+                have.describe(),
+                want.describe()
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Opens the target for reading from the medium: refuses a target a writer still
+/// holds (exit 2 "still being written"), drops its cached pages (`BLKFLSBUF` for a
+/// block device, `posix_fadvise(DONTNEED)` for a file) and opens it `O_DIRECT`,
+/// falling back to a buffered read, said in the report, where `O_DIRECT` is refused.
+fn open_target(path: &Path) -> Result<Opened, Failure> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let shown = path.display();
+    let plain =
+        File::open(path).map_err(|e| Failure(format!("cannot read target {shown}: {e}")))?;
+    let meta = plain
+        .metadata()
+        .map_err(|e| Failure(format!("cannot examine target {shown}: {e}")))?;
+    let is_block = meta.file_type().is_block_device();
+    if !is_block && !meta.file_type().is_file() {
+        return Err(Failure(format!(
+            "target {shown} is neither a regular file nor a block device"
+        )));
+    }
+    // The writer holds an exclusive flock(2) for the whole run.
+    if let Err(std::fs::TryLockError::WouldBlock) = plain.try_lock_shared() {
+        return Err(Failure(format!(
+            "target {shown} is still being written: a plugpull writer holds its lock; \
+             verify after the writer has ended (or the machine was cut and rebooted)"
+        )));
+    }
+    let mut notes = Vec::new();
+    let fd = plain.as_raw_fd();
+    if is_block {
+        // SAFETY: BLKFLSBUF takes no argument; fd is a valid block device descriptor.
+        let rc = unsafe { libc::ioctl(fd, BLKFLSBUF as _, 0) };
+        if rc != 0 {
+            notes.push(format!(
+                "BLKFLSBUF failed ({}): cached blocks may not have been dropped",
+                std::io::Error::last_os_error()
+            ));
+        }
+    } else {
+        // SAFETY: plain syscall on a valid descriptor.
+        let rc = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            notes.push(format!(
+                "posix_fadvise(DONTNEED) failed ({})",
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+    }
+    let len = {
+        use std::io::{Seek, SeekFrom};
+        let mut f = &plain;
+        f.seek(SeekFrom::End(0))
+            .map_err(|e| Failure(format!("cannot size target {shown}: {e}")))?
+    };
+    let (file, mode) = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => (f, "o_direct"),
+        Err(e) => {
+            notes.insert(0, format!("O_DIRECT refused ({e})"));
+            (plain, "buffered")
+        }
+    };
+    Ok(Opened {
+        path: path.to_path_buf(),
+        file,
+        len,
+        is_block,
+        read_mode: mode,
+        read_note: notes.join("; "),
+    })
+}
+
+/// A zeroed buffer of `len` bytes aligned to 4096 for `O_DIRECT`, inside `storage`.
+fn aligned(storage: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    *storage = vec![0u8; len + 4096];
+    let off = storage.as_ptr().align_offset(4096);
+    &mut storage[off..off + len]
+}
+
 /// Reads the target of a file run and classifies every block.
 ///
-/// Errors: nothing was acknowledged ("not measured"), or the target exists but
-/// cannot be read. A target that is gone is not an error: every acknowledged block
-/// is then missing.
+/// Errors (exit 2): nothing was acknowledged ("not measured"); the target is not the
+/// run's (a block device with another identity; only records of runs that were not
+/// on it when the run started); its filesystem is not mounted; a writer still holds
+/// it; it exists but cannot be read. A file gone from the right filesystem is a
+/// finding: every acknowledged block is then missing.
 pub fn verify_file(
     l: &RunLedger,
     fm: &FileManifest,
@@ -182,95 +379,196 @@ pub fn verify_file(
             l.run
         )));
     }
-    let path = args
+    let mut tally = Tally::default();
+    let mut target_findings = Vec::new();
+    let mut shown_path = args
         .target
         .clone()
         .unwrap_or_else(|| PathBuf::from(&fm.target));
-    let mut tally = Tally::default();
-    match File::open(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
-                "target {} is gone: every acknowledged block is missing \
-                 (if its filesystem is not mounted, or the device has a new name, mount it or give --target)",
-                path.display()
-            );
+    let (mut read_mode, mut read_note) = ("none", String::new());
+    match locate(fm, args)? {
+        None => {
+            target_findings.push(TargetFinding {
+                kind: "file_gone".into(),
+                detail: format!(
+                    "the file is gone: {} does not exist on its filesystem",
+                    shown_path.display()
+                ),
+            });
             for b in 0..blocks {
-                if let Some(c) = classify_block(l.run, b, bs, acks.seq[b as usize], &[]) {
+                if let Some(c) =
+                    classify_block(l.run, b, bs, acks.seq[b as usize], &[], fm.prior_foreign)
+                {
                     tally.add(b, c, &acks);
                 }
             }
         }
-        Err(e) => {
-            return Err(Failure(format!(
-                "cannot read target {}: {e}",
-                path.display()
-            )))
-        }
-        Ok(mut f) => {
-            let bar = progress_bar(blocks * bs as u64, args.json);
-            let per_read = ((4 << 20) / bs).max(1);
-            let mut buf = vec![0u8; per_read * bs];
-            let mut block = 0u64;
-            let mut eof = false;
-            while block < blocks {
-                let want = ((blocks - block) as usize).min(per_read) * bs;
-                let got = if eof {
-                    0
-                } else {
-                    read_full(&mut f, &mut buf[..want]).map_err(|e| {
-                        Failure(format!(
-                            "reading target {} at byte {}: {e}",
-                            path.display(),
-                            block * bs as u64
-                        ))
-                    })?
-                };
-                if got < want {
-                    eof = true;
-                }
-                for i in 0..want / bs {
-                    let b = block + i as u64;
-                    let data = &buf[(i * bs).min(got)..((i + 1) * bs).min(got)];
-                    if let Some(c) = classify_block(l.run, b, bs, acks.seq[b as usize], data) {
-                        tally.add(b, c, &acks);
-                    }
-                }
-                block += (want / bs) as u64;
-                if let Some(bar) = &bar {
-                    bar.set_position(block * bs as u64);
-                }
+        Some(path) => {
+            let o = open_target(&path)?;
+            shown_path = o.path.clone();
+            if o.is_block && fm.identity.size > 0 && o.len != fm.identity.size {
+                target_findings.push(TargetFinding {
+                    kind: "capacity_changed".into(),
+                    detail: format!(
+                        "device capacity changed {} → {}",
+                        human_bytes(fm.identity.size),
+                        human_bytes(o.len)
+                    ),
+                });
+            } else if o.len < fm.size {
+                target_findings.push(TargetFinding {
+                    kind: "target_shorter".into(),
+                    detail: format!(
+                        "target is shorter than the run's: {} ({} bytes) where the run used {} ({} bytes)",
+                        human_bytes(o.len),
+                        o.len,
+                        human_bytes(fm.size),
+                        fm.size
+                    ),
+                });
             }
-            if let Some(bar) = bar {
-                bar.finish_and_clear();
-            }
+            let (mode, note) = read_blocks(l, fm, &acks, args, o, &mut tally)?;
+            (read_mode, read_note) = (mode, note);
         }
     }
+    let outcome = tally.finish();
+    if read_mode != "none" && outcome.run_data_blocks == 0 {
+        let unknown: Vec<String> = outcome
+            .other_runs
+            .iter()
+            .filter(|r| !fm.prior_runs.contains(r))
+            .map(|r| r.to_string())
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Failure(format!(
+                "target {} holds no record of run {} but records of other plugpull runs in {} blocks \
+                 (runs {}, which were not on the target when run {} started): \
+                 wrong --target, or a later run reused this target",
+                shown_path.display(),
+                l.run,
+                outcome.other_run_blocks,
+                unknown.join(", "),
+                l.run
+            )));
+        }
+        let earlier = if outcome.other_runs.is_empty() {
+            String::new()
+        } else {
+            let r: Vec<String> = outcome.other_runs.iter().map(|r| r.to_string()).collect();
+            format!(
+                " (only records of runs {}, which were on it before this run started)",
+                r.join(", ")
+            )
+        };
+        target_findings.push(TargetFinding {
+            kind: "no_record_of_run".into(),
+            detail: format!(
+                "no record of run {} survived anywhere on the target{earlier}",
+                l.run
+            ),
+        });
+    }
+    let here = target_id::boot_id();
+    let boot = if l.manifest.boot_id.is_empty() || here.is_empty() {
+        "unknown"
+    } else if l.manifest.boot_id == here {
+        "same_boot"
+    } else {
+        "rebooted"
+    };
     let head = ReportHead {
         run_id: l.run.to_string(),
         host: l.manifest.host.clone(),
-        target: path.display().to_string(),
+        target: shown_path.display().to_string(),
         block_size: fm.block_size,
         blocks,
         finished: l.finished,
         acknowledged: acks.acknowledged,
+        target_findings,
+        read_mode: read_mode.into(),
+        read_note,
+        boot: boot.into(),
+        run_started_unix_ms: l.manifest.started_unix_ms,
+        run_chosen: l.chosen.clone(),
     };
-    let outcome = tally.finish();
-    if outcome.run_data_blocks == 0 && outcome.other_run_blocks > 0 {
-        return Err(Failure(format!(
-            "target {} holds no record of run {} but records of other plugpull runs in {} blocks: \
-             wrong --target, or a later run reused this target",
-            path.display(),
-            l.run,
-            outcome.other_run_blocks
-        )));
-    }
     Ok(FileReport::new(head, outcome))
 }
 
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+/// Reads every block of an opened target and adds its check to `tally`. Returns the
+/// read mode and note (a refused `O_DIRECT` read falls back to buffered reads).
+fn read_blocks(
+    l: &RunLedger,
+    fm: &FileManifest,
+    acks: &AckTable,
+    args: &VerifyArgs,
+    o: Opened,
+    tally: &mut Tally,
+) -> Result<(&'static str, String), Failure> {
+    let blocks = fm.blocks();
+    let bs = fm.block_size as usize;
+    let (mut mode, mut note) = (o.read_mode, o.read_note);
+    let mut f = o.file;
+    let bar = progress_bar(blocks * bs as u64, args.json);
+    let per_read = ((4 << 20) / bs).max(1);
+    let mut storage = Vec::new();
+    let buf = aligned(&mut storage, per_read * bs);
+    let mut block = 0u64;
+    let mut eof = false;
+    while block < blocks {
+        let want = ((blocks - block) as usize).min(per_read) * bs;
+        let at = block * bs as u64;
+        let got = if eof {
+            0
+        } else {
+            match read_full_at(&f, &mut buf[..want], at) {
+                Err(e) if mode == "o_direct" && e.raw_os_error() == Some(libc::EINVAL) => {
+                    // O_DIRECT refused at read time (alignment, some FUSE): read buffered.
+                    let plain = File::open(&o.path).map_err(|e| {
+                        Failure(format!("cannot read target {}: {e}", o.path.display()))
+                    })?;
+                    let n = if note.is_empty() { "" } else { "; " };
+                    note = format!("O_DIRECT read refused ({e}){n}{note}");
+                    mode = "buffered";
+                    f = plain;
+                    read_full_at(&f, &mut buf[..want], at)
+                }
+                r => r,
+            }
+            .map_err(|e| {
+                Failure(format!(
+                    "reading target {} at byte {at}: {e}",
+                    o.path.display()
+                ))
+            })?
+        };
+        if got < want {
+            eof = true;
+        }
+        for i in 0..want / bs {
+            let b = block + i as u64;
+            let data = &buf[(i * bs).min(got)..((i + 1) * bs).min(got)];
+            if let Some(c) =
+                classify_block(l.run, b, bs, acks.seq[b as usize], data, fm.prior_foreign)
+            {
+                tally.add(b, c, acks);
+            }
+        }
+        block += (want / bs) as u64;
+        if let Some(bar) = &bar {
+            bar.set_position(block * bs as u64);
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok((mode, note))
+}
+
+fn read_full_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
     let mut got = 0;
     while got < buf.len() {
-        match f.read(&mut buf[got..]) {
+        match f.read_at(&mut buf[got..], at + got as u64) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -314,11 +612,39 @@ pub fn print_file_report(r: &FileReport, show: usize) {
             " (no end recorded: the run was cut short, or is still running)"
         }
     );
-    println!("blocks checked: {}", r.blocks_checked);
     println!(
-        "blocks holding a write newer than their last acknowledged one (in flight at the cut): {}",
-        r.in_flight_survived
+        "run chosen: {}; started {} (agent clock)",
+        if r.run_chosen.is_empty() {
+            "-"
+        } else {
+            &r.run_chosen
+        },
+        plugpull::units::utc(r.run_started_unix_ms)
     );
+    println!(
+        "host: {}",
+        match r.boot.as_str() {
+            "same_boot" => "same boot as the run (not rebooted since: only a read from the medium tells what the device kept)",
+            "rebooted" => "rebooted since the run",
+            _ => "boot id unknown",
+        }
+    );
+    match r.read_mode.as_str() {
+        "o_direct" => println!(
+            "read: from the medium with O_DIRECT, cached pages dropped first{}",
+            if r.read_note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.read_note)
+            }
+        ),
+        "buffered" => println!(
+            "read: BUFFERED, through the page cache: {}; if the host did not reboot, cached pages may hide a loss",
+            r.read_note
+        ),
+        _ => println!("read: nothing (the target is gone)"),
+    }
+    println!("blocks checked: {}", r.blocks_checked);
     println!();
     println!("{:<20} {:>12}", "verdict", "blocks");
     for v in Verdict::ALL {
@@ -330,33 +656,27 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         };
         println!("{:<20} {:>12}{note}", v.name().replace('_', " "), n);
     }
+    if !r.target_findings.is_empty() {
+        println!();
+        println!("target findings:");
+        for f in &r.target_findings {
+            println!("  {}  FAILURE", f.detail);
+        }
+    }
     if !r.findings.is_empty() {
         println!();
         println!("first findings ({} in all):", r.findings_total);
         for f in r.findings.iter().take(show) {
-            let found = f
-                .found_seq
-                .map(|s| {
-                    if s == 0 {
-                        "nothing of this run".to_string()
-                    } else {
-                        format!("seq {s}")
-                    }
-                })
-                .map(|s| match f.found_block {
-                    Some(b) => format!("{s} written for block {b}"),
-                    None => s,
-                })
-                .unwrap_or_else(|| "-".into());
             let lag = f
                 .acked_secs_before_end
                 .map(|s| format!(", acknowledged {s:.3} s before the end"))
                 .unwrap_or_default();
             println!(
-                "  block {}: {}, expected seq {}, found {found}{lag}",
+                "  block {}: {}, expected seq {}{lag}; found {}",
                 f.block,
                 f.verdict.name().replace('_', " "),
-                f.expected_seq
+                f.expected_seq,
+                f.evidence()
             );
         }
         let total: u64 = r.lost_lag_histogram.iter().map(|b| b.count).sum();
