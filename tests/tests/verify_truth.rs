@@ -1,0 +1,794 @@
+//! End-to-end tests of the verifier's truth (issue 8, file workload): it reads the
+//! medium and not the page cache, tells a total loss on a reused target from a wrong
+//! target, an unmounted filesystem from a missing file, a running writer from a cut,
+//! picks the run that was cut, reads the disk the run wrote, and names its evidence.
+//! Real listener, writer and verifier; real files, loop devices and ext4.
+
+use plugpull::record::Encoder;
+use plugpull::RunId;
+use plugpull_tests::*;
+use serde_json::{json, Value};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BS: u64 = 4096;
+
+/// The verdict object with `counts` set and every other verdict 0.
+fn verdicts(counts: &[(&str, u64)]) -> Value {
+    let mut v = json!({"intact": 0, "lost_write": 0, "torn_in_flight": 0, "torn_acknowledged": 0,
+        "corrupt": 0, "misdirected": 0, "unserializable": 0, "missing": 0});
+    for (k, n) in counts {
+        v[*k] = json!(n);
+    }
+    v
+}
+
+fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        size,
+    ];
+    args.extend_from_slice(extra);
+    let o = plugpull(&args);
+    assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
+    run_id(&o)
+}
+
+/// `n` sequential writes by one job: write `s` goes to block `(s-1) % blocks`.
+fn sequential(n: u64) -> Vec<String> {
+    vec![
+        "--writes".into(),
+        n.to_string(),
+        "--pattern".into(),
+        "sequential".into(),
+        "--jobs".into(),
+        "1".into(),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// A loop device over a backing file, detached on drop.
+struct Loop {
+    dev: String,
+}
+
+impl Loop {
+    fn attach(backing: &Path) -> Loop {
+        let o = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(backing)
+            .output()
+            .expect("run losetup");
+        assert!(
+            o.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Loop {
+            dev: String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+/// A mounted filesystem, unmounted on drop.
+struct Mount {
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl Mount {
+    fn new(dev: &str, dir: &Path) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount").arg(dev).arg(dir).status().unwrap();
+        assert!(ok.success(), "mount {dev}");
+        Mount {
+            dir: dir.to_path_buf(),
+            mounted: true,
+        }
+    }
+    fn umount(&mut self) {
+        if self.mounted {
+            let ok = Command::new("umount").arg(&self.dir).status().unwrap();
+            assert!(ok.success(), "umount");
+            self.mounted = false;
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+    }
+}
+
+/// True when loop devices can be used here; otherwise logs the skip loudly.
+fn loop_devices_available(test: &str) -> bool {
+    if !is_root() {
+        skipped(test, "loop devices need root");
+        return false;
+    }
+    let probe = tempfile::NamedTempFile::new().unwrap();
+    probe.as_file().set_len(1 << 20).unwrap();
+    let o = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(probe.path())
+        .output();
+    match o {
+        Ok(o) if o.status.success() => {
+            let dev = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            let _ = Command::new("losetup").args(["-d", &dev]).status();
+            true
+        }
+        Ok(o) => {
+            skipped(
+                test,
+                &format!("losetup failed: {}", String::from_utf8_lossy(&o.stderr)),
+            );
+            false
+        }
+        Err(e) => {
+            skipped(test, &format!("no losetup: {e}"));
+            false
+        }
+    }
+}
+
+fn backing(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+    p
+}
+
+fn target_finding_kinds(v: &Value) -> Vec<String> {
+    v["target_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Item 1: the run wrote a loop block device through its page cache; the medium
+/// (the backing file) is then restored to its pre-run zeros underneath while the
+/// device stays open, so the device's cached pages still hold every record. verify
+/// drops them and reads with O_DIRECT: every block is lost, not PASS.
+#[test]
+fn verify_reads_the_medium_not_the_page_cache() {
+    let name = "verify_reads_the_medium_not_the_page_cache";
+    if !loop_devices_available(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = backing(dir.path(), "medium.img", 8 << 20);
+    let dev = Loop::attach(&img);
+    let run = write_run(&l, Path::new(&dev.dev), "8MiB", &strs(&sequential(3000)));
+    // Hold the device open so its page cache outlives the writer.
+    let held = std::fs::File::open(&dev.dev).unwrap();
+    let mut cached = vec![0u8; BS as usize];
+    held.read_exact_at(&mut cached, 0).unwrap();
+    assert_eq!(&cached[..8], b"PLGPULL1");
+    // Restore the medium to its pre-run bytes behind the device's back.
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all_at(&vec![0u8; 8 << 20], 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    // The lie is in place: a buffered read of the device still shows the record.
+    held.read_exact_at(&mut cached, 0).unwrap();
+    assert_eq!(
+        &cached[..8],
+        b"PLGPULL1",
+        "the device's page cache was dropped already: the test shows nothing"
+    );
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(v["ok"], json!(false));
+    assert_eq!(v["acknowledged"], json!(3000));
+    // 3000 sequential writes over 2048 blocks: every block acknowledged, all gone.
+    assert_eq!(v["verdicts"], verdicts(&[("lost_write", 2048)]));
+    assert_eq!(v["read_mode"], json!("o_direct"));
+    assert_eq!(v["boot"], json!("same_boot"));
+    assert_eq!(target_finding_kinds(&v), vec!["no_record_of_run"]);
+    // The human report says how it read and that the host did not reboot.
+    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("read: from the medium with O_DIRECT, cached pages dropped first"));
+    assert!(out.contains("host: same boot as the run"));
+    assert!(out.contains(&format!(
+        "no record of run {run} survived anywhere on the target  FAILURE"
+    )));
+    drop(held);
+}
+
+/// Item 4: run B reuses run A's target; the device then loses everything B wrote
+/// (the target is back at A's bytes). Only A's records are there, and A was on the
+/// target when B started: every acknowledged block of B is lost — FAIL, not exit 2.
+#[test]
+fn total_loss_on_a_reused_target_is_a_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let run_a = write_run(&l, &target, "256KiB", &strs(&sequential(64)));
+    let after_a = std::fs::read(&target).unwrap();
+    let run_b = write_run(&l, &target, "256KiB", &strs(&sequential(64)));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&target)
+        .unwrap();
+    f.write_all_at(&after_a, 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let (code, v, err) = verify_json(&l, &["--run", &run_b]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(v["verdicts"], verdicts(&[("lost_write", 64)]));
+    assert_eq!(target_finding_kinds(&v), vec!["no_record_of_run"]);
+    assert_eq!(
+        v["target_findings"][0]["detail"],
+        json!(format!("no record of run {run_b} survived anywhere on the target (only records of runs {run_a}, which were on it before this run started)"))
+    );
+    let f = &v["findings"][0];
+    assert_eq!(
+        f["sectors"],
+        json!([{"first": 0, "last": 7, "content": {"kind": "other_run", "run": run_a, "seq": 1}}])
+    );
+    // The same target zeroed: nothing of any run left — still a total loss.
+    std::fs::write(&target, vec![0u8; 256 << 10]).unwrap();
+    let (code, v, err) = verify_json(&l, &["--run", &run_b]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(v["verdicts"], verdicts(&[("lost_write", 64)]));
+    assert_eq!(
+        v["findings"][0]["sectors"][0]["content"],
+        json!({"kind": "zeros"})
+    );
+}
+
+/// Items 5 and 17: a target on an unmounted filesystem is "could not verify" naming
+/// the filesystem; a file gone from the mounted filesystem is a finding.
+#[test]
+fn an_unmounted_filesystem_is_could_not_verify_and_a_gone_file_is_a_finding() {
+    let name = "an_unmounted_filesystem_is_could_not_verify_and_a_gone_file_is_a_finding";
+    if !loop_devices_available(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = backing(dir.path(), "fs.img", 32 << 20);
+    let dev = Loop::attach(&img);
+    let ok = Command::new("mkfs.ext4")
+        .args(["-q", "-F", &dev.dev])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "mkfs.ext4");
+    let mnt = dir.path().join("mnt");
+    let mut m = Mount::new(&dev.dev, &mnt);
+    let target = mnt.join("t.dat");
+    let run = write_run(&l, &target, "256KiB", &strs(&sequential(64)));
+    m.umount();
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        err.contains(&format!(
+            "cannot verify: directory {} of target {} is on ",
+            mnt.display(),
+            target.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "but the run's target was on ext4 (UUID {}) from {} mounted at {} — not mounted?",
+            ext4_uuid(&dev.dev),
+            dev.dev,
+            mnt.display()
+        )),
+        "{err}"
+    );
+    // Mounted again, the run verifies.
+    let mut m = Mount::new(&dev.dev, &mnt);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(v["verdicts"], verdicts(&[("intact", 64)]));
+    // The file gone from the right filesystem: missing, and said as a finding.
+    std::fs::remove_file(&target).unwrap();
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(v["verdicts"], verdicts(&[("missing", 64)]));
+    assert_eq!(target_finding_kinds(&v), vec!["file_gone"]);
+    assert_eq!(
+        v["target_findings"][0]["detail"],
+        json!(format!(
+            "the file is gone: {} does not exist on its filesystem",
+            target.display()
+        ))
+    );
+    m.umount();
+}
+
+fn ext4_uuid(dev: &str) -> String {
+    let o = Command::new("blkid")
+        .args(["-s", "UUID", "-o", "value", dev])
+        .output()
+        .expect("blkid");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Item 7: verify refuses a target its writer still holds.
+#[test]
+fn a_target_still_being_written_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "1MiB",
+        "-T",
+        "60s",
+        "-P",
+        "0.2",
+    ]);
+    w.wait_acknowledged(1);
+    let (code, v, err) = verify_json(&l, &["--run", &w.run]);
+    assert_eq!(code, 2, "{v}");
+    assert_eq!(
+        err.trim(),
+        format!(
+            "plugpull: target {} is still being written: a plugpull writer holds its lock; \
+             verify after the writer has ended (or the machine was cut and rebooted)",
+            target.display()
+        )
+    );
+    sigkill(&mut w.child);
+    let (code, v, err) = verify_json(&l, &["--run", &w.run]);
+    assert_eq!(code, 0, "{err} {v}");
+}
+
+/// Items 8, 16 and 22: forced foreign bytes, a damaged record, a shorn block and
+/// another run's record, each named for what it is.
+#[test]
+fn every_finding_names_its_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    std::fs::write(&target, vec![0xABu8; 64 * BS as usize]).unwrap();
+    let run = write_run(
+        &l,
+        &target,
+        "256KiB",
+        &[strs(&sequential(64)), vec!["--force"]].concat(),
+    );
+    let other = write_run(
+        &l,
+        &dir.path().join("other.dat"),
+        "256KiB",
+        &strs(&sequential(64)),
+    );
+    let enc = Encoder::new(run.parse::<RunId>().unwrap());
+    let version = |block: u64, seq: u64| {
+        let mut b = vec![0u8; BS as usize];
+        enc.encode_block(&mut b, block, seq, seq - 1);
+        b
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&target)
+        .unwrap();
+    // Block 63 (the last write, seq 64) back to the foreign bytes it held: lost.
+    f.write_all_at(&[0xAB; BS as usize], 63 * BS).unwrap();
+    // Block 20 (seq 21): three bits flipped in sector 3's payload.
+    let at = 20 * BS + 3 * 512 + 100;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0b1011], at).unwrap();
+    // Block 30 (seq 31): its last sector is foreign bytes.
+    f.write_all_at(&[0xAB; 512], 30 * BS + 7 * 512).unwrap();
+    // Block 40 (seq 41): another run's record of that block.
+    let theirs = std::fs::read(dir.path().join("other.dat")).unwrap();
+    f.write_all_at(&theirs[40 * BS as usize..41 * BS as usize], 40 * BS)
+        .unwrap();
+    // Block 50 (seq 51): sectors 4–7 foreign bytes inside a block of this run: damage.
+    f.write_all_at(&version(50, 51)[..2048], 50 * BS).unwrap();
+    f.write_all_at(&[0xAB; 2048], 50 * BS + 2048).unwrap();
+    drop(f);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", 59), ("lost_write", 2), ("corrupt", 3)])
+    );
+    let by_block = |b: u64| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["block"] == json!(b))
+            .unwrap_or_else(|| panic!("no finding for block {b}: {v}"))
+            .clone()
+    };
+    let f63 = by_block(63);
+    assert_eq!(f63["verdict"], json!("lost_write"));
+    assert_eq!(
+        f63["sectors"],
+        json!([{"first": 0, "last": 7, "content": {"kind": "foreign"}}])
+    );
+    let f20 = by_block(20);
+    assert_eq!(f20["verdict"], json!("corrupt"));
+    assert_eq!(
+        f20["sectors"][1],
+        json!({"first": 3, "last": 3, "content": {"kind": "bad_crc", "seq": 21, "flipped_bits": 3}})
+    );
+    let f30 = by_block(30);
+    assert_eq!(f30["verdict"], json!("corrupt"));
+    assert_eq!(
+        f30["sectors"][1],
+        json!({"first": 7, "last": 7, "content": {"kind": "foreign"}})
+    );
+    let f40 = by_block(40);
+    assert_eq!(f40["verdict"], json!("lost_write"));
+    assert_eq!(
+        f40["sectors"],
+        json!([{"first": 0, "last": 7, "content": {"kind": "other_run", "run": other, "seq": 41}}])
+    );
+    assert_eq!(by_block(50)["verdict"], json!("corrupt"));
+    // The human report names the same evidence.
+    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    let out = stdout(&o);
+    assert!(out.contains("block 20: corrupt, expected seq 21, acknowledged"));
+    assert!(out.contains("found sectors 0–2: seq 21; 3: this run's record of seq 21 with a bad CRC (3 bits differ from the regenerated record); 4–7: seq 21"), "{out}");
+    assert!(
+        out.contains(&format!("found run {other}'s record seq 41")),
+        "{out}"
+    );
+}
+
+/// Items 15 and 16: block 5's acknowledged write landed on block 40. Block 40 is
+/// misdirected, block 5 a lost write found at block 40 — never unserializable,
+/// although later writes survived. A shorn block names its sector ranges.
+#[test]
+fn a_misdirected_write_is_reported_once_and_a_shorn_block_names_its_sectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    // 128 writes over 64 blocks: block b holds seq 64+b+1; its first was seq b+1.
+    let run = write_run(&l, &target, "256KiB", &strs(&sequential(128)));
+    let enc = Encoder::new(run.parse::<RunId>().unwrap());
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&target)
+        .unwrap();
+    let mut b5 = vec![0u8; BS as usize];
+    f.read_exact_at(&mut b5, 5 * BS).unwrap();
+    f.write_all_at(&b5, 40 * BS).unwrap();
+    let mut old = vec![0u8; BS as usize];
+    enc.encode_block(&mut old, 5, 6, 5);
+    f.write_all_at(&old, 5 * BS).unwrap();
+    // Block 10 (seq 75): sectors 4–7 still hold its first version, seq 11.
+    let mut first = vec![0u8; BS as usize];
+    enc.encode_block(&mut first, 10, 11, 10);
+    f.write_all_at(&first[2048..], 10 * BS + 2048).unwrap();
+    drop(f);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[
+            ("intact", 61),
+            ("lost_write", 1),
+            ("misdirected", 1),
+            ("torn_acknowledged", 1)
+        ])
+    );
+    let fs = v["findings"].as_array().unwrap();
+    assert_eq!(
+        (
+            &fs[0]["block"],
+            &fs[0]["verdict"],
+            &fs[0]["found_at_block"],
+            &fs[0]["proof"]
+        ),
+        (&json!(5), &json!("lost_write"), &json!(40), &Value::Null)
+    );
+    assert_eq!(
+        (&fs[2]["block"], &fs[2]["verdict"], &fs[2]["found_block"]),
+        (&json!(40), &json!("misdirected"), &json!(5))
+    );
+    assert_eq!(
+        fs[1]["sectors"],
+        json!([
+            {"first": 0, "last": 3, "content": {"kind": "seq", "seq": 75}},
+            {"first": 4, "last": 7, "content": {"kind": "seq", "seq": 11}}
+        ])
+    );
+    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("found seq 6; its acknowledged write was found at block 40"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "found sectors 0–3: seq 75; 4–7: seq 11 (shorn: seq 11 < acknowledged seq 75)"
+        ),
+        "{out}"
+    );
+}
+
+/// Item 16: an unserializable finding names the later write that proves it.
+#[test]
+fn an_unserializable_finding_names_the_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let run = write_run(&l, &target, "256KiB", &strs(&sequential(128)));
+    let enc = Encoder::new(run.parse::<RunId>().unwrap());
+    // Block 0 back at its first version (seq 1) while seq 65 was acknowledged; the
+    // newest survivor, block 62 seq 127, was issued with watermark 126 ≥ 65. (Block
+    // 63, seq 128, is zeroed too: it carries the highest watermark otherwise.)
+    let mut first = vec![0u8; BS as usize];
+    enc.encode_block(&mut first, 0, 1, 0);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&target)
+        .unwrap();
+    f.write_all_at(&first, 0).unwrap();
+    f.write_all_at(&[0u8; BS as usize], 63 * BS).unwrap();
+    drop(f);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", 62), ("lost_write", 1), ("unserializable", 1)])
+    );
+    let u = &v["findings"][0];
+    assert_eq!(u["verdict"], json!("unserializable"));
+    assert_eq!(u["proof"]["block"], json!(62));
+    assert_eq!(u["proof"]["seq"], json!(127));
+    assert_eq!(u["proof"]["watermark"], json!(126));
+    // Block 63 holds zeros where seq 64 and 128 were acknowledged: loss at rest.
+    assert_eq!(v["findings"][1]["verdict"], json!("lost_write"));
+}
+
+/// Item 17: a device whose capacity shrank is its own finding besides the missing
+/// blocks; coverage is never rounded up to 100 %.
+#[test]
+fn a_shrunken_device_is_a_finding_and_coverage_never_rounds_up() {
+    let name = "a_shrunken_device_is_a_finding_and_coverage_never_rounds_up";
+    if !loop_devices_available(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = backing(dir.path(), "dev.img", 16 << 20);
+    let dev = Loop::attach(&img);
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        &dev.dev,
+        "--size",
+        "16MiB",
+        "--writes",
+        "4094",
+        "--pattern",
+        "sequential",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["coverage_percent"], json!(99.9));
+    assert_eq!(s["blocks_written"], json!(4094));
+    let run = s["run_id"].as_str().unwrap().to_string();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let ok = Command::new("losetup")
+        .args(["-c", &dev.dev])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "losetup -c");
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", 2048), ("missing", 2046)])
+    );
+    assert_eq!(target_finding_kinds(&v), vec!["capacity_changed"]);
+    assert_eq!(
+        v["target_findings"][0]["detail"],
+        json!("device capacity changed 16 MiB → 8 MiB")
+    );
+    assert!(v["summary"]
+        .as_str()
+        .unwrap()
+        .contains("device capacity changed 16 MiB → 8 MiB, 2046 missing"));
+}
+
+/// Item 20: verify reads the disk the run wrote: a device renamed after the run is
+/// found again by its identity; another device given with --target is refused.
+#[test]
+fn the_device_is_found_by_identity_and_another_device_is_refused() {
+    let name = "the_device_is_found_by_identity_and_another_device_is_refused";
+    if !loop_devices_available(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = backing(dir.path(), "a.img", 4 << 20);
+    let other_img = backing(dir.path(), "b.img", 4 << 20);
+    let a = Loop::attach(&img);
+    let run = write_run(&l, Path::new(&a.dev), "4MiB", &strs(&sequential(1500)));
+    let old_name = a.dev.clone();
+    drop(a);
+    // Another disk now has the old name; the run's disk comes back under a new one.
+    let b = Loop::attach(&other_img);
+    let a2 = Loop::attach(&img);
+    assert_ne!(a2.dev, old_name);
+    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["target"], json!(a2.dev));
+    assert_eq!(v["verdicts"], verdicts(&[("intact", 1024)]));
+    assert!(stderr(&o).contains(&format!(
+        "the run's device {old_name} is now {} (found by its identity: loop device backed by {}",
+        a2.dev,
+        img.display()
+    )));
+    // Told to read the other disk: refused, nothing blamed on the drive.
+    let (code, v, err) = verify_json(&l, &["--run", &run, "--target", &b.dev]);
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        err.contains(&format!(
+            "target {} is not the device run's data was written to (its loop backing file is {} where the run's device had {})",
+            b.dev,
+            other_img.display(),
+            img.display()
+        )),
+        "{err}"
+    );
+}
+
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length.
+    assert_eq!(
+        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) },
+        0
+    );
+    let end = buf.iter().position(|&b| b == 0).unwrap();
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Item 19: the run verify picks is the newest by the listener's record, not by the
+/// agent's clock; several unfinished runs written at the same time are listed, and
+/// verify asks for --run.
+#[test]
+fn the_run_verify_picks_is_the_run_that_was_cut() {
+    use plugpull::ledger::{FileManifest, Manifest, RunSummary, Workload};
+    use plugpull::wire::{Request, Response};
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    // An earlier run recorded while the agent's clock was a day ahead.
+    let mut c = RawConn::connect(l.addr());
+    assert_eq!(
+        c.handshake(&plugpull::auth::Secret::default()),
+        Some(Response::Welcome)
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    c.send(&Request::StartRun {
+        manifest: Box::new(Manifest {
+            host: this_host(),
+            started_unix_ms: now + 86_400_000,
+            tool_version: "test".into(),
+            workload: Workload::File(FileManifest {
+                target: dir.path().join("old.dat").display().to_string(),
+                size: 4096,
+                block_size: 4096,
+                jobs: 1,
+                sync: "fdatasync".into(),
+                pattern: "random".into(),
+                identity: Default::default(),
+                prior_runs: Vec::new(),
+                prior_foreign: false,
+            }),
+            boot_id: String::new(),
+            listener_order: 0,
+            listener_created_unix_ms: 0,
+        }),
+    });
+    let Some(Response::RunStarted { run: early }) = c.recv() else {
+        panic!("no run started")
+    };
+    c.send(&Request::Finish {
+        run: early,
+        summary: RunSummary::default(),
+    });
+    assert!(matches!(c.recv(), Some(Response::Confirmed { .. })));
+    drop(c);
+    // The run that was cut: killed while writing.
+    let target = dir.path().join("t.dat");
+    let spawn = |t: &Path| {
+        Writer::spawn(&[
+            "write",
+            "file",
+            "--listener",
+            l.addr(),
+            "--target",
+            t.to_str().unwrap(),
+            "--size",
+            "1MiB",
+            "-T",
+            "60s",
+            "-P",
+            "0.2",
+        ])
+    };
+    let mut w = spawn(&target);
+    w.wait_acknowledged(1);
+    sigkill(&mut w.child);
+    let o = plugpull(&["verify", "--listener", l.addr(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["run_id"], json!(w.run));
+    assert!(v["run_chosen"].as_str().unwrap().starts_with(&format!(
+        "the newest run of host {} by the listener's record",
+        this_host()
+    )));
+    assert!(
+        stderr(&o).contains(&format!("verifying run {}, the newest run of host", w.run)),
+        "{}",
+        stderr(&o)
+    );
+    // Two runs of this host written at the same time and both cut: which one? Ask.
+    let mut x = spawn(&dir.path().join("x.dat"));
+    let mut y = spawn(&dir.path().join("y.dat"));
+    x.wait_acknowledged(1);
+    y.wait_acknowledged(1);
+    sigkill(&mut x.child);
+    sigkill(&mut y.child);
+    let (code, v, err) = verify_json(&l, &[]);
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        err.contains("2 unfinished runs of host")
+            && err.contains(&x.run)
+            && err.contains(&y.run)
+            && err.trim_end().ends_with("give --run"),
+        "{err}"
+    );
+    let (code, _, err) = verify_json(&l, &["--run", &y.run]);
+    assert_eq!(code, 0, "{err}");
+}
