@@ -24,10 +24,8 @@
 //! fault, never also a reordering). Otherwise a lost write with `A ≤ W` is re-labelled
 //! **unserializable**, where `W` is the highest acknowledged watermark carried by any
 //! surviving sector of this run — a write issued after `A` had been acknowledged
-//! survived while `A` did not, so the device reordered across a flush — but only when
-//! the block holds what a reordering leaves: an older seq of this run, or its prior
-//! contents when `A` was its first acknowledged write. Zeros or another run's records
-//! where an earlier acknowledged version should be are loss at rest, named as such.
+//! survived while `A` did not, so the device reordered across a flush — unless the
+//! block holds another run's record (overwritten by that run, and named as such).
 //! A block with `A = 0` and no sector of this run was never written and is not
 //! checked. Blocks with `A = 0` cannot fail except by rule 2.
 //!
@@ -521,15 +519,13 @@ impl Finding {
 }
 
 /// Acknowledged state of every block, built from a ledger: `O(blocks)` memory
-/// (13 bytes per block).
+/// (12 bytes per block).
 #[derive(Clone, Debug)]
 pub struct AckTable {
     /// Highest acknowledged seq per block (0 = none).
     pub seq: Vec<u64>,
     /// Milliseconds after the run's start when that seq was acknowledged.
     pub ms: Vec<u32>,
-    /// Acknowledgements per block, saturating at 255.
-    pub count: Vec<u8>,
     /// Acknowledgements seen (each confirmed ack once).
     pub acknowledged: u64,
     /// Latest acknowledgement time, ms after the run's start.
@@ -542,7 +538,6 @@ impl AckTable {
         AckTable {
             seq: vec![0; blocks as usize],
             ms: vec![0; blocks as usize],
-            count: vec![0; blocks as usize],
             acknowledged: 0,
             end_ms: 0,
         }
@@ -555,8 +550,6 @@ impl AckTable {
         };
         self.acknowledged += 1;
         self.end_ms = self.end_ms.max(ms);
-        let c = &mut self.count[block as usize];
-        *c = c.saturating_add(1);
         if seq > *slot {
             *slot = seq;
             self.ms[block as usize] = ms;
@@ -584,8 +577,6 @@ pub struct Tally {
     other_runs: Vec<RunId>,
     /// Stray records of the run: (block written for, seq, block found at).
     strays: Vec<(u64, u64, u64)>,
-    /// For each finding: whether its block had an acknowledged write before `A`.
-    earlier_acked: Vec<bool>,
     findings: Vec<Finding>,
 }
 
@@ -641,7 +632,6 @@ impl Tally {
         }
         if check.verdict.is_failure() {
             let i = block as usize;
-            self.earlier_acked.push(acks.count[i] > 1);
             self.findings.push(Finding {
                 block,
                 verdict: check.verdict,
@@ -662,13 +652,11 @@ impl Tally {
     ///
     /// A lost write whose acknowledged version (or a newer one) was found at another
     /// block stays `lost_write` and names that block. Otherwise a lost write with
-    /// `A ≤ W` becomes `unserializable` only when what the block holds is what a
-    /// reordering leaves behind: an older seq of this run, or the block's prior
-    /// contents when `A` was its first acknowledged write. Zeros, foreign bytes or
-    /// another run's record over a block with an earlier acknowledged write are loss
-    /// at rest, not a proof of reordering.
+    /// `A ≤ W` becomes `unserializable` (naming the surviving write that proves it),
+    /// except where the block holds another run's record: it was overwritten by
+    /// another run, which proves nothing about this device's ordering.
     pub fn finish(mut self) -> Outcome {
-        for (f, earlier) in self.findings.iter_mut().zip(&self.earlier_acked) {
+        for f in &mut self.findings {
             if matches!(f.verdict, Verdict::LostWrite | Verdict::TornAcknowledged) {
                 if let Some(&(_, _, at)) = self
                     .strays
@@ -682,13 +670,11 @@ impl Tally {
                 }
             }
             if f.verdict == Verdict::LostWrite && f.expected_seq <= self.max_watermark {
-                let older_of_run = f.found_seq.is_some_and(|s| s > 0);
-                let prior_only = f.found_seq == Some(0)
-                    && !f
-                        .sectors
-                        .iter()
-                        .any(|s| matches!(s.content, Content::OtherRun { .. }));
-                if older_of_run || (prior_only && !earlier) {
+                let overwritten = f
+                    .sectors
+                    .iter()
+                    .any(|s| matches!(s.content, Content::OtherRun { .. }));
+                if !overwritten {
                     f.verdict = Verdict::Unserializable;
                     f.proof = self.witness.clone();
                 }
@@ -976,7 +962,7 @@ mod tests {
     }
 
     #[test]
-    fn unserializable_names_the_later_write_and_loss_at_rest_is_not_unserializable() {
+    fn unserializable_names_the_later_write_and_an_overwritten_block_is_not() {
         let enc = Encoder::new(RUN);
         let mut acks = AckTable::new(4);
         acks.add(2, 0, 100); // block 0: an earlier acknowledged write, seq 2
@@ -1036,7 +1022,7 @@ mod tests {
             )
         );
         assert_eq!(o.other_runs, vec![RunId(0x55)]);
-        // Zeros where an earlier acknowledged version should be: loss at rest.
+        // Zeros there: still unserializable, and the evidence says zeros.
         let mut t = Tally::default();
         t.add(
             0,
@@ -1049,7 +1035,9 @@ mod tests {
             &acks,
         );
         let o = t.finish();
-        assert_eq!((o.counts.lost_write, o.counts.unserializable), (1, 0));
-        assert_eq!(o.findings[0].evidence(), "zeros");
+        assert_eq!((o.counts.lost_write, o.counts.unserializable), (0, 1));
+        assert!(o.findings[0]
+            .evidence()
+            .starts_with("zeros; block 1 holds seq 11"));
     }
 }

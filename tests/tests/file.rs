@@ -239,12 +239,15 @@ fn doctored_files_give_exact_verdicts() {
         verdicts(&[("intact", N - 1), ("unserializable", 1)])
     );
     assert_eq!(only_finding(&v)["expected_seq"], json!(N + 1));
-    // Zeros there instead: its earlier acknowledged seq 1 is gone too — loss at rest,
-    // a lost write, not a proof of reordering.
-    let (_, v) = d.check("zeroed-at-rest", |f| f.write_all_at(&zero, 0).unwrap());
+    // Zeros there instead: the same proof, and the evidence says zeros.
+    let (_, v) = d.check("zeroed-0", |f| f.write_all_at(&zero, 0).unwrap());
     assert_eq!(
         v["verdicts"],
-        verdicts(&[("intact", N - 1), ("lost_write", 1)])
+        verdicts(&[("intact", N - 1), ("unserializable", 1)])
+    );
+    assert_eq!(
+        only_finding(&v)["sectors"],
+        json!([{"first": 0, "last": 7, "content": {"kind": "zeros"}}])
     );
 
     // Copy block 3 over block 9.

@@ -571,7 +571,8 @@ fn an_unserializable_finding_names_the_later_write() {
     assert_eq!(u["proof"]["block"], json!(62));
     assert_eq!(u["proof"]["seq"], json!(127));
     assert_eq!(u["proof"]["watermark"], json!(126));
-    // Block 63 holds zeros where seq 64 and 128 were acknowledged: loss at rest.
+    // Block 63 holds zeros where seq 128 was acknowledged; nothing issued after it
+    // survived, so it is a plain lost write.
     assert_eq!(v["findings"][1]["verdict"], json!("lost_write"));
 }
 
