@@ -612,15 +612,18 @@ pub fn print_file_report(r: &FileReport, show: usize) {
             " (no end recorded: the run was cut short, or is still running)"
         }
     );
-    println!(
-        "run chosen: {}; started {} (agent clock)",
-        if r.run_chosen.is_empty() {
-            "-"
-        } else {
-            &r.run_chosen
-        },
-        plugpull::units::utc(r.run_started_unix_ms)
-    );
+    if r.run_chosen.is_empty() {
+        println!(
+            "run started {} (agent clock)",
+            plugpull::units::utc(r.run_started_unix_ms)
+        );
+    } else {
+        println!(
+            "run chosen: {}; started {} (agent clock)",
+            r.run_chosen,
+            plugpull::units::utc(r.run_started_unix_ms)
+        );
+    }
     println!(
         "host: {}",
         match r.boot.as_str() {

@@ -649,13 +649,17 @@ fn the_device_is_found_by_identity_and_another_device_is_refused() {
     let img = backing(dir.path(), "a.img", 4 << 20);
     let other_img = backing(dir.path(), "b.img", 4 << 20);
     let a = Loop::attach(&img);
-    let run = write_run(&l, Path::new(&a.dev), "4MiB", &strs(&sequential(1500)));
-    let old_name = a.dev.clone();
+    // Written through a stable name (as /dev/disk/by-id/… would be): stored as given.
+    let link = dir.path().join("by-id-disk");
+    std::os::unix::fs::symlink(&a.dev, &link).unwrap();
+    let run = write_run(&l, &link, "4MiB", &strs(&sequential(1500)));
+    let old_name = link.display().to_string();
+    let a_dev = a.dev.clone();
     drop(a);
     // Another disk now has the old name; the run's disk comes back under a new one.
     let b = Loop::attach(&other_img);
     let a2 = Loop::attach(&img);
-    assert_ne!(a2.dev, old_name);
+    assert_ne!(a2.dev, a_dev);
     let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
