@@ -797,3 +797,76 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
     let (code, _, err) = verify_json(&l, &["--run", &y.run]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// Item 1: the report says whether the host rebooted since the run: a run whose
+/// manifest carries another boot id (made by hand here, with its records written by
+/// this test) reads "rebooted since the run"; a real run on this host "same boot".
+#[test]
+fn the_report_says_whether_the_host_rebooted_since_the_run() {
+    use plugpull::ledger::{AckBatch, Acks, FileAck, FileManifest, Manifest, Workload};
+    use plugpull::wire::{Request, Response};
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    std::fs::write(&target, vec![0u8; 4 * BS as usize]).unwrap();
+    let mut c = RawConn::connect(l.addr());
+    assert_eq!(
+        c.handshake(&plugpull::auth::Secret::default()),
+        Some(Response::Welcome)
+    );
+    c.send(&Request::StartRun {
+        manifest: Box::new(Manifest {
+            host: "elsewhere".into(),
+            started_unix_ms: 1,
+            tool_version: "test".into(),
+            workload: Workload::File(FileManifest {
+                target: target.display().to_string(),
+                size: 4 * BS,
+                block_size: BS as u32,
+                jobs: 1,
+                sync: "fdatasync".into(),
+                pattern: "sequential".into(),
+                identity: Default::default(),
+                prior_runs: Vec::new(),
+                prior_foreign: false,
+            }),
+            boot_id: "00000000-0000-0000-0000-000000000000".into(),
+            listener_order: 0,
+            listener_created_unix_ms: 0,
+        }),
+    });
+    let Some(Response::RunStarted { run }) = c.recv() else {
+        panic!("no run started")
+    };
+    let enc = Encoder::new(run);
+    let f = std::fs::OpenOptions::new().write(true).open(&target).unwrap();
+    let mut acks = Vec::new();
+    for b in 0..4u64 {
+        let mut buf = vec![0u8; BS as usize];
+        enc.encode_block(&mut buf, b, b + 1, b);
+        f.write_all_at(&buf, b * BS).unwrap();
+        acks.push(FileAck {
+            seq: b + 1,
+            block: b,
+            ms: b as u32,
+        });
+    }
+    drop(f);
+    c.send(&Request::Acks {
+        run,
+        batch: AckBatch {
+            batch: 1,
+            promised: true,
+            acks: Acks::File(acks),
+        },
+    });
+    assert!(matches!(c.recv(), Some(Response::Confirmed { .. })));
+    drop(c);
+    let (code, v, err) = verify_json(&l, &["--run", &run.to_string()]);
+    assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(v["verdicts"], verdicts(&[("intact", 4)]));
+    assert_eq!(v["boot"], json!("rebooted"));
+    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run.to_string()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("\nhost: rebooted since the run\n"));
+}
