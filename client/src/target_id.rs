@@ -290,6 +290,18 @@ pub fn device_mismatch(expected: &TargetIdentity, actual: &TargetIdentity) -> Op
         })
 }
 
+/// True when two runs' identities name the same target: for block devices a known
+/// identifier matches and none differs; for files the same filesystem and inode.
+pub fn same_target(a: &TargetIdentity, b: &TargetIdentity) -> bool {
+    if a.kind != b.kind || a.kind.is_empty() {
+        return false;
+    }
+    if a.kind == "block" {
+        return device_has_identity(a) && device_mismatch(a, b).is_none();
+    }
+    a.inode == b.inode && FsInfo::of_identity(a).same_as(&FsInfo::of_identity(b))
+}
+
 /// True when `id` carries an identifier that can find the device again.
 pub fn device_has_identity(id: &TargetIdentity) -> bool {
     !(id.wwn.is_empty() && id.serial.is_empty() && id.loop_backing.is_empty())

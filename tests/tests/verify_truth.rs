@@ -251,6 +251,38 @@ fn total_loss_on_a_reused_target_is_a_fail() {
         f["sectors"],
         json!([{"first": 0, "last": 7, "content": {"kind": "other_run", "run": run_a, "seq": 1}}])
     );
+    // A run the start-of-run scan did not see (the target was zeroed before run C,
+    // then only A's records came back): the listener created A before C, so its
+    // records are prior contents and C lost everything.
+    std::fs::write(&target, vec![0u8; 256 << 10]).unwrap();
+    let run_c = write_run(&l, &target, "256KiB", &strs(&sequential(64)));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&target)
+        .unwrap()
+        .write_all_at(&after_a, 0)
+        .unwrap();
+    let (code, v, err) = verify_json(&l, &["--run", &run_c]);
+    assert_eq!(code, 1, "{err} {v}");
+    assert_eq!(v["verdicts"], verdicts(&[("lost_write", 64)]));
+    assert_eq!(target_finding_kinds(&v), vec!["no_record_of_run"]);
+    // An earlier run's records on another file are no prior contents of this run's
+    // target: a wrong --target, exit 2.
+    let elsewhere = dir.path().join("elsewhere.dat");
+    let run_e = write_run(&l, &elsewhere, "256KiB", &strs(&sequential(64)));
+    let fresh = dir.path().join("fresh.dat");
+    let run_f = write_run(&l, &fresh, "256KiB", &strs(&sequential(64)));
+    let (code, v, err) = verify_json(
+        &l,
+        &["--run", &run_f, "--target", elsewhere.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        err.contains(&format!(
+            "(runs {run_e}, which were not on the target when run {run_f} started)"
+        )),
+        "{err}"
+    );
     // The same target zeroed: nothing of any run left — still a total loss.
     std::fs::write(&target, vec![0u8; 256 << 10]).unwrap();
     let (code, v, err) = verify_json(&l, &["--run", &run_b]);
@@ -839,7 +871,10 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
         panic!("no run started")
     };
     let enc = Encoder::new(run);
-    let f = std::fs::OpenOptions::new().write(true).open(&target).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&target)
+        .unwrap();
     let mut acks = Vec::new();
     for b in 0..4u64 {
         let mut buf = vec![0u8; BS as usize];
