@@ -6,6 +6,7 @@
 pub mod common;
 pub mod demo;
 pub mod file;
+pub mod medium;
 pub mod net;
 pub mod pgbench;
 pub mod reporter;

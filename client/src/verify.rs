@@ -3,8 +3,9 @@
 //! (findings) or 2 (could not verify).
 
 use crate::common::{hostname, human_bytes};
+use crate::medium::{aligned, locate, open_target, read_full_at, Opened};
 use crate::net;
-use crate::target_id::{self, FsInfo};
+use crate::target_id;
 use crate::Failure;
 use plugpull::auth::Secret;
 use plugpull::ledger::{self, AckBatch, Acks, Entry, FileManifest, Manifest, Tail, Workload};
@@ -13,7 +14,7 @@ use plugpull::verdict::{classify_block, AckTable, Tally, Verdict};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Options of `plugpull verify`.
 #[derive(clap::Args, Debug, Clone)]
@@ -197,182 +198,6 @@ pub async fn verify(
     }
 }
 
-/// `ioctl` that writes back and drops a block device's cached blocks (`_IO(0x12, 97)`
-/// in `<linux/fs.h>`; needs CAP_SYS_ADMIN).
-const BLKFLSBUF: libc::c_ulong = 0x1261;
-
-/// Where and how the target of a file run is read.
-struct Opened {
-    path: PathBuf,
-    file: File,
-    len: u64,
-    is_block: bool,
-    read_mode: &'static str,
-    read_note: String,
-}
-
-/// Finds the path to read: `--target`, else the manifest's path; a block device is
-/// checked (and, without `--target`, found again) by its identity; a file whose
-/// directory is gone or on another filesystem is "not mounted?".
-///
-/// Returns `Ok(None)` when the file is gone from the right filesystem.
-fn locate(fm: &FileManifest, args: &VerifyArgs) -> Result<Option<PathBuf>, Failure> {
-    let id = &fm.identity;
-    let given = args.target.is_some();
-    let path = args
-        .target
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(&fm.target));
-    let shown = path.display().to_string();
-    if id.kind == "block" {
-        let actual = target_id::identify(&path);
-        let problem = match &actual {
-            Ok(a) if a.kind != "block" => Some(format!("{shown} is not a block device")),
-            Ok(a) => target_id::device_mismatch(id, a),
-            Err(e) => Some(format!("{shown}: {e}")),
-        };
-        let Some(problem) = problem else {
-            return Ok(Some(path));
-        };
-        if !given {
-            if let Some(found) = target_id::find_device(id) {
-                eprintln!(
-                    "the run's device {shown} is now {} (found by its identity: {})",
-                    found.display(),
-                    target_id::describe_device(id)
-                );
-                return Ok(Some(found));
-            }
-        }
-        return Err(Failure(format!(
-            "target {shown} is not the device run's data was written to ({problem}); the run wrote {}; \
-             give --target with the device that has this identity",
-            target_id::describe_device(id)
-        )));
-    }
-    if path.exists() {
-        if !given && !id.fs_type.is_empty() {
-            let want = FsInfo::of_identity(id);
-            if let Ok(have) = target_id::fs_of(&path) {
-                if !want.same_as(&have) {
-                    return Err(Failure(format!(
-                        "target {shown} is on {} but the run's target was on {}: is that filesystem mounted?",
-                        have.describe(),
-                        want.describe()
-                    )));
-                }
-            }
-        }
-        return Ok(Some(path));
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let want = FsInfo::of_identity(id);
-    if !dir.is_dir() {
-        return Err(Failure(format!(
-            "cannot verify: directory {} of target {shown} does not exist; the run's filesystem was {} — not mounted?",
-            dir.display(),
-            want.describe()
-        )));
-    }
-    if !given && !id.fs_type.is_empty() {
-        let have = target_id::fs_of(dir)
-            .map_err(|e| Failure(format!("cannot examine directory {}: {e}", dir.display())))?;
-        if !want.same_as(&have) {
-            return Err(Failure(format!(
-                "cannot verify: directory {} of target {shown} is on {}, but the run's target was on {} — not mounted?",
-                dir.display(),
-                have.describe(),
-                want.describe()
-            )));
-        }
-    }
-    Ok(None)
-}
-
-/// Opens the target for reading from the medium: refuses a target a writer still
-/// holds (exit 2 "still being written"), drops its cached pages (`BLKFLSBUF` for a
-/// block device, `posix_fadvise(DONTNEED)` for a file) and opens it `O_DIRECT`,
-/// falling back to a buffered read, said in the report, where `O_DIRECT` is refused.
-fn open_target(path: &Path) -> Result<Opened, Failure> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let shown = path.display();
-    let plain =
-        File::open(path).map_err(|e| Failure(format!("cannot read target {shown}: {e}")))?;
-    let meta = plain
-        .metadata()
-        .map_err(|e| Failure(format!("cannot examine target {shown}: {e}")))?;
-    let is_block = meta.file_type().is_block_device();
-    if !is_block && !meta.file_type().is_file() {
-        return Err(Failure(format!(
-            "target {shown} is neither a regular file nor a block device"
-        )));
-    }
-    // The writer holds an exclusive flock(2) for the whole run.
-    if let Err(std::fs::TryLockError::WouldBlock) = plain.try_lock_shared() {
-        return Err(Failure(format!(
-            "target {shown} is still being written: a plugpull writer holds its lock; \
-             verify after the writer has ended (or the machine was cut and rebooted)"
-        )));
-    }
-    let mut notes = Vec::new();
-    let fd = plain.as_raw_fd();
-    if is_block {
-        // SAFETY: BLKFLSBUF takes no argument; fd is a valid block device descriptor.
-        let rc = unsafe { libc::ioctl(fd, BLKFLSBUF as _, 0) };
-        if rc != 0 {
-            notes.push(format!(
-                "BLKFLSBUF failed ({}): cached blocks may not have been dropped",
-                std::io::Error::last_os_error()
-            ));
-        }
-    } else {
-        // SAFETY: plain syscall on a valid descriptor.
-        let rc = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc != 0 {
-            notes.push(format!(
-                "posix_fadvise(DONTNEED) failed ({})",
-                std::io::Error::from_raw_os_error(rc)
-            ));
-        }
-    }
-    let len = {
-        use std::io::{Seek, SeekFrom};
-        let mut f = &plain;
-        f.seek(SeekFrom::End(0))
-            .map_err(|e| Failure(format!("cannot size target {shown}: {e}")))?
-    };
-    let (file, mode) = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
-        Ok(f) => (f, "o_direct"),
-        Err(e) => {
-            notes.insert(0, format!("O_DIRECT refused ({e})"));
-            (plain, "buffered")
-        }
-    };
-    Ok(Opened {
-        path: path.to_path_buf(),
-        file,
-        len,
-        is_block,
-        read_mode: mode,
-        read_note: notes.join("; "),
-    })
-}
-
-/// A zeroed buffer of `len` bytes aligned to 4096 for `O_DIRECT`, inside `storage`.
-fn aligned(storage: &mut Vec<u8>, len: usize) -> &mut [u8] {
-    *storage = vec![0u8; len + 4096];
-    let off = storage.as_ptr().align_offset(4096);
-    &mut storage[off..off + len]
-}
-
 /// Reads the target of a file run and classifies every block.
 ///
 /// Errors (exit 2): nothing was acknowledged ("not measured"); the target is not the
@@ -422,7 +247,7 @@ pub fn verify_file_with(
         .clone()
         .unwrap_or_else(|| PathBuf::from(&fm.target));
     let (mut read_mode, mut read_note) = ("none", String::new());
-    match locate(fm, args)? {
+    match locate(fm, args.target.as_deref())? {
         None => {
             target_findings.push(TargetFinding {
                 kind: "file_gone".into(),
@@ -598,20 +423,6 @@ fn read_blocks(
         bar.finish_and_clear();
     }
     Ok((mode, note))
-}
-
-fn read_full_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
