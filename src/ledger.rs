@@ -54,6 +54,14 @@ pub struct Manifest {
     pub tool_version: String,
     /// The workload and its settings.
     pub workload: Workload,
+    /// The agent host's boot id (`/proc/sys/kernel/random/boot_id`) at the run's
+    /// start; empty when unknown. Verify compares it with its own.
+    pub boot_id: String,
+    /// Set by the listener when it creates the run: its creation order in the
+    /// listener's data directory (1, 2, …; what the agent sends is ignored).
+    pub listener_order: u64,
+    /// Set by the listener: its own clock when it created the run, ms since the epoch.
+    pub listener_created_unix_ms: u64,
 }
 
 /// Which workload a run drives.
@@ -92,6 +100,44 @@ pub struct FileManifest {
     pub sync: String,
     /// `random` or `sequential`.
     pub pattern: String,
+    /// What the target was when the run started (identity, size, device facts).
+    pub identity: TargetIdentity,
+    /// Other plugpull runs whose records were on the target when the run started
+    /// (at most 64), so a total loss on a reused target is told from a wrong target.
+    pub prior_runs: Vec<RunId>,
+    /// True when the target held bytes that are neither zeros nor plugpull records
+    /// when the run started (`--force`), or when that could not be checked.
+    pub prior_foreign: bool,
+}
+
+/// The identity and facts of a target, recorded when the run starts and compared at
+/// verify. Empty strings and zeros mean "unknown".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TargetIdentity {
+    /// `file` or `block`.
+    pub kind: String,
+    /// Bytes of the file or block device (its capacity) when the run started.
+    pub size: u64,
+    /// For a file: `st_dev` of its filesystem; for a block device: its `st_rdev`.
+    pub dev: u64,
+    /// For a file: its inode number.
+    pub inode: u64,
+    /// UUID of the filesystem holding the file (or its directory).
+    pub fs_uuid: String,
+    /// Type of that filesystem (`/proc/self/mountinfo`), e.g. `ext4`, `fuse.simfs`.
+    pub fs_type: String,
+    /// Source of that filesystem's mount, e.g. `/dev/loop3`.
+    pub fs_source: String,
+    /// Mount point of that filesystem.
+    pub fs_mountpoint: String,
+    /// Block device: World Wide Name from sysfs (`wwid`).
+    pub wwn: String,
+    /// Block device: serial number from sysfs.
+    pub serial: String,
+    /// Block device: model from sysfs.
+    pub model: String,
+    /// Loop device: its backing file.
+    pub loop_backing: String,
 }
 
 impl FileManifest {
@@ -435,7 +481,13 @@ mod tests {
                 jobs: 1,
                 sync: "fdatasync".into(),
                 pattern: "random".into(),
+                identity: Default::default(),
+                prior_runs: Vec::new(),
+                prior_foreign: false,
             }),
+            boot_id: String::new(),
+            listener_order: 0,
+            listener_created_unix_ms: 0,
         }))
     }
 
@@ -593,6 +645,9 @@ mod proptests {
             started_unix_ms: 0,
             tool_version: "t".into(),
             workload: Workload::Pgbench(PgManifest::default()),
+            boot_id: String::new(),
+            listener_order: 0,
+            listener_created_unix_ms: 0,
         }))];
         for (i, b) in batches.iter().enumerate() {
             entries.push(Entry::Acks(AckBatch {

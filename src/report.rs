@@ -58,28 +58,67 @@ pub struct FileReport {
     pub ok: bool,
     /// One line: `PASS: …` or `FAIL: …`.
     pub summary: String,
+    /// Findings about the target as a whole (gone, shrunk, nothing of the run left);
+    /// each is a failure besides the per-block verdicts.
+    pub target_findings: Vec<TargetFinding>,
+    /// How the target was read: `o_direct` (from the medium, cached pages dropped
+    /// first) or `buffered` (O_DIRECT refused; the page cache may have answered).
+    pub read_mode: String,
+    /// Why the read was buffered, or what could not drop the cache; `""` otherwise.
+    pub read_note: String,
+    /// `same_boot` (the host has not rebooted since the run started), `rebooted`, or
+    /// `unknown` (a boot id is missing).
+    pub boot: String,
+    /// When the run started, ms since the epoch (agent clock).
+    pub run_started_unix_ms: u64,
+    /// How the run was chosen: `--run`, or the newest run of the host by the listener's record.
+    pub run_chosen: String,
     /// When a device error ended the run: `run ended by a device error at T s into
     /// the run: ERROR` (the acks confirmed before it are judged as usual).
     #[serde(default)]
     pub device_error: Option<String>,
 }
 
+/// A finding about the target as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetFinding {
+    /// `file_gone`, `target_shorter`, `capacity_changed` or `no_record_of_run`.
+    pub kind: String,
+    /// What was seen, in words (e.g. `device capacity changed 16.0 MiB → 8.0 MiB`).
+    pub detail: String,
+}
+
+/// `100·n/d` rounded down to one decimal, so 4094 of 4096 is 99.9 and never 100.0
+/// (0 when `d` is 0).
+pub fn percent_floor(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        return 0.0;
+    }
+    ((1000u128 * n as u128) / d as u128) as f64 / 10.0
+}
+
 impl FileReport {
     /// Builds the report from the verdict engine's outcome.
     pub fn new(head: ReportHead, outcome: Outcome) -> Self {
         let failures = outcome.counts.failures();
-        let ok = failures == 0;
+        let ok = failures == 0 && head.target_findings.is_empty();
         let summary = if ok {
             format!(
                 "PASS: {} acknowledged writes, {} blocks checked, nothing acknowledged was lost or damaged",
                 head.acknowledged, outcome.checked
             )
         } else {
-            let parts: Vec<String> = Verdict::ALL
+            let mut parts: Vec<String> = head
+                .target_findings
                 .iter()
-                .filter(|v| v.is_failure() && outcome.counts.get(**v) > 0)
-                .map(|v| format!("{} {}", outcome.counts.get(*v), v.name().replace('_', " ")))
+                .map(|f| f.detail.clone())
                 .collect();
+            parts.extend(
+                Verdict::ALL
+                    .iter()
+                    .filter(|v| v.is_failure() && outcome.counts.get(**v) > 0)
+                    .map(|v| format!("{} {}", outcome.counts.get(*v), v.name().replace('_', " "))),
+            );
             format!(
                 "FAIL: {} of {} checked blocks lost or damaged acknowledged data ({}) out of {} acknowledged writes",
                 failures,
@@ -116,6 +155,12 @@ impl FileReport {
             lost_lag_histogram: lag_histogram(&lags),
             ok,
             summary,
+            target_findings: head.target_findings,
+            read_mode: head.read_mode,
+            read_note: head.read_note,
+            boot: head.boot,
+            run_started_unix_ms: head.run_started_unix_ms,
+            run_chosen: head.run_chosen,
             device_error: None,
         }
     }
@@ -138,6 +183,18 @@ pub struct ReportHead {
     pub finished: bool,
     /// Acknowledgements in the ledger.
     pub acknowledged: u64,
+    /// See [`FileReport::target_findings`].
+    pub target_findings: Vec<TargetFinding>,
+    /// See [`FileReport::read_mode`].
+    pub read_mode: String,
+    /// See [`FileReport::read_note`].
+    pub read_note: String,
+    /// See [`FileReport::boot`].
+    pub boot: String,
+    /// See [`FileReport::run_started_unix_ms`].
+    pub run_started_unix_ms: u64,
+    /// See [`FileReport::run_chosen`].
+    pub run_chosen: String,
 }
 
 /// Buckets lags (seconds) by [`LAG_EDGES_SECS`]; empty input gives empty buckets.
@@ -172,5 +229,13 @@ mod tests {
         let counts: Vec<u64> = h.iter().map(|b| b.count).collect();
         assert_eq!(counts, vec![1, 2, 0, 0, 1, 0, 0, 1]);
         assert_eq!(h[7].to_secs, None);
+    }
+
+    #[test]
+    fn percent_never_rounds_up_to_100() {
+        assert_eq!(percent_floor(4094, 4096), 99.9);
+        assert_eq!(percent_floor(4096, 4096), 100.0);
+        assert_eq!(percent_floor(1, 3), 33.3);
+        assert_eq!(percent_floor(0, 0), 0.0);
     }
 }

@@ -63,6 +63,16 @@ pub fn parse_host_port(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// A time given in ms since the Unix epoch as RFC 3339 UTC, to the millisecond
+/// (`2026-11-30T17:35:28.123Z`); `"unknown"` for 0.
+pub fn utc(unix_ms: u64) -> String {
+    if unix_ms == 0 {
+        return "unknown".into();
+    }
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(unix_ms))
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,13 @@ async fn agent(
             jobs: 1,
             sync: "fdatasync".into(),
             pattern: "random".into(),
+            identity: Default::default(),
+            prior_runs: Vec::new(),
+            prior_foreign: false,
         }),
+        boot_id: String::new(),
+        listener_order: 0,
+        listener_created_unix_ms: 0,
     };
     w.send(&Request::StartRun {
         manifest: Box::new(manifest),

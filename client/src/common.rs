@@ -26,6 +26,9 @@ pub fn make_manifest(workload: Workload) -> Manifest {
             .unwrap_or(0),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         workload,
+        boot_id: crate::target_id::boot_id(),
+        listener_order: 0,
+        listener_created_unix_ms: 0,
     }
 }
 

@@ -566,7 +566,14 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             return Err(e);
         }
     }
-    let target = std::fs::canonicalize(&args.target).unwrap_or_else(|_| args.target.clone());
+    // The path as given (absolute, symlinks such as /dev/disk/by-id/… kept), its
+    // identity, and what it held before the first write.
+    let target = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
+    let identity = crate::target_id::identify(&target)
+        .map_err(|e| Failure(format!("cannot identify target {}: {e}", target.display())))?;
+    let (prior_runs, prior_foreign) = File::open(&target)
+        .map(|f| crate::target_id::scan_prior(&f, size))
+        .unwrap_or((Vec::new(), true));
     let manifest = make_manifest(Workload::File(FileManifest {
         target: target.display().to_string(),
         size,
@@ -574,6 +581,9 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         jobs: args.jobs,
         sync: args.sync.name().into(),
         pattern: args.pattern.name().into(),
+        identity,
+        prior_runs,
+        prior_foreign,
     }));
     let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
     if !args.json {
@@ -713,7 +723,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         writes_acknowledged: confirmed,
         writes_per_sec: local_acks as f64 / elapsed.as_secs_f64(),
         latency_ms: LatencySummary::of(&hist),
-        coverage_percent: 100.0 * covered as f64 / blocks as f64,
+        coverage_percent: plugpull::report::percent_floor(covered, blocks),
         blocks_written: covered,
         device_error: device_error.as_ref().map(|e| e.error.clone()),
     };

@@ -7,9 +7,11 @@ pub mod common;
 pub mod demo;
 pub mod file;
 pub mod guard;
+pub mod medium;
 pub mod net;
 pub mod pgbench;
 pub mod reporter;
+pub mod target_id;
 pub mod verify;
 
 /// "Could not do the job": bad arguments, unreachable listener, damaged ledger,

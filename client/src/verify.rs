@@ -3,18 +3,19 @@
 //! (findings) or 2 (could not verify).
 
 use crate::common::{hostname, human_bytes};
+use crate::medium::{aligned, locate, open_target, read_full_at, Opened};
 use crate::net;
+use crate::target_id;
 use crate::Failure;
 use plugpull::auth::Secret;
 use plugpull::ledger::{
     self, AckBatch, Acks, DeviceError, Entry, FileManifest, Manifest, Tail, Workload,
 };
-use plugpull::report::{FileReport, ReportHead};
+use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::verdict::{classify_block, AckTable, Tally, Verdict};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::fs::File;
-use std::io::Read;
 use std::path::PathBuf;
 
 /// Options of `plugpull verify`.
@@ -52,6 +53,9 @@ pub struct RunLedger {
     /// Acknowledgements the ledger holds after its device-error entry (the agent
     /// sends none; any makes the run unverifiable).
     pub acks_after_error: u64,
+    /// How the run was chosen, in words (`given with --run`, or the newest run of
+    /// the host by the listener's record).
+    pub chosen: String,
 }
 
 /// Fetches a run's ledger and checks every entry's CRC.
@@ -122,6 +126,7 @@ pub async fn fetch(
         finished,
         device_error,
         acks_after_error,
+        chosen: String::new(),
     })
 }
 
@@ -166,11 +171,50 @@ pub async fn verify(
     pg: &crate::pgbench::VerifyArgs,
 ) -> Result<bool, Failure> {
     let host = args.host.clone().unwrap_or_else(hostname);
-    let l = fetch(listener, secret, args.run, &host).await?;
+    let mut l = fetch(listener, secret, args.run, &host).await?;
+    l.chosen = match args.run {
+        Some(_) => "given with --run".into(),
+        None => format!(
+            "the newest run of host {host} by the listener's record (created {} by the listener's clock)",
+            plugpull::units::utc(l.manifest.listener_created_unix_ms)
+        ),
+    };
+    if args.run.is_none() {
+        eprintln!(
+            "verifying run {}, {}; it started {} (agent clock)",
+            l.run,
+            l.chosen,
+            plugpull::units::utc(l.manifest.started_unix_ms)
+        );
+    }
     let device_error = device_error_rule(&l)?;
     match &l.manifest.workload {
         Workload::File(fm) => {
-            let mut report = verify_file(&l, fm, args)?;
+            // A run whose records are on the target but that the start-of-run scan did
+            // not see (a sampled scan of a large target) counts as earlier when the
+            // listener created it before this run, on the same target.
+            let order = l.manifest.listener_order;
+            let earlier = |r: RunId| -> bool {
+                let (listener, secret) = (listener.to_string(), secret.clone());
+                let other = std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .ok()?;
+                    rt.block_on(fetch(&listener, &secret, Some(r), "")).ok()
+                })
+                .join()
+                .ok()
+                .flatten();
+                other.is_some_and(|o| {
+                    let same = match &o.manifest.workload {
+                        Workload::File(ofm) => target_id::same_target(&ofm.identity, &fm.identity),
+                        Workload::Pgbench(_) => false,
+                    };
+                    same && o.manifest.listener_order > 0 && o.manifest.listener_order < order
+                })
+            };
+            let mut report = verify_file_with(&l, fm, args, &earlier)?;
             report.device_error = device_error;
             if args.json {
                 println!(
@@ -200,13 +244,27 @@ pub async fn verify(
 
 /// Reads the target of a file run and classifies every block.
 ///
-/// Errors: nothing was acknowledged ("not measured"), or the target exists but
-/// cannot be read. A target that is gone is not an error: every acknowledged block
-/// is then missing.
+/// Errors (exit 2): nothing was acknowledged ("not measured"); the target is not the
+/// run's (a block device with another identity; only records of runs that were not
+/// on it when the run started); its filesystem is not mounted; a writer still holds
+/// it; it exists but cannot be read. A file gone from the right filesystem is a
+/// finding: every acknowledged block is then missing.
 pub fn verify_file(
     l: &RunLedger,
     fm: &FileManifest,
     args: &VerifyArgs,
+) -> Result<FileReport, Failure> {
+    verify_file_with(l, fm, args, &|_| false)
+}
+
+/// [`verify_file`], where `earlier(r)` says whether run `r`, whose records are on the
+/// target although the manifest's `prior_runs` does not list it, was created before
+/// this run (its records are then prior contents, not a sign of a later reuse).
+pub fn verify_file_with(
+    l: &RunLedger,
+    fm: &FileManifest,
+    args: &VerifyArgs,
+    earlier: &dyn Fn(RunId) -> bool,
 ) -> Result<FileReport, Failure> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
@@ -226,104 +284,189 @@ pub fn verify_file(
             l.run
         )));
     }
-    let path = args
+    let mut tally = Tally::default();
+    let mut target_findings = Vec::new();
+    let mut shown_path = args
         .target
         .clone()
         .unwrap_or_else(|| PathBuf::from(&fm.target));
-    let mut tally = Tally::default();
-    // A FIFO or other non-file would block the open or mean nothing: refused at once.
-    crate::guard::target_kind(&path)?;
-    match File::open(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
-                "target {} is gone: every acknowledged block is missing \
-                 (if its filesystem is not mounted, or the device has a new name, mount it or give --target)",
-                path.display()
-            );
+    let (mut read_mode, mut read_note) = ("none", String::new());
+    match locate(fm, args.target.as_deref())? {
+        None => {
+            target_findings.push(TargetFinding {
+                kind: "file_gone".into(),
+                detail: format!(
+                    "the file is gone: {} does not exist on its filesystem",
+                    shown_path.display()
+                ),
+            });
             for b in 0..blocks {
-                if let Some(c) = classify_block(l.run, b, bs, acks.seq[b as usize], &[]) {
+                if let Some(c) =
+                    classify_block(l.run, b, bs, acks.seq[b as usize], &[], fm.prior_foreign)
+                {
                     tally.add(b, c, &acks);
                 }
             }
         }
-        Err(e) => {
-            return Err(Failure(format!(
-                "cannot read target {}: {e}",
-                path.display()
-            )))
-        }
-        Ok(mut f) => {
-            let bar = progress_bar(blocks * bs as u64, args.json);
-            let per_read = ((4 << 20) / bs).max(1);
-            let mut buf = vec![0u8; per_read * bs];
-            let mut block = 0u64;
-            let mut eof = false;
-            while block < blocks {
-                let want = ((blocks - block) as usize).min(per_read) * bs;
-                let got = if eof {
-                    0
-                } else {
-                    read_full(&mut f, &mut buf[..want]).map_err(|e| {
-                        Failure(format!(
-                            "reading target {} at byte {}: {e}",
-                            path.display(),
-                            block * bs as u64
-                        ))
-                    })?
-                };
-                if got < want {
-                    eof = true;
-                }
-                for i in 0..want / bs {
-                    let b = block + i as u64;
-                    let data = &buf[(i * bs).min(got)..((i + 1) * bs).min(got)];
-                    if let Some(c) = classify_block(l.run, b, bs, acks.seq[b as usize], data) {
-                        tally.add(b, c, &acks);
-                    }
-                }
-                block += (want / bs) as u64;
-                if let Some(bar) = &bar {
-                    bar.set_position(block * bs as u64);
-                }
+        Some(path) => {
+            let o = open_target(&path)?;
+            shown_path = o.path.clone();
+            if o.is_block && fm.identity.size > 0 && o.len != fm.identity.size {
+                target_findings.push(TargetFinding {
+                    kind: "capacity_changed".into(),
+                    detail: format!(
+                        "device capacity changed {} → {}",
+                        human_bytes(fm.identity.size),
+                        human_bytes(o.len)
+                    ),
+                });
+            } else if o.len < fm.size {
+                target_findings.push(TargetFinding {
+                    kind: "target_shorter".into(),
+                    detail: format!(
+                        "target is shorter than the run's: {} ({} bytes) where the run used {} ({} bytes)",
+                        human_bytes(o.len),
+                        o.len,
+                        human_bytes(fm.size),
+                        fm.size
+                    ),
+                });
             }
-            if let Some(bar) = bar {
-                bar.finish_and_clear();
-            }
+            let (mode, note) = read_blocks(l, fm, &acks, args, o, &mut tally)?;
+            (read_mode, read_note) = (mode, note);
         }
     }
+    let outcome = tally.finish();
+    if read_mode != "none" && outcome.run_data_blocks == 0 {
+        let unknown: Vec<String> = outcome
+            .other_runs
+            .iter()
+            .filter(|r| !fm.prior_runs.contains(r) && !earlier(**r))
+            .map(|r| r.to_string())
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Failure(format!(
+                "target {} holds no record of run {} but records of other plugpull runs in {} blocks \
+                 (runs {}, which were not on the target when run {} started): \
+                 wrong --target, or a later run reused this target",
+                shown_path.display(),
+                l.run,
+                outcome.other_run_blocks,
+                unknown.join(", "),
+                l.run
+            )));
+        }
+        let earlier = if outcome.other_runs.is_empty() {
+            String::new()
+        } else {
+            let r: Vec<String> = outcome.other_runs.iter().map(|r| r.to_string()).collect();
+            format!(
+                " (only records of runs {}, which were on it before this run started)",
+                r.join(", ")
+            )
+        };
+        target_findings.push(TargetFinding {
+            kind: "no_record_of_run".into(),
+            detail: format!(
+                "no record of run {} survived anywhere on the target{earlier}",
+                l.run
+            ),
+        });
+    }
+    let here = target_id::boot_id();
+    let boot = if l.manifest.boot_id.is_empty() || here.is_empty() {
+        "unknown"
+    } else if l.manifest.boot_id == here {
+        "same_boot"
+    } else {
+        "rebooted"
+    };
     let head = ReportHead {
         run_id: l.run.to_string(),
         host: l.manifest.host.clone(),
-        target: path.display().to_string(),
+        target: shown_path.display().to_string(),
         block_size: fm.block_size,
         blocks,
         finished: l.finished,
         acknowledged: acks.acknowledged,
+        target_findings,
+        read_mode: read_mode.into(),
+        read_note,
+        boot: boot.into(),
+        run_started_unix_ms: l.manifest.started_unix_ms,
+        run_chosen: l.chosen.clone(),
     };
-    let outcome = tally.finish();
-    if outcome.run_data_blocks == 0 && outcome.other_run_blocks > 0 {
-        return Err(Failure(format!(
-            "target {} holds no record of run {} but records of other plugpull runs in {} blocks: \
-             wrong --target, or a later run reused this target",
-            path.display(),
-            l.run,
-            outcome.other_run_blocks
-        )));
-    }
     Ok(FileReport::new(head, outcome))
 }
 
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// Reads every block of an opened target and adds its check to `tally`. Returns the
+/// read mode and note (a refused `O_DIRECT` read falls back to buffered reads).
+fn read_blocks(
+    l: &RunLedger,
+    fm: &FileManifest,
+    acks: &AckTable,
+    args: &VerifyArgs,
+    o: Opened,
+    tally: &mut Tally,
+) -> Result<(&'static str, String), Failure> {
+    let blocks = fm.blocks();
+    let bs = fm.block_size as usize;
+    let (mut mode, mut note) = (o.read_mode, o.read_note);
+    let mut f = o.file;
+    let bar = progress_bar(blocks * bs as u64, args.json);
+    let per_read = ((4 << 20) / bs).max(1);
+    let mut storage = Vec::new();
+    let buf = aligned(&mut storage, per_read * bs);
+    let mut block = 0u64;
+    let mut eof = false;
+    while block < blocks {
+        let want = ((blocks - block) as usize).min(per_read) * bs;
+        let at = block * bs as u64;
+        let got = if eof {
+            0
+        } else {
+            match read_full_at(&f, &mut buf[..want], at) {
+                Err(e) if mode == "o_direct" && e.raw_os_error() == Some(libc::EINVAL) => {
+                    // O_DIRECT refused at read time (alignment, some FUSE): read buffered.
+                    let plain = File::open(&o.path).map_err(|e| {
+                        Failure(format!("cannot read target {}: {e}", o.path.display()))
+                    })?;
+                    let n = if note.is_empty() { "" } else { "; " };
+                    note = format!("O_DIRECT read refused ({e}){n}{note}");
+                    mode = "buffered";
+                    f = plain;
+                    read_full_at(&f, &mut buf[..want], at)
+                }
+                r => r,
+            }
+            .map_err(|e| {
+                Failure(format!(
+                    "reading target {} at byte {at}: {e}",
+                    o.path.display()
+                ))
+            })?
+        };
+        if got < want {
+            eof = true;
+        }
+        for i in 0..want / bs {
+            let b = block + i as u64;
+            let data = &buf[(i * bs).min(got)..((i + 1) * bs).min(got)];
+            if let Some(c) =
+                classify_block(l.run, b, bs, acks.seq[b as usize], data, fm.prior_foreign)
+            {
+                tally.add(b, c, acks);
+            }
+        }
+        block += (want / bs) as u64;
+        if let Some(bar) = &bar {
+            bar.set_position(block * bs as u64);
         }
     }
-    Ok(got)
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok((mode, note))
 }
 
 fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
@@ -363,11 +506,42 @@ pub fn print_file_report(r: &FileReport, show: usize) {
             " (no end recorded: the run was cut short, or is still running)"
         }
     );
-    println!("blocks checked: {}", r.blocks_checked);
+    if r.run_chosen.is_empty() {
+        println!(
+            "run started {} (agent clock)",
+            plugpull::units::utc(r.run_started_unix_ms)
+        );
+    } else {
+        println!(
+            "run chosen: {}; started {} (agent clock)",
+            r.run_chosen,
+            plugpull::units::utc(r.run_started_unix_ms)
+        );
+    }
     println!(
-        "blocks holding a write newer than their last acknowledged one (in flight at the cut): {}",
-        r.in_flight_survived
+        "host: {}",
+        match r.boot.as_str() {
+            "same_boot" => "same boot as the run (not rebooted since: only a read from the medium tells what the device kept)",
+            "rebooted" => "rebooted since the run",
+            _ => "boot id unknown",
+        }
     );
+    match r.read_mode.as_str() {
+        "o_direct" => println!(
+            "read: from the medium with O_DIRECT, cached pages dropped first{}",
+            if r.read_note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.read_note)
+            }
+        ),
+        "buffered" => println!(
+            "read: BUFFERED, through the page cache: {}; if the host did not reboot, cached pages may hide a loss",
+            r.read_note
+        ),
+        _ => println!("read: nothing (the target is gone)"),
+    }
+    println!("blocks checked: {}", r.blocks_checked);
     println!();
     println!("{:<20} {:>12}", "verdict", "blocks");
     for v in Verdict::ALL {
@@ -379,33 +553,27 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         };
         println!("{:<20} {:>12}{note}", v.name().replace('_', " "), n);
     }
+    if !r.target_findings.is_empty() {
+        println!();
+        println!("target findings:");
+        for f in &r.target_findings {
+            println!("  {}  FAILURE", f.detail);
+        }
+    }
     if !r.findings.is_empty() {
         println!();
         println!("first findings ({} in all):", r.findings_total);
         for f in r.findings.iter().take(show) {
-            let found = f
-                .found_seq
-                .map(|s| {
-                    if s == 0 {
-                        "nothing of this run".to_string()
-                    } else {
-                        format!("seq {s}")
-                    }
-                })
-                .map(|s| match f.found_block {
-                    Some(b) => format!("{s} written for block {b}"),
-                    None => s,
-                })
-                .unwrap_or_else(|| "-".into());
             let lag = f
                 .acked_secs_before_end
                 .map(|s| format!(", acknowledged {s:.3} s before the end"))
                 .unwrap_or_default();
             println!(
-                "  block {}: {}, expected seq {}, found {found}{lag}",
+                "  block {}: {}, expected seq {}{lag}; found {}",
                 f.block,
                 f.verdict.name().replace('_', " "),
-                f.expected_seq
+                f.expected_seq,
+                f.evidence()
             );
         }
         let total: u64 = r.lost_lag_histogram.iter().map(|b| b.count).sum();

@@ -432,7 +432,15 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                 tracing::warn!(%run, %error, "run ended by a device error");
             }
             Request::FetchLedger { run, host } => {
-                let Some(run) = run.or_else(|| shared.store.latest_of(&host)) else {
+                let latest = match run {
+                    Some(r) => Ok(Some(r)),
+                    None => shared.store.latest_of(&host),
+                };
+                let latest = match latest {
+                    Ok(l) => l,
+                    Err(e) => return refuse(ErrorKind::UnknownRun, e),
+                };
+                let Some(run) = latest else {
                     return refuse(
                         ErrorKind::UnknownRun,
                         format!("no run of host {host:?} in this listener's ledger"),

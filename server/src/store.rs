@@ -34,6 +34,15 @@ pub struct RunMeta {
     pub highest_batch: u64,
     /// Durable length of the ledger file, bytes.
     pub len: u64,
+    /// Creation order in this data directory (the manifest's `listener_order`).
+    pub order: u64,
+    /// The listener's clock when it created the run, ms since the epoch.
+    pub created_unix_ms: u64,
+    /// The listener's clock at the run's last append (the ledger file's mtime after a
+    /// restart), ms since the epoch.
+    pub last_append_unix_ms: u64,
+    /// True once the run has a `Finished` or `Invalid` entry.
+    pub ended: bool,
 }
 
 /// An append request to a run's writer.
@@ -142,7 +151,14 @@ impl Store {
     /// Creates a new run with `manifest` (its ledger durable, directory entry included).
     ///
     /// Errors: the ledger cannot be created or synced.
-    pub fn create(self: &Arc<Self>, manifest: Manifest) -> Result<Arc<RunHandle>, String> {
+    pub fn create(self: &Arc<Self>, mut manifest: Manifest) -> Result<Arc<RunHandle>, String> {
+        // The listener's own record of when and in which order runs were created: verify
+        // picks "the latest run" by it, never by the agent's clock.
+        manifest.listener_order = {
+            let runs = self.runs.lock().unwrap();
+            runs.values().map(|m| m.order).max().unwrap_or(0) + 1
+        };
+        manifest.listener_created_unix_ms = now_ms();
         loop {
             let run = RunId(rand::random::<u64>() | 1);
             let path = self.path(run);
@@ -163,6 +179,10 @@ impl Store {
                 damaged: None,
                 highest_batch: 0,
                 len: buf.len() as u64,
+                order: manifest.listener_order,
+                created_unix_ms: manifest.listener_created_unix_ms,
+                last_append_unix_ms: manifest.listener_created_unix_ms,
+                ended: false,
             };
             self.runs.lock().unwrap().insert(run, meta);
             tracing::info!(%run, host = %manifest.host, workload = manifest.workload.name(), "run started");
@@ -216,13 +236,45 @@ impl Store {
         Ok(meta.clone())
     }
 
-    /// The latest run (by start time) of `host`, if any.
-    pub fn latest_of(&self, host: &str) -> Option<RunId> {
+    /// The newest run of `host` by the listener's own record (creation order), if any.
+    ///
+    /// Errors: several unfinished runs of `host` were being written at the same time
+    /// as the newest one (each appended to after it was created): which one was cut
+    /// cannot be told, so they are listed and `--run` is asked for.
+    pub fn latest_of(&self, host: &str) -> Result<Option<RunId>, String> {
         let runs = self.runs.lock().unwrap();
-        runs.iter()
+        let Some((&newest, n)) = runs
+            .iter()
             .filter(|(_, m)| m.host == host)
-            .max_by_key(|(r, m)| (m.started_unix_ms, **r))
-            .map(|(r, _)| *r)
+            .max_by_key(|(r, m)| (m.order, m.created_unix_ms, **r))
+        else {
+            return Ok(None);
+        };
+        let mut open: Vec<(&RunId, &RunMeta)> = runs
+            .iter()
+            .filter(|(_, m)| {
+                m.host == host && !m.ended && m.last_append_unix_ms >= n.created_unix_ms
+            })
+            .collect();
+        if open.len() < 2 {
+            return Ok(Some(newest));
+        }
+        open.sort_by_key(|(r, m)| (m.order, **r));
+        let list: Vec<String> = open
+            .iter()
+            .map(|(r, m)| {
+                format!(
+                    "{r} (created {}, last appended {})",
+                    plugpull::units::utc(m.created_unix_ms),
+                    plugpull::units::utc(m.last_append_unix_ms)
+                )
+            })
+            .collect();
+        Err(format!(
+            "{} unfinished runs of host {host:?} were being written at the same time, so which one was cut cannot be told: {}; give --run",
+            open.len(),
+            list.join(", ")
+        ))
     }
 
     /// The durable bytes of `run`'s ledger (what has been confirmed or recovered).
@@ -243,10 +295,12 @@ impl Store {
         Ok(bytes)
     }
 
-    fn set_highest(&self, run: RunId, highest: u64, len: u64) {
+    fn set_highest(&self, run: RunId, highest: u64, len: u64, ended: bool) {
         if let Some(m) = self.runs.lock().unwrap().get_mut(&run) {
             m.highest_batch = highest;
             m.len = len;
+            m.last_append_unix_ms = now_ms();
+            m.ended |= ended;
         }
     }
 }
@@ -310,7 +364,10 @@ async fn writer(
             Ok(()) => {
                 highest = new_highest;
                 durable.store(len, Ordering::Release);
-                store.set_highest(run, highest, len);
+                let ended = group
+                    .iter()
+                    .any(|(r, _)| matches!(r, Append::Finished(_) | Append::DeviceError(_)));
+                store.set_highest(run, highest, len, ended);
                 for (_, reply) in group {
                     let _ = reply.send(Ok(highest));
                 }
@@ -332,11 +389,18 @@ fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
     let bytes = std::fs::read(path).map_err(|e| io_err("cannot read ledger", path, e))?;
     let mut manifest = None;
     let mut highest = 0;
+    let mut ended = false;
     let scanned = ledger::scan(&bytes, |_, e| match e {
         Entry::Manifest(m) => manifest = Some(*m),
         Entry::Acks(b) => highest = highest.max(b.batch),
-        _ => {}
+        Entry::Finished(_) | Entry::DeviceError(_) => ended = true,
     });
+    let mtime_ms = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
     match scanned {
         Ok((id, tail)) => {
             if id != run {
@@ -372,6 +436,10 @@ fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
                 damaged: None,
                 highest_batch: highest,
                 len,
+                order: m.listener_order,
+                created_unix_ms: m.listener_created_unix_ms,
+                last_append_unix_ms: mtime_ms,
+                ended,
             })
         }
         Err(e) => {
@@ -380,6 +448,8 @@ fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
                 // Keep the host so "latest run of this host" still finds (and refuses) it.
                 meta.host = m.host;
                 meta.started_unix_ms = m.started_unix_ms;
+                meta.order = m.listener_order;
+                meta.created_unix_ms = m.listener_created_unix_ms;
             }
             Ok(meta)
         }
@@ -394,7 +464,18 @@ fn damaged(run: RunId, path: &Path, why: String) -> RunMeta {
         damaged: Some(why),
         highest_batch: 0,
         len: 0,
+        order: 0,
+        created_unix_ms: 0,
+        last_append_unix_ms: 0,
+        ended: true,
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), String> {

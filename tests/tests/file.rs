@@ -228,14 +228,27 @@ fn doctored_files_give_exact_verdicts() {
     );
     assert_eq!(only_finding(&v)["found_seq"], json!(N));
 
-    // Zero block 0: its seq N+1 was acknowledged before later writes that survived
-    // were issued (their watermark ≥ N+1): the device reordered across a flush.
-    let (_, v) = d.check("unserializable", |f| f.write_all_at(&zero, 0).unwrap());
+    // Block 0 back at its first version, seq 1: its seq N+1 was acknowledged before
+    // later writes that survived were issued (their watermark ≥ N+1): the device
+    // reordered across a flush.
+    let (_, v) = d.check("unserializable", |f| {
+        f.write_all_at(&d.version(0, 1), 0).unwrap()
+    });
     assert_eq!(
         v["verdicts"],
         verdicts(&[("intact", N - 1), ("unserializable", 1)])
     );
     assert_eq!(only_finding(&v)["expected_seq"], json!(N + 1));
+    // Zeros there instead: the same proof, and the evidence says zeros.
+    let (_, v) = d.check("zeroed-0", |f| f.write_all_at(&zero, 0).unwrap());
+    assert_eq!(
+        v["verdicts"],
+        verdicts(&[("intact", N - 1), ("unserializable", 1)])
+    );
+    assert_eq!(
+        only_finding(&v)["sectors"],
+        json!([{"first": 0, "last": 7, "content": {"kind": "zeros"}}])
+    );
 
     // Copy block 3 over block 9.
     let (_, v) = d.check("misdirected", |f| {
@@ -334,7 +347,7 @@ fn the_human_report_ends_with_one_summary_line() {
     assert_eq!(last, format!("FAIL: 1 of {N} checked blocks lost or damaged acknowledged data (1 lost write) out of {} acknowledged writes", 2 * N));
     assert!(
         out.contains(&format!(
-            "block {}: lost write, expected seq {}, found nothing of this run",
+            "block {}: lost write, expected seq {}, acknowledged 0.000 s before the end; found zeros",
             N - 1,
             2 * N
         )),

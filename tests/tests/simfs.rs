@@ -253,6 +253,28 @@ impl Model {
         }
         let mut max_wm = 0;
         let mut lost = Vec::new();
+        // Records of the run written for another block: (block written for, seq).
+        let strays: Vec<(u64, u64)> = disk
+            .iter()
+            .enumerate()
+            .flat_map(|(b, secs)| {
+                secs.iter().enumerate().filter_map(move |(i, s)| match *s {
+                    Sec::Ours {
+                        block,
+                        sector,
+                        spb,
+                        seq,
+                        ..
+                    } if block != b as u64 || sector != i as u32 || spb != SPB as u32 => {
+                        Some((block, seq))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        // A block whose acknowledged write was found elsewhere is a lost write, never
+        // unserializable: one misdirection is one fault.
+        let found_elsewhere = |b: u64, a: u64| strays.iter().any(|&(sb, sq)| sb == b && sq >= a);
         for (b, secs) in disk.iter().enumerate() {
             let (b, a) = (b as u64, acked[b]);
             let ours = secs.iter().any(|s| matches!(s, Sec::Ours { .. }));
@@ -297,6 +319,8 @@ impl Model {
                 *m.verdicts.get_mut("intact").unwrap() += 1;
             } else if min == max {
                 lost.push((b, a, min));
+            } else if min < a && found_elsewhere(b, a) {
+                m.fail(b, "lost_write", a, Some(min));
             } else if min < a {
                 m.fail(b, "torn_acknowledged", a, Some(min));
             } else {
@@ -306,7 +330,7 @@ impl Model {
         for (b, a, found) in lost {
             m.fail(
                 b,
-                if a <= max_wm {
+                if a <= max_wm && !found_elsewhere(b, a) {
                     "unserializable"
                 } else {
                     "lost_write"

@@ -22,7 +22,13 @@ fn manifest() -> Box<Manifest> {
             jobs: 1,
             sync: "fdatasync".into(),
             pattern: "random".into(),
+            identity: Default::default(),
+            prior_runs: Vec::new(),
+            prior_foreign: false,
         }),
+        boot_id: String::new(),
+        listener_order: 0,
+        listener_created_unix_ms: 0,
     })
 }
 

@@ -476,7 +476,13 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
                     jobs: 1,
                     sync: "fdatasync".into(),
                     pattern: "random".into(),
+                    identity: Default::default(),
+                    prior_runs: Vec::new(),
+                    prior_foreign: false,
                 }),
+                boot_id: String::new(),
+                listener_order: 0,
+                listener_created_unix_ms: 0,
             }),
         });
         let Some(Response::RunStarted { run }) = c.recv() else {

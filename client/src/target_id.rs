@@ -1,0 +1,380 @@
+//! What a target is: its identity and facts, recorded by `write file` in the manifest
+//! and compared by `verify`, so that the verifier reads the disk the run wrote and can
+//! tell a total loss on a reused target from a wrong target.
+//!
+//! * A **file** is identified by the filesystem holding it (UUID where one can be
+//!   found — `/dev/disk/by-uuid`, or the ext2/3/4 or XFS superblock of the mount's
+//!   source — else type, source and mount point from `/proc/self/mountinfo`) and by
+//!   `st_dev` + inode (informative only: FUSE and some others renumber both at
+//!   remount).
+//! * A **block device** by what sysfs says of it (`/sys/dev/block/MAJ:MIN`): WWN
+//!   (`wwid`), serial, model, a loop device's backing file, and its capacity.
+//!
+//! Only a difference in a stable, known identifier (a filesystem UUID, a WWN, a
+//! serial, a loop backing file) proves that a target is not the run's; everything
+//! else is reported but decides nothing.
+
+use plugpull::ledger::TargetIdentity;
+use plugpull::record::{decode_sector, Sector, SECTOR};
+use plugpull::RunId;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// This host's boot id (`/proc/sys/kernel/random/boot_id`, a UUID that changes at
+/// every boot), or `""` when it cannot be read.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The filesystem a path lives on, as `/proc/self/mountinfo` and the UUID lookup see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsInfo {
+    /// Filesystem UUID, `""` when unknown.
+    pub uuid: String,
+    /// Filesystem type, e.g. `ext4`.
+    pub fstype: String,
+    /// Mount source, e.g. `/dev/loop3`.
+    pub source: String,
+    /// Mount point.
+    pub mountpoint: String,
+}
+
+impl FsInfo {
+    /// The filesystem recorded in `id` (a file target's identity).
+    pub fn of_identity(id: &TargetIdentity) -> FsInfo {
+        FsInfo {
+            uuid: id.fs_uuid.clone(),
+            fstype: id.fs_type.clone(),
+            source: id.fs_source.clone(),
+            mountpoint: id.fs_mountpoint.clone(),
+        }
+    }
+
+    /// True when `other` is the same filesystem: equal UUIDs where both are known,
+    /// else equal type, source and mount point.
+    pub fn same_as(&self, other: &FsInfo) -> bool {
+        if !self.uuid.is_empty() && !other.uuid.is_empty() {
+            return self.uuid == other.uuid;
+        }
+        self.fstype == other.fstype
+            && self.source == other.source
+            && self.mountpoint == other.mountpoint
+    }
+
+    /// E.g. `ext4 (UUID 0b6c…) from /dev/loop3 mounted at /mnt/t`.
+    pub fn describe(&self) -> String {
+        let uuid = if self.uuid.is_empty() {
+            String::new()
+        } else {
+            format!(" (UUID {})", self.uuid)
+        };
+        format!(
+            "{}{uuid} from {} mounted at {}",
+            self.fstype, self.source, self.mountpoint
+        )
+    }
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    // Octal escapes \040 (space), \011, \012, \134.
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            out.push(u8::from_str_radix(&s[i + 1..i + 4], 8).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The filesystem holding `path` (which must exist): the mountinfo entry with the
+/// path's `st_dev` whose mount point is the longest prefix of the path; failing
+/// that, the longest mount point prefix.
+pub fn fs_of(path: &Path) -> std::io::Result<FsInfo> {
+    let meta = std::fs::metadata(path)?;
+    let canon = std::fs::canonicalize(path)?;
+    let dev = meta.dev();
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut best: Option<(bool, usize, FsInfo)> = None;
+    for line in info.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        if l.len() < 5 || r.len() < 2 {
+            continue;
+        }
+        let mp = unescape_mountinfo(l[4]);
+        if !canon.starts_with(&mp) {
+            continue;
+        }
+        let same_dev = l[2] == format!("{maj}:{min}");
+        let key = (same_dev, mp.len());
+        if best.as_ref().is_none_or(|(d, n, _)| key >= (*d, *n)) {
+            best = Some((
+                same_dev,
+                mp.len(),
+                FsInfo {
+                    uuid: String::new(),
+                    fstype: r[0].to_string(),
+                    source: unescape_mountinfo(r[1]),
+                    mountpoint: mp,
+                },
+            ));
+        }
+    }
+    let mut fs = best.map(|(_, _, f)| f).unwrap_or_default();
+    fs.uuid = fs_uuid(&fs.source);
+    Ok(fs)
+}
+
+/// The UUID of the filesystem on block device `source`: `/dev/disk/by-uuid`, else
+/// the ext2/3/4 or XFS superblock; `""` when neither tells.
+fn fs_uuid(source: &str) -> String {
+    if !source.starts_with('/') {
+        return String::new();
+    }
+    let Ok(dev) = std::fs::canonicalize(source) else {
+        return String::new();
+    };
+    if let Ok(rd) = std::fs::read_dir("/dev/disk/by-uuid") {
+        for e in rd.flatten() {
+            if std::fs::canonicalize(e.path()).ok().as_ref() == Some(&dev) {
+                return e.file_name().to_string_lossy().into_owned();
+            }
+        }
+    }
+    let Ok(f) = File::open(&dev) else {
+        return String::new();
+    };
+    let mut sb = [0u8; 2048];
+    if f.read_exact_at(&mut sb, 0).is_err() {
+        return String::new();
+    }
+    let fmt = |u: &[u8]| {
+        let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
+    };
+    if sb[1024 + 0x38..1024 + 0x3A] == [0x53, 0xEF] {
+        return fmt(&sb[1024 + 0x68..1024 + 0x78]);
+    }
+    if &sb[..4] == b"XFSB" {
+        return fmt(&sb[32..48]);
+    }
+    String::new()
+}
+
+fn sysfs_read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Identifies the target at `path` (a regular file or a block device) and measures
+/// its size.
+///
+/// Errors: the path cannot be examined or opened for reading.
+pub fn identify(path: &Path) -> std::io::Result<TargetIdentity> {
+    let meta = std::fs::metadata(path)?;
+    if meta.file_type().is_block_device() {
+        let rdev = meta.rdev();
+        let sys = PathBuf::from(format!(
+            "/sys/dev/block/{}:{}",
+            libc::major(rdev),
+            libc::minor(rdev)
+        ));
+        // A partition's device attributes are its parent's.
+        let disk = if sys.join("partition").exists() {
+            sys.join("..")
+        } else {
+            sys.clone()
+        };
+        let first = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| sysfs_read(&disk.join(n)))
+                .find(|s| !s.is_empty())
+                .unwrap_or_default()
+        };
+        let size = {
+            use std::io::{Seek, SeekFrom};
+            let mut f = File::open(path)?;
+            f.seek(SeekFrom::End(0))?
+        };
+        Ok(TargetIdentity {
+            kind: "block".into(),
+            size,
+            dev: rdev,
+            wwn: first(&["wwid", "device/wwid"]),
+            serial: first(&["serial", "device/serial"]),
+            model: first(&["device/model"]),
+            loop_backing: sysfs_read(&sys.join("loop/backing_file")),
+            ..Default::default()
+        })
+    } else {
+        let fs = fs_of(path)?;
+        Ok(TargetIdentity {
+            kind: "file".into(),
+            size: meta.len(),
+            dev: meta.dev(),
+            inode: meta.ino(),
+            fs_uuid: fs.uuid,
+            fs_type: fs.fstype,
+            fs_source: fs.source,
+            fs_mountpoint: fs.mountpoint,
+            ..Default::default()
+        })
+    }
+}
+
+/// One line describing a block device's identity, e.g.
+/// `model X, serial Y, WWN Z, 16.0 MiB` or `loop device backed by /tmp/img, 16.0 MiB`.
+pub fn describe_device(id: &TargetIdentity) -> String {
+    let mut parts = Vec::new();
+    if !id.model.is_empty() {
+        parts.push(format!("model {}", id.model));
+    }
+    if !id.serial.is_empty() {
+        parts.push(format!("serial {}", id.serial));
+    }
+    if !id.wwn.is_empty() {
+        parts.push(format!("WWN {}", id.wwn));
+    }
+    if !id.loop_backing.is_empty() {
+        parts.push(format!("loop device backed by {}", id.loop_backing));
+    }
+    if parts.is_empty() {
+        parts.push("no serial, WWN or backing file known".into());
+    }
+    parts.push(crate::common::human_bytes(id.size));
+    parts.join(", ")
+}
+
+/// Why block device identity `actual` is provably not `expected` (a known identifier
+/// differs), or `None`.
+pub fn device_mismatch(expected: &TargetIdentity, actual: &TargetIdentity) -> Option<String> {
+    let fields = [
+        ("WWN", &expected.wwn, &actual.wwn),
+        ("serial", &expected.serial, &actual.serial),
+        (
+            "loop backing file",
+            &expected.loop_backing,
+            &actual.loop_backing,
+        ),
+    ];
+    fields
+        .iter()
+        .find(|(_, e, a)| !e.is_empty() && e != a)
+        .map(|(what, e, a)| {
+            format!(
+                "its {what} is {} where the run's device had {e}",
+                if a.is_empty() { "unknown" } else { a.as_str() }
+            )
+        })
+}
+
+/// True when two runs' identities name the same target: for block devices a known
+/// identifier matches and none differs; for files the same filesystem and inode.
+pub fn same_target(a: &TargetIdentity, b: &TargetIdentity) -> bool {
+    if a.kind != b.kind || a.kind.is_empty() {
+        return false;
+    }
+    if a.kind == "block" {
+        return device_has_identity(a) && device_mismatch(a, b).is_none();
+    }
+    a.inode == b.inode && FsInfo::of_identity(a).same_as(&FsInfo::of_identity(b))
+}
+
+/// True when `id` carries an identifier that can find the device again.
+pub fn device_has_identity(id: &TargetIdentity) -> bool {
+    !(id.wwn.is_empty() && id.serial.is_empty() && id.loop_backing.is_empty())
+}
+
+/// The block device under `/dev` whose identity matches `expected` (WWN, serial or
+/// loop backing file), if exactly one does.
+pub fn find_device(expected: &TargetIdentity) -> Option<PathBuf> {
+    if !device_has_identity(expected) {
+        return None;
+    }
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/sys/class/block").ok()?.flatten() {
+        let dev = Path::new("/dev").join(e.file_name());
+        if !dev.exists() || e.path().join("partition").exists() {
+            continue;
+        }
+        if let Ok(id) = identify(&dev) {
+            if device_mismatch(expected, &id).is_none() {
+                found.push(dev);
+            }
+        }
+    }
+    (found.len() == 1).then(|| found.remove(0))
+}
+
+/// What the target held before the run: the other runs whose records are on it (at
+/// most 64) and whether it held foreign bytes (neither zeros nor plugpull records).
+/// Targets up to 1 GiB are read whole; larger ones in 1024 evenly spaced 1 MiB
+/// samples, and then foreign bytes are assumed possible. An unreadable target is
+/// assumed to have held foreign bytes.
+pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
+    const WHOLE: u64 = 1 << 30;
+    const CHUNK: u64 = 1 << 20;
+    let mut runs = Vec::new();
+    let mut foreign = size > WHOLE;
+    let offsets: Vec<u64> = if size <= WHOLE {
+        (0..size.div_ceil(CHUNK)).map(|i| i * CHUNK).collect()
+    } else {
+        let step = (size / 1024) / SECTOR as u64 * SECTOR as u64;
+        (0..1024).map(|i| i * step).collect()
+    };
+    let mut buf = vec![0u8; CHUNK as usize];
+    for at in offsets {
+        let want = (size - at).min(CHUNK) as usize;
+        let got = match read_at_full(f, &mut buf[..want], at) {
+            Ok(n) => n,
+            Err(_) => return (runs, true),
+        };
+        for s in buf[..got].chunks_exact(SECTOR) {
+            match decode_sector(s.try_into().unwrap()) {
+                Sector::Valid(h) => {
+                    if runs.len() < 64 && !runs.contains(&h.run) {
+                        runs.push(h.run);
+                    }
+                }
+                Sector::Blank => {}
+                Sector::Invalid(_) => foreign = true,
+            }
+        }
+    }
+    (runs, foreign)
+}
+
+fn read_at_full(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
