@@ -25,6 +25,7 @@
 use super::conn::{self, describe};
 use super::schema;
 use super::tag;
+use super::{damage, ready};
 use crate::Failure;
 use plugpull::ledger::{AckBatch, Acks, Manifest, PgManifest};
 use plugpull::RunId;
@@ -46,10 +47,11 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "CONNINFO")]
     pub dsn: Option<String>,
 
-    /// How long to keep retrying while PostgreSQL refuses connections or is still
-    /// in crash recovery, e.g. `60s`; after that, "does not accept connections" is
-    /// the finding.
-    #[arg(long, value_name = "DURATION", default_value = "10s",
+    /// How long to keep retrying while nothing accepts connections or PostgreSQL is
+    /// still in crash recovery, e.g. `10m`; after that verify exits 2 ("is PostgreSQL
+    /// running?" or "still starting up"). A server that stopped is a finding at once
+    /// when --pgdata shows it (see docs/pgbench.md, "readiness").
+    #[arg(long, value_name = "DURATION", default_value = "5m",
           value_parser = plugpull::units::parse_duration)]
     pub pg_wait: Duration,
 
@@ -58,18 +60,26 @@ pub struct VerifyArgs {
     pub no_amcheck: bool,
 
     /// PostgreSQL's server log: its last lines go into the report when the server
-    /// does not accept connections.
+    /// does not accept connections, and its "invalid page" lines name the pages
+    /// behind checksum failures.
     #[arg(long, value_name = "PATH")]
     pub pg_log: Option<PathBuf>,
+
+    /// The data directory, when verify runs on the database host: its cluster state
+    /// (`pg_controldata`), postmaster and log (`PGDATA/log`, unless --pg-log) tell
+    /// "not started yet" from "stopped", and go into the report.
+    #[arg(long, value_name = "PGDATA")]
+    pub pgdata: Option<PathBuf>,
 }
 
 impl Default for VerifyArgs {
     fn default() -> Self {
         VerifyArgs {
             dsn: None,
-            pg_wait: Duration::from_secs(10),
+            pg_wait: Duration::from_secs(300),
             no_amcheck: false,
             pg_log: None,
+            pgdata: None,
         }
     }
 }
@@ -121,8 +131,11 @@ pub struct Amcheck {
 #[derive(Clone, Debug, Serialize)]
 pub struct PgFinding {
     /// `lost_commit`, `unpromised_lost`, `ordering_violation`, `duplicate`,
-    /// `phantom`, `malformed_tag`, `invariant`, `amcheck`, `checksum_failures`,
-    /// `missing_table` or `server_unavailable`.
+    /// `phantom`, `malformed_tag`, `invariant`, `amcheck`, `damaged_page`,
+    /// `repaired_by_design` (an FSM/VM page PostgreSQL zeroes and rebuilds: no
+    /// failure), `missing_table` or `server_unavailable`; in a run whose
+    /// configuration promised no durability, findings that setting permits get
+    /// `unpromised_` before their kind and are no failure.
     pub kind: String,
     /// The client, where the finding names a commit.
     pub client: Option<u32>,
@@ -130,6 +143,8 @@ pub struct PgFinding {
     pub seq: Option<u64>,
     /// Human-readable detail.
     pub detail: String,
+    /// The damaged page, for `damaged_page` and `repaired_by_design` findings.
+    pub page: Option<damage::Page>,
 }
 
 /// Wall-clock time of the verifier's phases, in milliseconds.
@@ -194,7 +209,10 @@ pub struct PgReport {
     pub invariant: Invariant,
     /// amcheck results.
     pub amcheck: Amcheck,
-    /// `sum(pg_stat_database.checksum_failures)` (0 when checksums are off).
+    /// Checksum failures of the run's database since the run started
+    /// (`pg_stat_database.checksum_failures` for `current_database()`, the rise within
+    /// the counter's epoch; 0 when checksums are off). Attributed to pages in
+    /// `findings`; not itself a failure.
     pub checksum_failures: u64,
     /// Findings in all (the list holds the first [`MAX_FINDINGS`]).
     pub findings_total: u64,
@@ -204,8 +222,30 @@ pub struct PgReport {
     pub timings: Timings,
     /// True when nothing acknowledged (and promised) was lost or damaged.
     pub ok: bool,
-    /// One line: `PASS: …` or `FAIL: …`.
+    /// One line: `PASS: …`, `FAIL: …` or `NOT MEASURED: …`.
     pub summary: String,
+    /// Main-fork pages of the pgbench tables and indexes that cannot be read (each is
+    /// a `damaged_page` finding naming relation, fork and block).
+    pub damaged_pages: u64,
+    /// Whether the commits could be counted (false when a damaged page stopped the
+    /// count and this role may not set `ignore_checksum_failure`).
+    pub commits_checked: bool,
+    /// Whether the commits were counted in a session with `ignore_checksum_failure`
+    /// (a page failed its checksum; its rows were read all the same).
+    pub counted_ignoring_checksums: bool,
+    /// What the report wants said beside the counts: amcheck could not run, FSM/VM
+    /// pages PostgreSQL repaired, the counter's epoch, unattributed failures.
+    pub notes: Vec<String>,
+    /// True when every acknowledgement was unpromised: the run measured nothing
+    /// about the device (exit 2, summary `NOT MEASURED`).
+    pub not_measured: bool,
+    /// Lost commits by how long before the run's last acknowledgement they were
+    /// acknowledged (the file report's buckets; each commit at its ledger range's
+    /// time, so the lag is a lower bound).
+    pub lost_lag_histogram: Vec<plugpull::report::LagBucket>,
+    /// Checksum failures of this run that no page explains while not every page of
+    /// the run's data could be checked (a failure then).
+    pub unattributed_checksum_failures: u64,
 }
 
 /// The ledger's acknowledgements of one client, as merged ranges.
@@ -295,6 +335,98 @@ fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
         .collect()
 }
 
+/// The ledger's acknowledgements per client as the agent sent them (not merged):
+/// `(first, last, promised, ms)` sorted by `first`, repeats (a resent batch) dropped.
+/// `ms` is when `last`'s COMMIT returned; the others of the range returned after the
+/// client's previous range's `ms` and by this one's.
+fn raw_acks(batches: &[AckBatch]) -> BTreeMap<u32, Vec<(u64, u64, bool, u32)>> {
+    let mut raw: BTreeMap<u32, Vec<(u64, u64, bool, u32)>> = BTreeMap::new();
+    for b in batches {
+        if let Acks::Pg(ranges) = &b.acks {
+            for r in ranges.iter().filter(|r| r.first >= 1 && r.last >= r.first) {
+                raw.entry(r.client)
+                    .or_default()
+                    .push((r.first, r.last, b.promised, r.ms));
+            }
+        }
+    }
+    for v in raw.values_mut() {
+        v.sort();
+        v.dedup_by_key(|r| (r.0, r.1));
+    }
+    raw
+}
+
+/// When seq `s` was acknowledged, from its client's raw ranges: exactly, when it
+/// ends its range; else between the previous range's time and its range's time.
+/// Said as seconds before the run's last acknowledgement (`end_ms`) and into the run.
+fn ack_time(ranges: &[(u64, u64, bool, u32)], s: u64, end_ms: u32) -> String {
+    let Some(i) = ranges.iter().position(|r| r.0 <= s && s <= r.1) else {
+        return "acknowledged at an unknown time".into();
+    };
+    let r = ranges[i];
+    let secs = |ms: u32| ms as f64 / 1000.0;
+    let before = |ms: u32| secs(end_ms.saturating_sub(ms));
+    if s == r.1 || (i == 0 && r.0 == r.1) {
+        return format!(
+            "acknowledged {:.3} s before the end, {:.3} s into the run",
+            before(r.3),
+            secs(r.3)
+        );
+    }
+    let from = if i > 0 { ranges[i - 1].3 } else { 0 };
+    format!(
+        "acknowledged between {:.3} and {:.3} s before the end ({:.3}–{:.3} s into the run; \
+         its range {}..={} was acknowledged by {:.3} s)",
+        before(from),
+        before(r.3),
+        secs(from),
+        secs(r.3),
+        r.0,
+        r.1,
+        secs(r.3)
+    )
+}
+
+/// The lag (seconds before `end_ms`) of every lost promised commit, each taken at its
+/// range's time (the latest it can have been acknowledged, so the lag is a lower
+/// bound): one aggregate over the raw ranges.
+async fn lost_lags(
+    client: &Client,
+    prefix: &str,
+    raw: &BTreeMap<u32, Vec<(u64, u64, bool, u32)>>,
+    end_ms: u32,
+) -> Result<Vec<f64>, tokio_postgres::Error> {
+    let (mut rc, mut rf, mut rl, mut rms) = (vec![], vec![], vec![], vec![]);
+    for (c, v) in raw {
+        for r in v.iter().filter(|r| r.2) {
+            rc.push(*c as i32);
+            rf.push(r.0 as i64);
+            rl.push(r.1 as i64);
+            rms.push(r.3 as i64);
+        }
+    }
+    let sql = format!(
+        "WITH {TAGS_CTE},
+         r AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bigint[])
+               AS r(client, first, last, ms))
+         SELECT r.ms, count(*) FROM r
+         CROSS JOIN LATERAL generate_series(r.first, r.last) AS s(seq)
+         WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.client = r.client AND t.seq = s.seq)
+         GROUP BY r.ms"
+    );
+    let rows = client
+        .query(&sql, &[&prefix.to_string(), &rc, &rf, &rl, &rms])
+        .await?;
+    let mut lags = Vec::new();
+    for row in rows {
+        let (ms, n): (i64, i64) = (row.get(0), row.get(1));
+        let lag = (end_ms as i64 - ms).max(0) as f64 / 1000.0;
+        lags.extend(std::iter::repeat_n(lag, n as usize));
+    }
+    Ok(lags)
+}
+
 /// The tag CTE shared by the queries: `t` groups the run's rows (`filler LIKE
 /// prefix%`) by (client, seq) with their count `n`; rows that are not valid tags
 /// form the group (NULL, NULL). Validity is checked with `translate` rather than a
@@ -339,6 +471,13 @@ pub async fn verify(
     let cfg = conn::config(Some(dsn)).map_err(Failure)?;
     let conninfo = conn::redacted(&cfg);
     let acks = merge_acks(batches);
+    let raw = raw_acks(batches);
+    let end_ms = raw
+        .values()
+        .flat_map(|v| v.iter().map(|r| r.3))
+        .max()
+        .unwrap_or(0);
+    let mut lags: Vec<f64> = Vec::new();
     let clients = pg
         .clients
         .max(acks.keys().next_back().map(|c| c + 1).unwrap_or(0));
@@ -363,28 +502,17 @@ pub async fn verify(
         ..Default::default()
     };
 
-    // Connect, waiting for crash recovery.
-    let deadline = Instant::now() + opts.pg_wait;
-    let client = loop {
-        match conn::connect(&cfg).await {
-            Ok(c) => break c,
-            Err(e) if conn::is_transient_connect_error(&e) => {
-                if Instant::now() >= deadline {
-                    unreachable(&mut rep, &conninfo, &describe(&e), opts);
-                    rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
-                    return Ok(rep);
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(e) => {
-                return Err(Failure(format!(
-                    "cannot connect to PostgreSQL at {conninfo}: {}",
-                    describe(&e)
-                )))
-            }
+    // Connect, waiting for crash recovery (see ready.rs for the rule).
+    let client = match ready::wait(&cfg, &conninfo, opts).await? {
+        ready::Ready::Up(c) => c,
+        ready::Ready::Stopped(detail) => {
+            unreachable(&mut rep, detail);
+            rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
+            return Ok(rep);
         }
     };
     rep.server_reachable = true;
+    rep.commits_checked = true;
     rep.timings.connect_ms = t_all.elapsed().as_millis() as u64;
     let q = |what: &'static str| {
         move |e: tokio_postgres::Error| Failure(format!("{what}: {}", describe(&e)))
@@ -401,6 +529,7 @@ pub async fn verify(
             detail: format!(
                 "relation \"{t}\" does not exist (lost, or --dsn names another database)"
             ),
+            page: None,
         });
     }
 
@@ -431,6 +560,8 @@ pub async fn verify(
         }
     }
     let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
+    let mut pages: Vec<damage::Page> = Vec::new();
+    let mut salvage: Option<Client> = None;
     if missing.is_empty() {
         client
             .batch_execute("SET work_mem = '256MB'; SET statement_timeout = 0")
@@ -464,9 +595,52 @@ pub async fn verify(
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
             &prefix, &b_clients, &b_bounds, &r_client, &r_first, &r_last, &r_prom,
         ];
-        let (rows, sums) = tokio::join!(client.query(&sql, &params), schema::sums(&client2));
-        let rows = rows.map_err(q("cannot count the run's commits"))?;
-        let sums = sums.map_err(q("cannot read the balance sums"))?;
+        let (mut rows, mut sums) =
+            tokio::join!(client.query(&sql, &params), schema::sums(&client2));
+        // A damaged page (XX001/XX002) is a finding: name it, then count again in a
+        // session that reads pages whose only fault is their checksum.
+        let page_errors: Vec<&tokio_postgres::Error> = [rows.as_ref().err(), sums.as_ref().err()]
+            .into_iter()
+            .flatten()
+            .filter(|e| damage::is_page_error(e))
+            .collect();
+        if !page_errors.is_empty() {
+            for e in page_errors {
+                note_page_error(&client, e, &mut pages, &mut rep.notes).await;
+            }
+            match salvage_pair(&cfg).await {
+                Ok((s1, s2)) => {
+                    (rows, sums) = tokio::join!(s1.query(&sql, &params), schema::sums(&s2));
+                    rep.counted_ignoring_checksums = true;
+                    salvage = Some(s1);
+                }
+                Err(why) => {
+                    rep.notes
+                        .push(format!("the commits could not be counted: {why}"));
+                    rep.commits_checked = false;
+                }
+            }
+        }
+        let (rows, sums) = if rep.commits_checked {
+            let more = |e: &tokio_postgres::Error| damage::is_page_error(e);
+            match (rows, sums) {
+                (Ok(r), Ok(s)) => (r, s),
+                (Err(e), _) | (_, Err(e)) if more(&e) => {
+                    // Even ignoring checksums the page cannot be read (its header is damaged).
+                    note_page_error(&client, &e, &mut pages, &mut rep.notes).await;
+                    rep.notes.push(format!(
+                        "the commits could not be counted: a damaged page cannot be read even with ignore_checksum_failure ({})",
+                        describe(&e)
+                    ));
+                    rep.commits_checked = false;
+                    (Vec::new(), [0; 4])
+                }
+                (Err(e), _) => return Err(q("cannot count the run's commits")(e)),
+                (_, Err(e)) => return Err(q("cannot read the balance sums")(e)),
+            }
+        } else {
+            (Vec::new(), [0; 4])
+        };
         for row in rows {
             let c: Option<i32> = row.get(0);
             let n = |k: usize| row.get::<_, i64>(k) as u64;
@@ -482,18 +656,21 @@ pub async fn verify(
                 None => rep.malformed_tags = n(7),
             }
         }
-        let i = &mut rep.invariant;
-        [i.sum_abalance, i.sum_tbalance, i.sum_bbalance, i.sum_delta] = sums;
-        let d: Vec<i64> = (0..4).map(|k| sums[k] - pg.start_sums[k]).collect();
-        i.holds = d.iter().all(|x| *x == d[0]);
-        i.checked = true;
+        if rep.commits_checked {
+            let i = &mut rep.invariant;
+            [i.sum_abalance, i.sum_tbalance, i.sum_bbalance, i.sum_delta] = sums;
+            let d: Vec<i64> = (0..4).map(|k| sums[k] - pg.start_sums[k]).collect();
+            i.holds = d.iter().all(|x| *x == d[0]);
+            i.checked = true;
+        }
     }
     rep.timings.commits_ms = t_commits.elapsed().as_millis() as u64;
 
     // The counts.
     let mut ordering_gaps: Vec<(u32, u64, u64)> = Vec::new();
     let empty = ClientAcks::default();
-    for c in 0..clients.max(counts.keys().next_back().map(|c| c + 1).unwrap_or(0)) {
+    let counted_clients = if rep.commits_checked { clients } else { 0 };
+    for c in 0..counted_clients.max(counts.keys().next_back().map(|c| c + 1).unwrap_or(0)) {
         let a = acks.get(&c).unwrap_or(&empty);
         let k = counts.get(&c).copied().unwrap_or_default();
         rep.present_commits += k.inbound;
@@ -522,7 +699,9 @@ pub async fn verify(
 
     // The first findings, one query per kind that has any.
     let t_find = Instant::now();
-    if missing.is_empty() {
+    let client_main = &client;
+    let client = salvage.as_ref().unwrap_or(&client);
+    if missing.is_empty() && rep.commits_checked {
         let room = |f: &Vec<PgFinding>| MAX_FINDINGS.saturating_sub(f.len()) as i64;
         if rep.lost_commits + rep.unpromised_lost > 0 {
             let sql = format!(
@@ -544,20 +723,28 @@ pub async fn verify(
                 .map_err(q("cannot list the lost commits"))?;
             for row in rows {
                 let (c, s, promised): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
-                let ms = acks
+                let when = raw
                     .get(&(c as u32))
-                    .and_then(|a| a.ranges.iter().find(|r| r.0 <= s as u64 && s as u64 <= r.1))
-                    .map(|r| r.3)
-                    .unwrap_or(0);
+                    .map(|r| ack_time(r, s as u64, end_ms))
+                    .unwrap_or_default();
                 let f = PgFinding {
-                    kind: if promised { "lost_commit" } else { "unpromised_lost" }.into(),
+                    kind: if promised {
+                        "lost_commit"
+                    } else {
+                        "unpromised_lost"
+                    }
+                    .into(),
                     client: Some(c as u32),
                     seq: Some(s as u64),
                     detail: format!(
-                        "acknowledged commit missing (its batch acknowledged about {:.3} s into the run){}",
-                        ms as f64 / 1000.0,
-                        if promised { "" } else { "; the configuration did not promise durability" }
+                        "acknowledged commit missing ({when}){}",
+                        if promised {
+                            ""
+                        } else {
+                            "; the configuration did not promise durability"
+                        }
                     ),
+                    page: None,
                 };
                 if promised {
                     &mut failures
@@ -566,6 +753,11 @@ pub async fn verify(
                 }
                 .push(f);
             }
+        }
+        if rep.lost_commits > 0 {
+            lags = lost_lags(client, &prefix, &raw, end_ms)
+                .await
+                .map_err(q("cannot count the lost commits per acknowledgement"))?;
         }
         if rep.ordering_violations > 0 && !ordering_gaps.is_empty() {
             let sql = format!(
@@ -592,6 +784,7 @@ pub async fn verify(
                     detail:
                         "not acknowledged and missing, while a later commit of the client survived"
                             .into(),
+                    page: None,
                 });
             }
         }
@@ -611,6 +804,7 @@ pub async fn verify(
                     client: Some(c as u32),
                     seq: Some(s as u64),
                     detail: format!("tag found {n} times"),
+                    page: None,
                 });
             }
         }
@@ -638,6 +832,7 @@ pub async fn verify(
                         }
                         None => format!("the run had no client {c} (clients 0..{clients})"),
                     },
+                    page: None,
                 });
             }
         }
@@ -659,6 +854,7 @@ pub async fn verify(
                     client: None,
                     seq: None,
                     detail: format!("filler {f:?} starts with the run's prefix but is not a tag"),
+                    page: None,
                 });
             }
         }
@@ -675,54 +871,187 @@ pub async fn verify(
                     i.sum_bbalance - i.start_sums[2],
                     i.sum_delta - i.start_sums[3]
                 ),
+                page: None,
             });
         }
     }
     rep.timings.findings_ms = t_find.elapsed().as_millis() as u64;
 
-    // amcheck and checksum failures.
+    // amcheck, the checksum failure counter, and the damaged pages.
     let t_am = Instant::now();
+    let client = client_main;
     if !opts.no_amcheck {
         let mut am_findings = Vec::new();
-        rep.amcheck = amcheck(&client, &missing, &mut am_findings).await?;
+        rep.amcheck = amcheck(client, &missing, &mut am_findings, &mut pages).await?;
         failures.extend(am_findings);
     } else {
         rep.amcheck.note = Some("skipped (--no-amcheck)".into());
     }
-    let cf: i64 = client
-        .query_one(
-            "SELECT coalesce(sum(checksum_failures), 0)::bigint FROM pg_stat_database",
-            &[],
-        )
+    let now = damage::counter(client)
         .await
-        .map_err(q("cannot read pg_stat_database"))?
-        .get(0);
-    rep.checksum_failures = cf as u64;
-    if cf > 0 {
-        failures.push(PgFinding {
-            kind: "checksum_failures".into(),
-            client: None,
-            seq: None,
-            detail: format!("pg_stat_database counts {cf} data page checksum failures"),
-        });
+        .map_err(q("cannot read pg_stat_database"))?;
+    let (rise, epoch_note) = damage::rise(
+        (pg.checksum_failures_start, &pg.stats_reset_start),
+        (now.0, &now.1),
+    );
+    rep.checksum_failures = rise;
+    rep.notes.extend(epoch_note);
+    let mut scanned = false;
+    if (rise > 0 || !pages.is_empty()) && missing.is_empty() {
+        for t in schema::TABLES {
+            match damage::scan_heap(client, t).await {
+                Ok(bad) => {
+                    for (blk, msg) in bad {
+                        let page = damage::parse_invalid_page(&msg);
+                        let p = match page {
+                            Some((path, b, _)) => damage::resolve(client, &path, b).await,
+                            None => damage::Page {
+                                relation: t.to_string(),
+                                fork: "main".into(),
+                                block: blk,
+                            },
+                        };
+                        pages.push(p);
+                    }
+                }
+                Err(e) => rep.notes.push(format!("page scan: {e}")),
+            }
+        }
+        scanned = true;
+    }
+    pages.sort();
+    pages.dedup();
+    let mut repaired = 0u64;
+    for p in &pages {
+        if p.is_data() {
+            rep.damaged_pages += 1;
+            failures.push(PgFinding {
+                kind: "damaged_page".into(),
+                client: None,
+                seq: None,
+                detail: format!(
+                    "{} ({} fork) block {} cannot be read: PostgreSQL rejects the page (checksum or header){}",
+                    p.relation,
+                    p.fork,
+                    p.block,
+                    if rep.counted_ignoring_checksums {
+                        "; the commits were counted reading it with ignore_checksum_failure"
+                    } else {
+                        ""
+                    }
+                ),
+                page: Some(p.clone()),
+            });
+        } else {
+            repaired += 1;
+            expected.push(by_design(p));
+        }
+    }
+    // Pages the server log names that are not unreadable now: FSM/VM pages PostgreSQL
+    // zeroed and rebuilt, or pages that read clean again.
+    let log_text = opts
+        .pg_log
+        .clone()
+        .or_else(|| opts.pgdata.as_ref().map(|d| d.join("log")))
+        .map(|p| {
+            ready::log_tail(
+                opts.pgdata.as_deref().unwrap_or(&p),
+                opts.pg_log.as_deref(),
+                100_000,
+            )
+        })
+        .unwrap_or_default();
+    for (path, block, _) in damage::log_pages(&log_text) {
+        let p = damage::resolve(client, &path, block).await;
+        if pages.contains(&p) || !p.relation.starts_with("pgbench_") {
+            continue;
+        }
+        if p.fork == "main" {
+            rep.notes.push(format!(
+                "the server log names {} ({} fork) block {} as damaged once; it reads clean now",
+                p.relation, p.fork, p.block
+            ));
+        } else {
+            repaired += 1;
+            expected.push(by_design(&p));
+        }
+        pages.push(p);
+    }
+    if rise > 0 && rep.damaged_pages == 0 {
+        let clean = scanned && rep.amcheck.ran && rep.amcheck.note.is_none();
+        rep.notes.push(format!(
+            "{rise} checksum failures since the run started{}; {}",
+            if repaired > 0 {
+                format!(", {repaired} of them pages PostgreSQL zeroes and rebuilds by design")
+            } else {
+                String::new()
+            },
+            if clean {
+                "every heap page of the pgbench tables reads clean and amcheck checked every index: \
+                 no page of the run's data is damaged"
+            } else {
+                "not every page of the run's data could be checked (amcheck did not check every index)"
+            }
+        ));
+        if !clean && repaired == 0 {
+            rep.unattributed_checksum_failures = rise;
+            failures.push(PgFinding {
+                kind: "checksum_failures".into(),
+                client: None,
+                seq: None,
+                detail: format!(
+                    "{rise} checksum failures in this database since the run started, not attributed to a page \
+                     (give --pg-log or --pgdata, and let amcheck run)"
+                ),
+                page: None,
+            });
+        }
     }
     rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
 
-    // Verdict.
-    let problems = rep.lost_commits
+    // Verdict. With a configuration that promised nothing (fsync=off,
+    // synchronous_commit=off), what that setting permits is no failure.
+    let permitted = rep.lost_commits
         + rep.ordering_violations
-        + rep.duplicates
-        + rep.phantoms
-        + rep.malformed_tags
         + rep.amcheck.corruptions
-        + u64::from(rep.checksum_failures > 0)
+        + rep.damaged_pages
+        + rep.unattributed_checksum_failures
         + missing.len() as u64
         + u64::from(rep.invariant.checked && !rep.invariant.holds);
+    let always = rep.duplicates + rep.phantoms + rep.malformed_tags;
+    let problems = if pg.promised {
+        permitted + always
+    } else {
+        let kinds = [
+            "ordering_violation",
+            "amcheck",
+            "damaged_page",
+            "checksum_failures",
+            "missing_table",
+            "invariant",
+        ];
+        let (moved, kept): (Vec<PgFinding>, Vec<PgFinding>) = std::mem::take(&mut failures)
+            .into_iter()
+            .partition(|f| kinds.contains(&f.kind.as_str()));
+        failures = kept;
+        for mut f in moved {
+            f.kind = format!("unpromised_{}", f.kind);
+            f.detail
+                .push_str("; the configuration did not promise durability");
+            expected.push(f);
+        }
+        always
+    };
     rep.ok = problems == 0;
-    rep.findings_total = problems + rep.unpromised_lost;
+    rep.not_measured = rep.ok
+        && rep.acknowledged_commits > 0
+        && rep.unpromised_acknowledged == rep.acknowledged_commits;
+    rep.findings_total = failures.len() as u64 + expected.len() as u64;
+    rep.findings_total = rep.findings_total.max(problems + rep.unpromised_lost);
     failures.extend(expected);
     failures.truncate(MAX_FINDINGS);
     rep.findings = failures;
+    rep.lost_lag_histogram = plugpull::report::lag_histogram(&lags);
     rep.summary = summary(&rep, &missing);
     if rep.ok && rep.acknowledged_commits == 0 {
         return Err(Failure(format!(
@@ -733,50 +1062,96 @@ pub async fn verify(
     Ok(rep)
 }
 
-/// Fills `rep` for a server that does not accept connections.
-fn unreachable(rep: &mut PgReport, conninfo: &str, err: &str, opts: &VerifyArgs) {
-    let mut detail = format!(
-        "PostgreSQL at {conninfo} does not accept connections (waited {}): {err}",
-        humantime_secs(opts.pg_wait)
-    );
-    if let Some(path) = &opts.pg_log {
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = &lines[lines.len().saturating_sub(20)..];
-                detail.push_str(&format!(
-                    "\nlast lines of {}:\n{}",
-                    path.display(),
-                    tail.join("\n")
-                ));
-            }
-            Err(e) => detail.push_str(&format!("\n(cannot read {}: {e})", path.display())),
-        }
+/// The finding for an FSM or VM page (or any page outside the run's data) that failed.
+fn by_design(p: &damage::Page) -> PgFinding {
+    PgFinding {
+        kind: "repaired_by_design".into(),
+        client: None,
+        seq: None,
+        detail: format!(
+            "{} ({} fork) block {} failed verification: repaired by PostgreSQL by design \
+             (free-space-map and visibility-map pages are not fully WAL-logged; PostgreSQL zeroes \
+             and rebuilds them), no data of the run",
+            p.relation, p.fork, p.block
+        ),
+        page: Some(p.clone()),
     }
+}
+
+/// Records the page an XX001/XX002 error names (or the error, when it names none).
+async fn note_page_error(
+    client: &Client,
+    e: &tokio_postgres::Error,
+    pages: &mut Vec<damage::Page>,
+    notes: &mut Vec<String>,
+) {
+    match damage::page_of_error(client, e).await {
+        Some(p) => pages.push(p),
+        None => notes.push(format!(
+            "PostgreSQL reports damage it does not place: {}",
+            describe(e)
+        )),
+    }
+}
+
+/// Two sessions that read pages whose only fault is a bad checksum
+/// (`ignore_checksum_failure`, superuser only), for counting what survives; they
+/// never write. `Err` says why there are none.
+async fn salvage_pair(cfg: &tokio_postgres::Config) -> Result<(Client, Client), String> {
+    let mut pair = Vec::new();
+    for _ in 0..2 {
+        let c = conn::connect(cfg)
+            .await
+            .map_err(|e| format!("cannot open another session: {}", describe(&e)))?;
+        c.batch_execute(
+            "SET ignore_checksum_failure = on; SET default_transaction_read_only = on; \
+             SET work_mem = '256MB'; SET statement_timeout = 0",
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "this role may not read past the damaged page (SET ignore_checksum_failure: {})",
+                describe(&e)
+            )
+        })?;
+        pair.push(c);
+    }
+    let b = pair.pop().expect("two sessions");
+    let a = pair.pop().expect("two sessions");
+    Ok((a, b))
+}
+
+/// Fills `rep` for a server that stopped (the finding's detail names the evidence).
+fn unreachable(rep: &mut PgReport, detail: String) {
     rep.server_reachable = false;
     rep.ok = false;
     rep.findings_total = 1;
+    rep.summary = format!(
+        "FAIL: {}; {} acknowledged commits could not be checked",
+        detail.lines().next().unwrap_or_default(),
+        rep.acknowledged_commits
+    );
     rep.findings = vec![PgFinding {
         kind: "server_unavailable".into(),
         client: None,
         seq: None,
         detail,
+        page: None,
     }];
-    rep.summary = format!(
-        "FAIL: PostgreSQL does not accept connections at {conninfo} ({err}); {} acknowledged commits could not be checked",
-        rep.acknowledged_commits
-    );
-}
-
-fn humantime_secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
 }
 
 /// Runs amcheck on the pgbench tables and their btree indexes.
+///
+/// What counts: rows `verify_heapam` returns, `bt_index_check` errors with SQLSTATE
+/// `XX002` (amcheck's own corruption reports), and pages PostgreSQL cannot read
+/// (`XX001`, added to `pages`). Any other error (permission denied, a missing
+/// function, a lock timeout, a cancelled statement) means amcheck could not run
+/// there: a note, never a corruption.
 async fn amcheck(
     client: &Client,
     missing: &[&str],
     findings: &mut Vec<PgFinding>,
+    pages: &mut Vec<damage::Page>,
 ) -> Result<Amcheck, Failure> {
     let mut am = Amcheck::default();
     if let Err(e) = client
@@ -784,12 +1159,11 @@ async fn amcheck(
         .await
     {
         am.note = Some(format!(
-            "amcheck not available: {} (needs the extension and the right to create it)",
+            "amcheck could not run: {} (needs the extension and the right to create it)",
             describe(&e)
         ));
         return Ok(am);
     }
-    am.ran = true;
     let tables: Vec<&str> = schema::TABLES
         .iter()
         .filter(|t| !missing.contains(t))
@@ -806,6 +1180,7 @@ async fn amcheck(
         {
             Ok(rows) => {
                 am.relations_checked += 1;
+                am.ran = true;
                 for r in rows {
                     am.corruptions += 1;
                     let (blk, off, msg): (i64, Option<i32>, Option<String>) =
@@ -819,11 +1194,24 @@ async fn amcheck(
                             off.map(|o| o.to_string()).unwrap_or("-".into()),
                             msg.unwrap_or_default()
                         ),
+                        page: None,
                     });
                 }
             }
+            Err(e) if damage::is_page_error(&e) => {
+                am.relations_checked += 1;
+                am.ran = true;
+                if damage::page_of_error(client, &e)
+                    .await
+                    .map(|p| pages.push(p))
+                    .is_none()
+                {
+                    am.corruptions += 1;
+                    findings.push(am_finding(format!("verify_heapam({t}): {}", describe(&e))));
+                }
+            }
             Err(e) if e.code().is_some() && !conn::is_connection_error(&e) => {
-                // verify_heapam may be missing (amcheck < 1.3) or the table unreadable.
+                // verify_heapam may be missing (amcheck < 1.3), or not ours to call.
                 notes.push(format!("verify_heapam({t}): {}", describe(&e)));
             }
             Err(e) => return Err(Failure(format!("amcheck: {}", describe(&e)))),
@@ -848,30 +1236,73 @@ async fn amcheck(
             .execute("SELECT bt_index_check($1::text::regclass, true)", &[&ix])
             .await
         {
-            Ok(_) => am.relations_checked += 1,
+            Ok(_) => {
+                am.relations_checked += 1;
+                am.ran = true;
+            }
             Err(e) if conn::is_connection_error(&e) => {
                 return Err(Failure(format!("amcheck: {}", describe(&e))))
             }
-            Err(e) => {
+            Err(e) if damage::is_page_error(&e) => {
                 am.relations_checked += 1;
-                am.corruptions += 1;
-                findings.push(PgFinding {
-                    kind: "amcheck".into(),
-                    client: None,
-                    seq: None,
-                    detail: format!("bt_index_check({ix}, heapallindexed): {}", describe(&e)),
-                });
+                am.ran = true;
+                let page = if e.code() == Some(&tokio_postgres::error::SqlState::DATA_CORRUPTED) {
+                    damage::page_of_error(client, &e).await
+                } else {
+                    None
+                };
+                match page {
+                    Some(p) => pages.push(p),
+                    None => {
+                        am.corruptions += 1;
+                        findings.push(am_finding(format!(
+                            "bt_index_check({ix}, heapallindexed): {}",
+                            describe(&e)
+                        )));
+                    }
+                }
             }
+            Err(e) => notes.push(format!("bt_index_check({ix}): {}", describe(&e))),
         }
     }
     if !notes.is_empty() {
-        am.note = Some(notes.join("; "));
+        am.note = Some(format!("amcheck could not run: {}", notes.join("; ")));
     }
     Ok(am)
 }
 
+fn am_finding(detail: String) -> PgFinding {
+    PgFinding {
+        kind: "amcheck".into(),
+        client: None,
+        seq: None,
+        detail,
+        page: None,
+    }
+}
+
+/// The settings that made the acknowledgements unpromised, e.g. `fsync=off`.
+fn unpromised_why(s: &plugpull::ledger::PgSettings) -> String {
+    let v = conn::unsafe_settings(s);
+    if v.is_empty() {
+        "as recorded".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 /// The one-line verdict.
 fn summary(r: &PgReport, missing: &[&str]) -> String {
+    if r.not_measured {
+        return format!(
+            "NOT MEASURED: all {} acknowledged commits were unpromised (the configuration did not \
+             promise durability: {}), so the run measured nothing about the device; {} of them lost, \
+             as that configuration allows",
+            r.acknowledged_commits,
+            unpromised_why(&r.run_settings.settings),
+            r.unpromised_lost
+        );
+    }
     if r.ok {
         let mut s = format!(
             "PASS: {} acknowledged commits, {} present ({} beyond the acknowledged: in flight or unconfirmed), none lost; balances consistent",
@@ -896,7 +1327,11 @@ fn summary(r: &PgReport, missing: &[&str]) -> String {
         (r.phantoms, "phantoms"),
         (r.malformed_tags, "malformed tags"),
         (r.amcheck.corruptions, "amcheck corruptions"),
-        (r.checksum_failures, "checksum failures"),
+        (r.damaged_pages, "damaged pages"),
+        (
+            r.unattributed_checksum_failures,
+            "unattributed checksum failures",
+        ),
     ];
     for (n, what) in named {
         if n > 0 {
@@ -993,7 +1428,21 @@ impl PgReport {
         if let Some(n) = &self.amcheck.note {
             println!("  note: {n}");
         }
-        println!("checksum failures:      {}", self.checksum_failures);
+        println!(
+            "checksum failures:      {} (this database, since the run started)",
+            self.checksum_failures
+        );
+        println!("damaged pages:          {}", self.damaged_pages);
+        if !self.commits_checked {
+            println!("commits:                NOT COUNTED (see the notes)");
+        } else if self.counted_ignoring_checksums {
+            println!(
+                "commits counted:        with ignore_checksum_failure (a page failed its checksum)"
+            );
+        }
+        for n in &self.notes {
+            println!("note: {n}");
+        }
         println!(
             "time:                   {} ms (commits and sums {} ms, findings {} ms, amcheck {} ms)",
             self.timings.total_ms,
@@ -1016,6 +1465,13 @@ impl PgReport {
                     _ => println!("  {:<20} {}", f.kind, f.detail),
                 }
             }
+        }
+        if self.lost_lag_histogram.iter().any(|b| b.count > 0) {
+            println!("lost commits by how long before the end they were acknowledged:");
+            print!(
+                "{}",
+                plugpull::report::lag_histogram_text(&self.lost_lag_histogram)
+            );
         }
         println!("{}", self.summary);
     }
