@@ -215,13 +215,14 @@ pub fn is_transient_connect_error(e: &tokio_postgres::Error) -> bool {
 }
 
 /// Whether a connect error means the peer answered, but not in PostgreSQL's
-/// protocol (a bytes it sent could not be parsed, or a message out of place): the
-/// address is not a PostgreSQL server.
+/// protocol (bytes that do not parse as its messages, a message out of place, or a
+/// partial message before the peer closed): the address is not a PostgreSQL server.
 pub fn is_not_postgres(e: &tokio_postgres::Error) -> bool {
-    let s = e.to_string();
+    let s = describe(e);
     e.code().is_none()
         && (s.starts_with("unexpected message from server")
-            || s.starts_with("error parsing response from server"))
+            || s.starts_with("error parsing response from server")
+            || s.contains("bytes remaining on stream"))
 }
 
 /// Reads the settings a run records through `client`.
