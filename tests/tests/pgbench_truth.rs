@@ -236,3 +236,102 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
         .unwrap();
     assert!(other >= 2, "the counters of the cluster hold {other}");
 }
+
+#[test]
+fn a_damaged_fsm_page_is_repaired_by_postgresql_by_design_not_a_failure() {
+    let Some((_dir, mut pg, l)) = setup(
+        "a_damaged_fsm_page_is_repaired_by_postgresql_by_design_not_a_failure",
+        true,
+    ) else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let run1 = run(&l, &pg, "100");
+    pg.psql_in("bench", "VACUUM pgbench_accounts");
+    let file = pg.psql_in("bench", "SELECT pg_relation_filepath('pgbench_accounts')");
+    pg.stop();
+    let fsm = format!("{file}_fsm");
+    assert!(pg.data.join(&fsm).exists(), "no free space map: {fsm}");
+    pg.flip_byte(&fsm, 0, 100);
+    pg.start();
+    // PostgreSQL itself reads the page (as autovacuum would), zeroes and rebuilds it.
+    pg.psql_in("bench", "VACUUM pgbench_accounts");
+    let log = std::fs::read_to_string(&pg.log).unwrap();
+    assert!(
+        log.contains("_fsm; zeroing out page"),
+        "PostgreSQL did not read the damaged page: {log}"
+    );
+    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-log", pg.log.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{v:#}");
+    assert_eq!(counts(&v)["ok"], json!(true), "{v:#}");
+    assert_eq!(v["checksum_failures"], json!(1), "{v:#}");
+    assert_eq!(v["damaged_pages"], json!(0), "{v:#}");
+    assert_eq!(kinds(&v), ["repaired_by_design"], "{v:#}");
+    assert_eq!(
+        v["findings"][0]["page"],
+        json!({"relation": "pgbench_accounts", "fork": "fsm", "block": 0}),
+        "{v:#}"
+    );
+    assert!(
+        v["findings"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("repaired by PostgreSQL by design"),
+        "{v:#}"
+    );
+    assert!(v["summary"].as_str().unwrap().starts_with("PASS"), "{v:#}");
+}
+
+#[test]
+fn postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding() {
+    let Some((_dir, mut pg, l)) = setup(
+        "postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding",
+        false,
+    ) else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let run1 = run(&l, &pg, "20");
+    let data = pg.data.to_str().unwrap().to_string();
+    let log = pg.log.to_str().unwrap().to_string();
+    pg.stop();
+    // Cleanly stopped and not started: could not verify, exit 2, naming the state.
+    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "1s", "--pgdata", &data]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert!(err.contains("is PostgreSQL running?"), "{err}");
+    assert!(err.contains("cluster state \"shut down\""), "{err}");
+
+    // Crashed, and its WAL gone: the next start PANICs in recovery. That is a finding.
+    pg.start();
+    pg.stop_immediate();
+    for e in std::fs::read_dir(pg.data.join("pg_wal")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let started = pg.try_start();
+    assert!(started.is_err(), "PostgreSQL started without its WAL");
+    let (code, v, err) = verify(
+        &l,
+        &run1,
+        &dsn,
+        &["--pg-wait", "5s", "--pgdata", &data, "--pg-log", &log],
+    );
+    assert_eq!(code, 1, "{err}\n{v:#}");
+    assert_eq!(v["server_reachable"], json!(false), "{v:#}");
+    assert_eq!(kinds(&v), ["server_unavailable"], "{v:#}");
+    let detail = v["findings"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("stopped: no postmaster is running"),
+        "{detail}"
+    );
+    assert!(detail.contains("PANIC:"), "{detail}");
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("FAIL: PostgreSQL at "),
+        "{v:#}"
+    );
+}

@@ -1069,6 +1069,8 @@ pub async fn verify(
     rep.not_measured = rep.ok
         && rep.acknowledged_commits > 0
         && rep.unpromised_acknowledged == rep.acknowledged_commits;
+    // Not measured is not a pass: `ok` stays false (exit 2).
+    rep.ok &= !rep.not_measured;
     rep.findings_total = failures.len() as u64 + expected.len() as u64;
     rep.findings_total = rep.findings_total.max(problems + rep.unpromised_lost);
     failures.extend(expected);

@@ -11,6 +11,7 @@
 //! | nothing listening (refused, no socket, timeout), 57P01/57P02, 53300 | keeps waiting; at the deadline exit 2 "is PostgreSQL running?" |
 //! | the server was seen starting (57P03) and then nothing listens | a finding: PostgreSQL stopped during startup (exit 1) |
 //! | with `--pgdata`: no live postmaster, the cluster not shut down cleanly, and the log's tail has PANIC or FATAL | a finding at once: PostgreSQL stopped (exit 1), with the log's tail |
+//! | with only `--pg-log`: nothing listens, and the log's last startup event is a PANIC or "aborting startup" (no "ready to accept connections" after it) | the same finding |
 //! | an answer that is not PostgreSQL's protocol | exit 2 "not a PostgreSQL server" |
 //! | authentication failed, database missing, bad settings | exit 2 with the server's message |
 //!
@@ -62,13 +63,16 @@ pub async fn wait(cfg: &Config, conninfo: &str, opts: &VerifyArgs) -> Result<Rea
             )));
         }
         seen_starting |= starting;
-        if let Some(d) = &opts.pgdata {
-            if let Some(why) = stopped(d, opts.pg_log.as_deref()) {
-                return Ok(Ready::Stopped(format!(
-                    "PostgreSQL at {conninfo} stopped: {why}{}",
-                    evidence(opts)
-                )));
-            }
+        let why = match (&opts.pgdata, &opts.pg_log) {
+            (Some(d), _) => stopped(d, opts.pg_log.as_deref()),
+            (None, Some(log)) if !starting => stopped_by_log(log),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Ok(Ready::Stopped(format!(
+                "PostgreSQL at {conninfo} stopped: {why}{}",
+                evidence(opts)
+            )));
         }
         if Instant::now() >= deadline {
             let waited = format!("{:.1} s", start.elapsed().as_secs_f64());
@@ -118,6 +122,30 @@ fn stopped(pgdata: &Path, log: Option<&Path>) -> Option<String> {
     Some(format!(
         "no postmaster is running, the cluster state is \"{state}\", and the log says: {}",
         last.trim()
+    ))
+}
+
+/// Why the server whose log is `log` counts as stopped, when nothing listens and no
+/// data directory was given: the log's last startup event is a failure (a PANIC, or
+/// "aborting startup"), with no "ready to accept connections" after it.
+fn stopped_by_log(log: &Path) -> Option<String> {
+    let tail = log_tail(Path::new(""), Some(log), 200);
+    let last = tail.lines().rev().find(|l| {
+        l.contains("PANIC:")
+            || l.contains("aborting startup due to startup process failure")
+            || l.contains("database system is ready to accept connections")
+    })?;
+    if last.contains("ready to accept connections") {
+        return None;
+    }
+    let panic = tail
+        .lines()
+        .rev()
+        .find(|l| l.contains("PANIC:"))
+        .unwrap_or(last);
+    Some(format!(
+        "nothing accepts connections and its log says startup failed: {}",
+        panic.trim()
     ))
 }
 
