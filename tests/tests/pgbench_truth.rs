@@ -246,7 +246,7 @@ fn a_damaged_fsm_page_is_repaired_by_postgresql_by_design_not_a_failure() {
         return;
     };
     let dsn = pg.conninfo_db("bench");
-    let run1 = run(&l, &pg, "100");
+    let run1 = run(&l, &pg, "50");
     pg.psql_in("bench", "VACUUM pgbench_accounts");
     let file = pg.psql_in("bench", "SELECT pg_relation_filepath('pgbench_accounts')");
     pg.stop();
@@ -280,6 +280,30 @@ fn a_damaged_fsm_page_is_repaired_by_postgresql_by_design_not_a_failure() {
         "{v:#}"
     );
     assert!(v["summary"].as_str().unwrap().starts_with("PASS"), "{v:#}");
+
+    // A main-fork index page is the run's data: amcheck meets it, a FAIL naming it.
+    let index = pg.psql_in(
+        "bench",
+        "SELECT pg_relation_filepath('pgbench_accounts_pkey')",
+    );
+    pg.stop();
+    pg.flip_byte(&index, 1, 100);
+    pg.start();
+    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-log", pg.log.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}\n{v:#}");
+    assert_eq!(v["damaged_pages"], json!(1), "{v:#}");
+    assert_eq!(v["lost_commits"], json!(0), "{v:#}");
+    assert_eq!(kinds(&v), ["damaged_page", "repaired_by_design"], "{v:#}");
+    assert_eq!(
+        v["findings"][0]["page"],
+        json!({"relation": "pgbench_accounts_pkey", "fork": "main", "block": 1}),
+        "{v:#}"
+    );
+    assert_eq!(
+        v["summary"],
+        json!("FAIL: 1 damaged pages out of 100 acknowledged commits"),
+        "{v:#}"
+    );
 }
 
 #[test]
