@@ -264,6 +264,21 @@ impl PgCluster {
         );
     }
 
+    /// `pg_ctl promote -w`: ends recovery of a standby (or a server in recovery).
+    pub fn promote(&mut self) {
+        let o = self.server_cmd("pg_ctl", |cmd| {
+            cmd.arg("-D")
+                .arg(&self.data)
+                .args(["-w", "-t", "60", "promote"]);
+        });
+        assert!(
+            o.status.success(),
+            "pg_ctl promote failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
     /// Whether the server was started and not stopped through this handle.
     pub fn is_running(&self) -> bool {
         self.running

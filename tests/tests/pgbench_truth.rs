@@ -359,3 +359,52 @@ fn postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding(
         "{v:#}"
     );
 }
+
+#[test]
+fn a_server_still_in_recovery_is_waited_for_then_checked() {
+    let Some((_dir, mut pg, l)) = setup(
+        "a_server_still_in_recovery_is_waited_for_then_checked",
+        false,
+    ) else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let run1 = run(&l, &pg, "20");
+    pg.stop();
+    // A real server that stays in recovery and refuses sessions with 57P03: a
+    // standby without hot standby.
+    std::fs::write(pg.data.join("standby.signal"), "").unwrap();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(pg.data.join("postgresql.conf"))
+            .unwrap();
+        writeln!(f, "hot_standby = off").unwrap();
+    }
+    pg.try_start().unwrap(); // pg_ctl -w returns once the standby runs
+    let refused = pg.try_psql("SELECT 1").unwrap_err();
+    assert!(refused.contains("not accepting connections"), "{refused}");
+
+    // Still starting up at the deadline: could not verify (exit 2), not a finding.
+    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "2s"]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert!(err.contains("is still starting up after"), "{err}");
+    assert!(err.contains("SQLSTATE 57P03"), "{err}");
+
+    // Recovery ends while verify waits: it goes on and checks.
+    let child = std::process::Command::new(bin("plugpull"))
+        .args(["verify", "--listener", l.addr(), "--json", "--run", &run1])
+        .args(["--dsn", &dsn, "--pg-wait", "120s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    pg.promote();
+    let o = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert_eq!(o.status.code(), Some(0), "{}\n{v:#}", stderr(&o));
+    assert_eq!(counts(&v), expect(&[]), "{v:#}");
+    assert_eq!(v["acknowledged_commits"], json!(40));
+}
