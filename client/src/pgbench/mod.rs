@@ -12,6 +12,7 @@
 //! * [`run`] — the clients and their transaction.
 //! * [`check`] — the verifier: set-based SQL over the tags, the balance invariant,
 //!   amcheck, checksum failures, and the report.
+//! * [`report`] — the verification report, its summary line and human rendering.
 //! * [`ready`] — waiting for PostgreSQL after the cut: "not up yet" vs "stopped".
 //! * [`damage`] — damaged pages: where each checksum failure is, and whether it is
 //!   the run's data or a page PostgreSQL rebuilds by design.
@@ -24,12 +25,14 @@ pub mod check;
 pub mod conn;
 pub mod damage;
 pub mod ready;
+pub mod report;
 pub mod run;
 pub mod schema;
 pub mod tag;
 
 #[allow(unused_imports)] // PgReport is the type verify() returns
-pub use check::{verify, PgReport, VerifyArgs};
+pub use check::{verify, VerifyArgs};
+pub use report::PgReport;
 
 use crate::common::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
