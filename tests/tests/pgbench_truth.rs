@@ -110,6 +110,10 @@ fn amcheck_a_role_may_not_call_is_a_note_not_corruption() {
         err.contains("answered, but not as a PostgreSQL server does"),
         "{err}"
     );
+    // write pgbench refuses it too, before any run starts.
+    let o = write(&l, &dsn, &["--transactions", "5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     // The listener's own port: it closes on a PostgreSQL handshake; still exit 2.
     let port = l.addr().rsplit(':').next().unwrap();
     let dsn = format!("host=127.0.0.1 port={port} user=postgres dbname=bench");
