@@ -1053,7 +1053,11 @@ async fn amcheck(
                             off.map(|o| o.to_string()).unwrap_or("-".into()),
                             msg.unwrap_or_default()
                         ),
-                        page: None,
+                        page: Some(damage::Page {
+                            relation: t.to_string(),
+                            fork: "main".into(),
+                            block: blk.max(0) as u64,
+                        }),
                     });
                 }
             }

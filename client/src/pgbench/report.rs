@@ -67,7 +67,8 @@ pub struct PgFinding {
     pub seq: Option<u64>,
     /// Human-readable detail.
     pub detail: String,
-    /// The damaged page, for `damaged_page` and `repaired_by_design` findings.
+    /// The page a finding is about: for `damaged_page`, `repaired_by_design`, and
+    /// `amcheck` rows of `verify_heapam`.
     pub page: Option<damage::Page>,
 }
 
