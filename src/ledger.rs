@@ -178,6 +178,12 @@ pub struct PgManifest {
     /// (`device mountpoint fstype options`, from `/proc/mounts`); empty when the
     /// directory is hidden or not on the agent's host.
     pub data_mount: String,
+    /// `pg_stat_database.checksum_failures` of the run's database when the run
+    /// started (0 when checksums are off): verify counts only the rise since.
+    pub checksum_failures_start: i64,
+    /// `pg_stat_database.stats_reset` of the run's database when the run started, as
+    /// text (empty when NULL): the epoch of that counter.
+    pub stats_reset_start: String,
 }
 
 /// The PostgreSQL settings a pgbench run records, as `pg_settings` shows them.

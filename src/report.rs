@@ -219,6 +219,25 @@ pub fn lag_histogram(lags: &[f64]) -> Vec<LagBucket> {
     out
 }
 
+/// The histogram as text lines, one per bucket (`   0.01 - 0.1     s        3 ###`),
+/// bars scaled to the largest count; the same for every workload's report.
+pub fn lag_histogram_text(buckets: &[LagBucket]) -> String {
+    let max = buckets.iter().map(|b| b.count).max().unwrap_or(1).max(1);
+    let mut s = String::new();
+    for b in buckets {
+        let range = match b.to_secs {
+            Some(t) => format!("{:>7} - {:<7} s", b.from_secs, t),
+            None => format!("{:>7} s or more  ", b.from_secs),
+        };
+        s.push_str(&format!(
+            "  {range} {:>8} {}\n",
+            b.count,
+            "#".repeat((40 * b.count).div_ceil(max) as usize)
+        ));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Only parse the command line: print `arguments OK` and exit 0 without doing
+    /// anything (the test that runs every documented example uses it).
+    #[arg(long, global = true, hide = true)]
+    check_args: bool,
 }
 
 /// Where the listener is and how to prove ourselves to it.
@@ -94,6 +98,10 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    if cli.check_args {
+        println!("arguments OK");
+        return ExitCode::SUCCESS;
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -138,7 +146,8 @@ async fn run(cli: Cli) -> Result<bool, Failure> {
                 Ok(s) => verify::verify(&args, &listener.listener, &s, &pg).await,
                 Err(e) => Err(e),
             };
-            if let (Err(e), true) = (&result, args.json) {
+            let printed = verify::REPORT_PRINTED.load(std::sync::atomic::Ordering::SeqCst);
+            if let (Err(e), true, false) = (&result, args.json, printed) {
                 // --json promises one object on stdout, also when verification could not run.
                 println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
             }

@@ -163,6 +163,11 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Failure> {
     )))
 }
 
+/// Set when verify printed its report and still ends with a [`Failure`] (a pgbench run
+/// that measured nothing): `main` then prints no second JSON object.
+pub static REPORT_PRINTED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// What verification concluded: `Ok(true)` = nothing acknowledged lost or damaged.
 pub async fn verify(
     args: &VerifyArgs,
@@ -236,6 +241,11 @@ pub async fn verify(
                 );
             } else {
                 report.print_human(args.show);
+            }
+            if report.not_measured {
+                // Exit 2 with the report already printed (one JSON object with --json).
+                REPORT_PRINTED.store(true, std::sync::atomic::Ordering::SeqCst);
+                return Err(Failure(report.summary));
             }
             Ok(report.ok)
         }
@@ -580,24 +590,10 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         if total > 0 {
             println!();
             println!("lost acknowledged writes by how long before the end they were acknowledged:");
-            let max = r
-                .lost_lag_histogram
-                .iter()
-                .map(|b| b.count)
-                .max()
-                .unwrap_or(1)
-                .max(1);
-            for b in &r.lost_lag_histogram {
-                let range = match b.to_secs {
-                    Some(t) => format!("{:>7} - {:<7} s", b.from_secs, t),
-                    None => format!("{:>7} s or more  ", b.from_secs),
-                };
-                println!(
-                    "  {range} {:>8} {}",
-                    b.count,
-                    "#".repeat((40 * b.count).div_ceil(max) as usize)
-                );
-            }
+            print!(
+                "{}",
+                plugpull::report::lag_histogram_text(&r.lost_lag_histogram)
+            );
         }
     }
     println!();

@@ -115,8 +115,21 @@ impl PgCluster {
         PgCluster::create(Some(data))
     }
 
+    /// Creates (`initdb --data-checksums`) and starts a cluster with data page
+    /// checksums on, in a new temporary directory.
+    pub fn start_new_with_checksums() -> PgCluster {
+        let mut c = PgCluster::create_with(None, &["--data-checksums"]);
+        c.start();
+        c
+    }
+
     /// Creates a cluster, not started.
     pub fn create(data: Option<&Path>) -> PgCluster {
+        PgCluster::create_with(data, &[])
+    }
+
+    /// Creates a cluster with extra `initdb` arguments, not started.
+    pub fn create_with(data: Option<&Path>, initdb_args: &[&str]) -> PgCluster {
         let bin = bin_dir().expect("PostgreSQL server binaries (see PgCluster::available)");
         let tmp = tempfile::Builder::new()
             .prefix("pp-pg")
@@ -144,15 +157,10 @@ impl PgCluster {
             running: false,
         };
         let o = c.server_cmd("initdb", |cmd| {
-            cmd.arg("-D").arg(&c.data).args([
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ]);
+            cmd.arg("-D")
+                .arg(&c.data)
+                .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"])
+                .args(initdb_args);
         });
         assert!(
             o.status.success(),
@@ -251,6 +259,21 @@ impl PgCluster {
         assert!(
             o.status.success(),
             "pg_ctl stop -m {mode} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// `pg_ctl promote -w`: ends recovery of a standby (or a server in recovery).
+    pub fn promote(&mut self) {
+        let o = self.server_cmd("pg_ctl", |cmd| {
+            cmd.arg("-D")
+                .arg(&self.data)
+                .args(["-w", "-t", "60", "promote"]);
+        });
+        assert!(
+            o.status.success(),
+            "pg_ctl promote failed: {}{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
@@ -392,6 +415,33 @@ impl Drop for PgCluster {
     }
 }
 
+impl PgCluster {
+    /// Flips every bit of the byte at `offset` of block `block` of the relation file
+    /// `rel_path` (relative to the data directory, as `pg_relation_filepath` gives
+    /// it, plus a fork suffix like `_fsm`); the cluster must be stopped. Calling it
+    /// twice restores the byte. Returns the page's `(pd_lower, pd_upper)`.
+    pub fn flip_byte(&self, rel_path: &str, block: u64, offset: usize) -> (u16, u16) {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        assert!(!self.running, "stop the cluster before damaging its files");
+        let path = self.data.join(rel_path);
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        let mut page = vec![0u8; 8192];
+        f.seek(SeekFrom::Start(block * 8192)).unwrap();
+        f.read_exact(&mut page).unwrap();
+        let lower = u16::from_le_bytes([page[12], page[13]]);
+        let upper = u16::from_le_bytes([page[14], page[15]]);
+        page[offset] ^= 0xff;
+        f.seek(SeekFrom::Start(block * 8192)).unwrap();
+        f.write_all(&page).unwrap();
+        f.sync_all().unwrap();
+        (lower, upper)
+    }
+}
+
 /// The counts a pgbench verification report pins down, as one JSON object (from
 /// `plugpull verify --json`), to compare whole with [`expected_counts`].
 pub fn report_counts(v: &serde_json::Value) -> serde_json::Value {
@@ -421,4 +471,24 @@ pub fn expected_counts(changes: &[(&str, serde_json::Value)]) -> serde_json::Val
         v[*k] = x.clone();
     }
     v
+}
+
+/// `plugpull write pgbench --listener L --dsn DSN EXTRA…`, to completion.
+pub fn write_pgbench(l: &crate::Listener, dsn: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["write", "pgbench", "--listener", l.addr(), "--dsn", dsn];
+    args.extend_from_slice(extra);
+    crate::plugpull(&args)
+}
+
+/// `plugpull verify --json --run RUN --dsn DSN EXTRA…`: exit code, the JSON object
+/// (`Null` when stdout is not JSON) and stderr.
+pub fn verify_pgbench(
+    l: &crate::Listener,
+    run: &str,
+    dsn: &str,
+    extra: &[&str],
+) -> (i32, serde_json::Value, String) {
+    let mut args = vec!["--run", run, "--dsn", dsn];
+    args.extend_from_slice(extra);
+    crate::verify_json(l, &args)
 }

@@ -143,12 +143,12 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
         .and_then(|r| r.split(' ').next()?.parse().ok())
         .expect("in-flight count");
 
-    // With the server down, verify reports that as a finding (exit 1), not exit 2.
+    // With the server not started again, verify could not verify (exit 2): PostgreSQL
+    // not up yet is no finding.
     let (code, v, err) = verify(&l, &run, &dsn, &["--pg-wait", "1s"]);
-    assert_eq!(code, 1, "{err}");
-    assert_eq!(v["server_reachable"], json!(false));
+    assert_eq!(code, 2, "{err}");
     assert_eq!(v["ok"], json!(false));
-    assert_eq!(v["findings"][0]["kind"], json!("server_unavailable"));
+    assert!(err.contains("is PostgreSQL running?"), "{err}");
 
     pg.start(); // crash recovery
     let (code, v, err) = verify(&l, &run, &dsn, &[]);
@@ -274,6 +274,21 @@ fn doctored_databases_give_exact_counts() {
     assert_eq!(v["findings"][0]["client"], json!(0));
     assert_eq!(v["findings"][0]["seq"], json!(5));
     assert_eq!(v["findings_total"], json!(1));
+    // When that commit was acknowledged (not the time of the last range merged into
+    // it), and the lag histogram counts it once.
+    let detail = v["findings"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("acknowledged commit missing (acknowledged ")
+            && detail.contains(" s before the end"),
+        "{detail}"
+    );
+    let lagged: u64 = v["lost_lag_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lagged, 1, "{v:#}");
     assert!(
         v["summary"]
             .as_str()
@@ -458,12 +473,21 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
             apply_deltas(&this, -1)
         ),
     );
+    // Every acknowledgement was unpromised: NOT MEASURED (exit 2), the report printed
+    // all the same, the loss listed as unpromised.
     let (code, v, err) = verify(&l, &run, &dsn, &[]);
-    assert_eq!(code, 0, "{err}\n{v:#}");
+    assert_eq!(code, 2, "{err}\n{v:#}");
     assert_eq!(
         counts(&v),
-        expect(&[("unpromised_lost", json!(1))]),
+        expect(&[("unpromised_lost", json!(1)), ("ok", json!(false))]),
         "{v:#}"
+    );
+    assert_eq!(v["not_measured"], json!(true));
+    assert_eq!(
+        v["summary"],
+        json!("NOT MEASURED: all 200 acknowledged commits were unpromised (the configuration did not \
+               promise durability: synchronous_commit=off), so the run measured nothing about the \
+               device; 1 of them lost, as that configuration allows")
     );
     assert_eq!(v["promised"], json!(false));
     assert_eq!(v["run_settings"]["synchronous_commit"], json!("off"));
@@ -471,6 +495,48 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
     assert_eq!(v["unpromised_acknowledged"], json!(200));
     assert_eq!(v["findings"][0]["kind"], json!("unpromised_lost"));
     assert_eq!(v["findings"][0]["seq"], json!(3));
+
+    // A balance change without its history row: what such a setting permits is
+    // listed as unpromised, not a failure (still NOT MEASURED, exit 2).
+    pg.psql_in(
+        "bench",
+        "UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 1",
+    );
+    let (code, v, err) = verify(&l, &run, &dsn, &["--no-amcheck"]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert_eq!(
+        counts(&v),
+        expect(&[
+            ("unpromised_lost", json!(1)),
+            ("invariant_holds", json!(false)),
+            ("ok", json!(false))
+        ]),
+        "{v:#}"
+    );
+    let kinds: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["unpromised_lost", "unpromised_invariant"], "{v:#}");
+    // The human report says the same and exits 2 too.
+    let o = plugpull(&[
+        "verify",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--dsn",
+        &dsn,
+        "--no-amcheck",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stdout(&o).contains("NOT MEASURED: all 200"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]

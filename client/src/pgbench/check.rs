@@ -23,12 +23,13 @@
 //! failure counter.
 
 use super::conn::{self, describe};
+use super::report::{Amcheck, Invariant, PgFinding, PgReport, RunSettings};
 use super::schema;
 use super::tag;
+use super::{damage, ready};
 use crate::Failure;
 use plugpull::ledger::{AckBatch, Acks, Manifest, PgManifest};
 use plugpull::RunId;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,10 +47,11 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "CONNINFO")]
     pub dsn: Option<String>,
 
-    /// How long to keep retrying while PostgreSQL refuses connections or is still
-    /// in crash recovery, e.g. `60s`; after that, "does not accept connections" is
-    /// the finding.
-    #[arg(long, value_name = "DURATION", default_value = "10s",
+    /// How long to keep retrying while nothing accepts connections or PostgreSQL is
+    /// still in crash recovery, e.g. `10m`; after that verify exits 2 ("is PostgreSQL
+    /// running?" or "still starting up"). A server that stopped is a finding at once
+    /// when --pgdata shows it (see docs/pgbench.md, "readiness").
+    #[arg(long, value_name = "DURATION", default_value = "5m",
           value_parser = plugpull::units::parse_duration)]
     pub pg_wait: Duration,
 
@@ -58,154 +60,28 @@ pub struct VerifyArgs {
     pub no_amcheck: bool,
 
     /// PostgreSQL's server log: its last lines go into the report when the server
-    /// does not accept connections.
+    /// does not accept connections, and its "invalid page" lines name the pages
+    /// behind checksum failures.
     #[arg(long, value_name = "PATH")]
     pub pg_log: Option<PathBuf>,
+
+    /// The data directory, when verify runs on the database host: its cluster state
+    /// (`pg_controldata`), postmaster and log (`PGDATA/log`, unless --pg-log) tell
+    /// "not started yet" from "stopped", and go into the report.
+    #[arg(long, value_name = "PGDATA")]
+    pub pgdata: Option<PathBuf>,
 }
 
 impl Default for VerifyArgs {
     fn default() -> Self {
         VerifyArgs {
             dsn: None,
-            pg_wait: Duration::from_secs(10),
+            pg_wait: Duration::from_secs(300),
             no_amcheck: false,
             pg_log: None,
+            pgdata: None,
         }
     }
-}
-
-/// The balance invariant: the four sums move together.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Invariant {
-    /// `sum(pgbench_accounts.abalance)` now.
-    pub sum_abalance: i64,
-    /// `sum(pgbench_tellers.tbalance)` now.
-    pub sum_tbalance: i64,
-    /// `sum(pgbench_branches.bbalance)` now.
-    pub sum_bbalance: i64,
-    /// `sum(pgbench_history.delta)` now.
-    pub sum_delta: i64,
-    /// The same four sums when the run started (all 0 on fresh tables).
-    pub start_sums: [i64; 4],
-    /// Whether the four sums changed by the same amount since the start (so they are
-    /// equal on fresh tables).
-    pub holds: bool,
-    /// Whether the sums could be read.
-    pub checked: bool,
-}
-
-/// The server configuration a run recorded (see `PgManifest`).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RunSettings {
-    /// The recorded settings (their fields appear in this object).
-    #[serde(flatten)]
-    pub settings: plugpull::ledger::PgSettings,
-    /// The mount beneath the data directory (`device mountpoint fstype options`).
-    pub data_mount: String,
-}
-
-/// What amcheck found.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Amcheck {
-    /// Whether amcheck ran (the extension could be created and its functions called).
-    pub ran: bool,
-    /// Corruptions: rows from `verify_heapam` plus indexes `bt_index_check` rejected.
-    pub corruptions: u64,
-    /// Tables and indexes checked.
-    pub relations_checked: u32,
-    /// Why it did not run, or which parts could not run.
-    pub note: Option<String>,
-}
-
-/// One finding: a commit lost, reordered, duplicated or invented, or damage.
-#[derive(Clone, Debug, Serialize)]
-pub struct PgFinding {
-    /// `lost_commit`, `unpromised_lost`, `ordering_violation`, `duplicate`,
-    /// `phantom`, `malformed_tag`, `invariant`, `amcheck`, `checksum_failures`,
-    /// `missing_table` or `server_unavailable`.
-    pub kind: String,
-    /// The client, where the finding names a commit.
-    pub client: Option<u32>,
-    /// The per-client sequence number, where the finding names a commit.
-    pub seq: Option<u64>,
-    /// Human-readable detail.
-    pub detail: String,
-}
-
-/// Wall-clock time of the verifier's phases, in milliseconds.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Timings {
-    /// Connecting (including waiting for the server).
-    pub connect_ms: u64,
-    /// Counting the commits (the tag scan) and the balance sums, concurrently.
-    pub commits_ms: u64,
-    /// Listing the first findings.
-    pub findings_ms: u64,
-    /// amcheck and the checksum failure counter.
-    pub amcheck_ms: u64,
-    /// Everything.
-    pub total_ms: u64,
-}
-
-/// The report of verifying a pgbench run; one model for the human report and
-/// `--json` (field names are a stable interface for scripts).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct PgReport {
-    /// Run id, 16 hex digits.
-    pub run_id: String,
-    /// Always `"pgbench"`.
-    pub workload: String,
-    /// Host that ran the agent.
-    pub host: String,
-    /// The connection checked (no password).
-    pub conninfo: String,
-    /// Whether the agent finished the run (`false`: it was cut short).
-    pub finished: bool,
-    /// Whether the run's configuration promised durability.
-    pub promised: bool,
-    /// Clients of the run.
-    pub clients: u32,
-    /// The server configuration the run recorded when it started.
-    pub run_settings: RunSettings,
-    /// Whether PostgreSQL accepted a connection.
-    pub server_reachable: bool,
-    /// Commits acknowledged in the ledger (promised and unpromised).
-    pub acknowledged_commits: u64,
-    /// Of those, acknowledged while the configuration did not promise durability.
-    pub unpromised_acknowledged: u64,
-    /// Distinct tags of the run found, within the bounds (not phantoms).
-    pub present_commits: u64,
-    /// Of those, not acknowledged in the ledger: in flight at the cut, or committed
-    /// but not yet confirmed by the listener. Survivors like these are no failure.
-    pub unacknowledged_present: u64,
-    /// Acknowledged (promised) commits that are missing.
-    pub lost_commits: u64,
-    /// Missing seqs not acknowledged while a later seq of the client survived.
-    pub ordering_violations: u64,
-    /// Extra copies of tags.
-    pub duplicates: u64,
-    /// Tags of this run beyond anything the agent could have issued.
-    pub phantoms: u64,
-    /// Rows with the run's prefix that are not valid tags.
-    pub malformed_tags: u64,
-    /// Acknowledged commits lost that the configuration did not promise (expected).
-    pub unpromised_lost: u64,
-    /// The balance invariant.
-    pub invariant: Invariant,
-    /// amcheck results.
-    pub amcheck: Amcheck,
-    /// `sum(pg_stat_database.checksum_failures)` (0 when checksums are off).
-    pub checksum_failures: u64,
-    /// Findings in all (the list holds the first [`MAX_FINDINGS`]).
-    pub findings_total: u64,
-    /// The first findings: failures first, then expected losses.
-    pub findings: Vec<PgFinding>,
-    /// Time taken, per phase.
-    pub timings: Timings,
-    /// True when nothing acknowledged (and promised) was lost or damaged.
-    pub ok: bool,
-    /// One line: `PASS: …` or `FAIL: …`.
-    pub summary: String,
 }
 
 /// The ledger's acknowledgements of one client, as merged ranges.
@@ -295,21 +171,165 @@ fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
         .collect()
 }
 
+/// The ledger's acknowledgements per client as the agent sent them (not merged):
+/// `(first, last, promised, ms)` sorted by `first`, repeats (a resent batch) dropped.
+/// `ms` is when `last`'s COMMIT returned; the others of the range returned after the
+/// client's previous range's `ms` and by this one's.
+fn raw_acks(batches: &[AckBatch]) -> BTreeMap<u32, Vec<(u64, u64, bool, u32)>> {
+    let mut raw: BTreeMap<u32, Vec<(u64, u64, bool, u32)>> = BTreeMap::new();
+    for b in batches {
+        if let Acks::Pg(ranges) = &b.acks {
+            for r in ranges.iter().filter(|r| r.first >= 1 && r.last >= r.first) {
+                raw.entry(r.client)
+                    .or_default()
+                    .push((r.first, r.last, b.promised, r.ms));
+            }
+        }
+    }
+    for v in raw.values_mut() {
+        v.sort();
+        v.dedup_by_key(|r| (r.0, r.1));
+    }
+    raw
+}
+
+/// When seq `s` was acknowledged, from its client's raw ranges: exactly, when it
+/// ends its range; else between the previous range's time and its range's time.
+/// Said as seconds before the run's last acknowledgement (`end_ms`) and into the run.
+fn ack_time(ranges: &[(u64, u64, bool, u32)], s: u64, end_ms: u32) -> String {
+    let Some(i) = ranges.iter().position(|r| r.0 <= s && s <= r.1) else {
+        return "acknowledged at an unknown time".into();
+    };
+    let r = ranges[i];
+    let secs = |ms: u32| ms as f64 / 1000.0;
+    let before = |ms: u32| secs(end_ms.saturating_sub(ms));
+    if s == r.1 || (i == 0 && r.0 == r.1) {
+        return format!(
+            "acknowledged {:.3} s before the end, {:.3} s into the run",
+            before(r.3),
+            secs(r.3)
+        );
+    }
+    let from = if i > 0 { ranges[i - 1].3 } else { 0 };
+    format!(
+        "acknowledged between {:.3} and {:.3} s before the end ({:.3}–{:.3} s into the run; \
+         its range {}..={} was acknowledged by {:.3} s)",
+        before(from),
+        before(r.3),
+        secs(from),
+        secs(r.3),
+        r.0,
+        r.1,
+        secs(r.3)
+    )
+}
+
+/// The lag (seconds before `end_ms`) of every lost promised commit, each taken at its
+/// range's time (the latest it can have been acknowledged, so the lag is a lower
+/// bound): one aggregate over the raw ranges.
+async fn lost_lags(
+    client: &Client,
+    tags: &str,
+    prefix: &str,
+    raw: &BTreeMap<u32, Vec<(u64, u64, bool, u32)>>,
+    end_ms: u32,
+) -> Result<Vec<f64>, tokio_postgres::Error> {
+    let (mut rc, mut rf, mut rl, mut rms) = (vec![], vec![], vec![], vec![]);
+    for (c, v) in raw {
+        for r in v.iter().filter(|r| r.2) {
+            rc.push(*c as i32);
+            rf.push(r.0 as i64);
+            rl.push(r.1 as i64);
+            rms.push(r.3 as i64);
+        }
+    }
+    let sql = format!(
+        "WITH {tags},
+         r AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bigint[])
+               AS r(client, first, last, ms))
+         SELECT r.ms, count(*) FROM r
+         CROSS JOIN LATERAL generate_series(r.first, r.last) AS s(seq)
+         WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.client = r.client AND t.seq = s.seq)
+         GROUP BY r.ms"
+    );
+    let rows = client
+        .query(&sql, &[&prefix.to_string(), &rc, &rf, &rl, &rms])
+        .await?;
+    let mut lags = Vec::new();
+    for row in rows {
+        let (ms, n): (i64, i64) = (row.get(0), row.get(1));
+        let lag = (end_ms as i64 - ms).max(0) as f64 / 1000.0;
+        lags.extend(std::iter::repeat_n(lag, n as usize));
+    }
+    Ok(lags)
+}
+
+/// The per-client counting query over the tag CTE `tags`.
+fn count_sql(tags: &str) -> String {
+    format!(
+        "WITH {tags},
+             b AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS b(client, bound)),
+             r AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::bigint[], $7::bool[])
+                   AS r(client, first, last, promised))
+             SELECT t.client,
+                count(*) FILTER (WHERE t.seq BETWEEN 1 AND b.bound) AS inbound,
+                coalesce(max(t.seq) FILTER (WHERE t.seq BETWEEN 1 AND b.bound), 0) AS top,
+                coalesce(sum(t.n - 1) FILTER (WHERE t.client IS NOT NULL), 0)::bigint AS dups,
+                count(*) FILTER (WHERE t.client IS NOT NULL
+                                 AND (b.bound IS NULL OR t.seq NOT BETWEEN 1 AND b.bound))
+                    AS phantoms,
+                count(*) FILTER (WHERE NOT r.promised) AS acked_unpromised,
+                count(*) FILTER (WHERE r.promised) AS acked_promised,
+                coalesce(sum(t.n) FILTER (WHERE t.client IS NULL), 0)::bigint AS malformed
+             FROM t LEFT JOIN b ON b.client = t.client
+             LEFT JOIN r ON r.client = t.client AND t.seq BETWEEN r.first AND r.last
+             GROUP BY t.client"
+    )
+}
+
+/// `pgbench_history`, or, with damaged blocks to skip, the union of TID range scans
+/// over the blocks between them (run with `enable_seqscan = off`, so no plan reads a
+/// skipped block).
+fn history_source(skip: &[u64]) -> String {
+    if skip.is_empty() {
+        return "pgbench_history".into();
+    }
+    let mut parts = Vec::new();
+    let mut from = 0u64;
+    for &b in skip {
+        if b > from {
+            parts.push(format!(
+                "SELECT filler FROM pgbench_history WHERE ctid >= '({from},0)'::tid AND ctid < '({b},0)'::tid"
+            ));
+        }
+        from = b + 1;
+    }
+    parts.push(format!(
+        "SELECT filler FROM pgbench_history WHERE ctid >= '({from},0)'::tid"
+    ));
+    format!("({}) AS h", parts.join(" UNION ALL "))
+}
+
 /// The tag CTE shared by the queries: `t` groups the run's rows (`filler LIKE
 /// prefix%`) by (client, seq) with their count `n`; rows that are not valid tags
 /// form the group (NULL, NULL). Validity is checked with `translate` rather than a
 /// regular expression, and computed once per row (the `OFFSET 0` fences keep the
 /// planner from inlining it twice): together about 40% faster on a million rows.
-const TAGS_CTE: &str = "t AS (
+fn tags_cte(skip: &[u64]) -> String {
+    let src = history_source(skip);
+    format!(
+        "t AS (
         SELECT client, seq, count(*) AS n FROM (
             SELECT CASE WHEN ok THEN substr(f, 9, 4)::int END AS client,
                    CASE WHEN ok THEN substr(f, 13, 10)::bigint END AS seq
             FROM (SELECT f, length(f) = 22
                             AND translate(substr(f, 9, 14), '0123456789', '') = '' AS ok
-                  FROM (SELECT filler::text AS f FROM pgbench_history
+                  FROM (SELECT filler::text AS f FROM {src}
                         WHERE filler LIKE $1 OFFSET 0) AS x0
                   OFFSET 0) AS x) AS y
-        GROUP BY client, seq)";
+        GROUP BY client, seq)"
+    )
+}
 
 /// Per-client counts from the main query.
 #[derive(Default, Clone, Copy)]
@@ -339,6 +359,13 @@ pub async fn verify(
     let cfg = conn::config(Some(dsn)).map_err(Failure)?;
     let conninfo = conn::redacted(&cfg);
     let acks = merge_acks(batches);
+    let raw = raw_acks(batches);
+    let end_ms = raw
+        .values()
+        .flat_map(|v| v.iter().map(|r| r.3))
+        .max()
+        .unwrap_or(0);
+    let mut lags: Vec<f64> = Vec::new();
     let clients = pg
         .clients
         .max(acks.keys().next_back().map(|c| c + 1).unwrap_or(0));
@@ -363,28 +390,17 @@ pub async fn verify(
         ..Default::default()
     };
 
-    // Connect, waiting for crash recovery.
-    let deadline = Instant::now() + opts.pg_wait;
-    let client = loop {
-        match conn::connect(&cfg).await {
-            Ok(c) => break c,
-            Err(e) if conn::is_transient_connect_error(&e) => {
-                if Instant::now() >= deadline {
-                    unreachable(&mut rep, &conninfo, &describe(&e), opts);
-                    rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
-                    return Ok(rep);
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(e) => {
-                return Err(Failure(format!(
-                    "cannot connect to PostgreSQL at {conninfo}: {}",
-                    describe(&e)
-                )))
-            }
+    // Connect, waiting for crash recovery (see ready.rs for the rule).
+    let client = match ready::wait(&cfg, &conninfo, opts).await? {
+        ready::Ready::Up(c) => c,
+        ready::Ready::Stopped(detail) => {
+            unreachable(&mut rep, detail);
+            rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
+            return Ok(rep);
         }
     };
     rep.server_reachable = true;
+    rep.commits_checked = true;
     rep.timings.connect_ms = t_all.elapsed().as_millis() as u64;
     let q = |what: &'static str| {
         move |e: tokio_postgres::Error| Failure(format!("{what}: {}", describe(&e)))
@@ -401,6 +417,7 @@ pub async fn verify(
             detail: format!(
                 "relation \"{t}\" does not exist (lost, or --dsn names another database)"
             ),
+            page: None,
         });
     }
 
@@ -431,30 +448,15 @@ pub async fn verify(
         }
     }
     let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
+    let mut pages: Vec<damage::Page> = Vec::new();
+    let mut scanned = false;
+    let mut tags = tags_cte(&[]);
     if missing.is_empty() {
         client
             .batch_execute("SET work_mem = '256MB'; SET statement_timeout = 0")
             .await
             .map_err(q("cannot set work_mem"))?;
-        let sql = format!(
-            "WITH {TAGS_CTE},
-             b AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS b(client, bound)),
-             r AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::bigint[], $7::bool[])
-                   AS r(client, first, last, promised))
-             SELECT t.client,
-                count(*) FILTER (WHERE t.seq BETWEEN 1 AND b.bound) AS inbound,
-                coalesce(max(t.seq) FILTER (WHERE t.seq BETWEEN 1 AND b.bound), 0) AS top,
-                coalesce(sum(t.n - 1) FILTER (WHERE t.client IS NOT NULL), 0)::bigint AS dups,
-                count(*) FILTER (WHERE t.client IS NOT NULL
-                                 AND (b.bound IS NULL OR t.seq NOT BETWEEN 1 AND b.bound))
-                    AS phantoms,
-                count(*) FILTER (WHERE NOT r.promised) AS acked_unpromised,
-                count(*) FILTER (WHERE r.promised) AS acked_promised,
-                coalesce(sum(t.n) FILTER (WHERE t.client IS NULL), 0)::bigint AS malformed
-             FROM t LEFT JOIN b ON b.client = t.client
-             LEFT JOIN r ON r.client = t.client AND t.seq BETWEEN r.first AND r.last
-             GROUP BY t.client"
-        );
+        let sql = count_sql(&tags);
         let client2 = conn::connect(&cfg).await.map_err(|e| {
             Failure(format!(
                 "cannot open a second connection to {conninfo}: {}",
@@ -465,8 +467,60 @@ pub async fn verify(
             &prefix, &b_clients, &b_bounds, &r_client, &r_first, &r_last, &r_prom,
         ];
         let (rows, sums) = tokio::join!(client.query(&sql, &params), schema::sums(&client2));
-        let rows = rows.map_err(q("cannot count the run's commits"))?;
-        let sums = sums.map_err(q("cannot read the balance sums"))?;
+        // A damaged page (XX001/XX002) is a finding: name it, find every damaged heap
+        // page of the tables, and count the commits again without reading those (only
+        // reading: a page read past its checksum would get hint bits and be written
+        // back with a fresh checksum, hiding the damage). Tags on a skipped page count
+        // as lost: they are.
+        let page_errors: Vec<&tokio_postgres::Error> = [rows.as_ref().err(), sums.as_ref().err()]
+            .into_iter()
+            .flatten()
+            .filter(|e| damage::is_page_error(e))
+            .collect();
+        let (rows, sums) = if page_errors.is_empty() {
+            (
+                rows.map_err(q("cannot count the run's commits"))?,
+                Some(sums.map_err(q("cannot read the balance sums"))?),
+            )
+        } else {
+            for e in page_errors {
+                note_page_error(&client, e, &mut pages, &mut rep.notes).await;
+            }
+            scan_tables(&client, &mut pages, &mut rep.notes).await;
+            scanned = true;
+            let skip: Vec<u64> = pages
+                .iter()
+                .filter(|p| p.relation == "pgbench_history" && p.fork == "main")
+                .map(|p| p.block)
+                .collect::<std::collections::BTreeSet<u64>>()
+                .into_iter()
+                .collect();
+            tags = tags_cte(&skip);
+            client
+                .batch_execute("SET enable_seqscan = off")
+                .await
+                .map_err(q("cannot set enable_seqscan"))?;
+            rep.notes.push(
+                "the balance invariant was not checked: a page of the pgbench tables is damaged"
+                    .into(),
+            );
+            match client.query(&count_sql(&tags), &params).await {
+                Ok(r) => {
+                    rep.skipped_history_blocks = skip;
+                    (r, None)
+                }
+                Err(e) if damage::is_page_error(&e) => {
+                    note_page_error(&client, &e, &mut pages, &mut rep.notes).await;
+                    rep.notes.push(format!(
+                        "the commits could not be counted: {}",
+                        describe(&e)
+                    ));
+                    rep.commits_checked = false;
+                    (Vec::new(), None)
+                }
+                Err(e) => return Err(q("cannot count the run's commits")(e)),
+            }
+        };
         for row in rows {
             let c: Option<i32> = row.get(0);
             let n = |k: usize| row.get::<_, i64>(k) as u64;
@@ -482,18 +536,21 @@ pub async fn verify(
                 None => rep.malformed_tags = n(7),
             }
         }
-        let i = &mut rep.invariant;
-        [i.sum_abalance, i.sum_tbalance, i.sum_bbalance, i.sum_delta] = sums;
-        let d: Vec<i64> = (0..4).map(|k| sums[k] - pg.start_sums[k]).collect();
-        i.holds = d.iter().all(|x| *x == d[0]);
-        i.checked = true;
+        if let Some(sums) = sums {
+            let i = &mut rep.invariant;
+            [i.sum_abalance, i.sum_tbalance, i.sum_bbalance, i.sum_delta] = sums;
+            let d: Vec<i64> = (0..4).map(|k| sums[k] - pg.start_sums[k]).collect();
+            i.holds = d.iter().all(|x| *x == d[0]);
+            i.checked = true;
+        }
     }
     rep.timings.commits_ms = t_commits.elapsed().as_millis() as u64;
 
     // The counts.
     let mut ordering_gaps: Vec<(u32, u64, u64)> = Vec::new();
     let empty = ClientAcks::default();
-    for c in 0..clients.max(counts.keys().next_back().map(|c| c + 1).unwrap_or(0)) {
+    let counted_clients = if rep.commits_checked { clients } else { 0 };
+    for c in 0..counted_clients.max(counts.keys().next_back().map(|c| c + 1).unwrap_or(0)) {
         let a = acks.get(&c).unwrap_or(&empty);
         let k = counts.get(&c).copied().unwrap_or_default();
         rep.present_commits += k.inbound;
@@ -522,11 +579,11 @@ pub async fn verify(
 
     // The first findings, one query per kind that has any.
     let t_find = Instant::now();
-    if missing.is_empty() {
+    if missing.is_empty() && rep.commits_checked {
         let room = |f: &Vec<PgFinding>| MAX_FINDINGS.saturating_sub(f.len()) as i64;
         if rep.lost_commits + rep.unpromised_lost > 0 {
             let sql = format!(
-                "WITH {TAGS_CTE},
+                "WITH {tags},
                  r AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bool[])
                        AS r(client, first, last, promised))
                  SELECT r.client, s.seq, r.promised FROM r
@@ -544,20 +601,28 @@ pub async fn verify(
                 .map_err(q("cannot list the lost commits"))?;
             for row in rows {
                 let (c, s, promised): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
-                let ms = acks
+                let when = raw
                     .get(&(c as u32))
-                    .and_then(|a| a.ranges.iter().find(|r| r.0 <= s as u64 && s as u64 <= r.1))
-                    .map(|r| r.3)
-                    .unwrap_or(0);
+                    .map(|r| ack_time(r, s as u64, end_ms))
+                    .unwrap_or_default();
                 let f = PgFinding {
-                    kind: if promised { "lost_commit" } else { "unpromised_lost" }.into(),
+                    kind: if promised {
+                        "lost_commit"
+                    } else {
+                        "unpromised_lost"
+                    }
+                    .into(),
                     client: Some(c as u32),
                     seq: Some(s as u64),
                     detail: format!(
-                        "acknowledged commit missing (its batch acknowledged about {:.3} s into the run){}",
-                        ms as f64 / 1000.0,
-                        if promised { "" } else { "; the configuration did not promise durability" }
+                        "acknowledged commit missing ({when}){}",
+                        if promised {
+                            ""
+                        } else {
+                            "; the configuration did not promise durability"
+                        }
                     ),
+                    page: None,
                 };
                 if promised {
                     &mut failures
@@ -567,9 +632,14 @@ pub async fn verify(
                 .push(f);
             }
         }
+        if rep.lost_commits > 0 {
+            lags = lost_lags(&client, &tags, &prefix, &raw, end_ms)
+                .await
+                .map_err(q("cannot count the lost commits per acknowledgement"))?;
+        }
         if rep.ordering_violations > 0 && !ordering_gaps.is_empty() {
             let sql = format!(
-                "WITH {TAGS_CTE}
+                "WITH {tags}
                  SELECT o.client, s.seq
                  FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS o(client, first, last)
                  CROSS JOIN LATERAL generate_series(o.first, o.last) AS s(seq)
@@ -592,12 +662,13 @@ pub async fn verify(
                     detail:
                         "not acknowledged and missing, while a later commit of the client survived"
                             .into(),
+                    page: None,
                 });
             }
         }
         if rep.duplicates > 0 {
             let sql = format!(
-                "WITH {TAGS_CTE} SELECT client, seq, n FROM t
+                "WITH {tags} SELECT client, seq, n FROM t
                  WHERE n > 1 AND client IS NOT NULL ORDER BY 1, 2 LIMIT $2"
             );
             let rows = client
@@ -611,12 +682,13 @@ pub async fn verify(
                     client: Some(c as u32),
                     seq: Some(s as u64),
                     detail: format!("tag found {n} times"),
+                    page: None,
                 });
             }
         }
         if rep.phantoms > 0 {
             let sql = format!(
-                "WITH {TAGS_CTE},
+                "WITH {tags},
                  b AS (SELECT * FROM unnest($2::int[], $3::bigint[]) AS b(client, bound))
                  SELECT t.client, t.seq, b.bound FROM t LEFT JOIN b ON b.client = t.client
                  WHERE t.client IS NOT NULL AND (b.bound IS NULL OR t.seq NOT BETWEEN 1 AND b.bound)
@@ -638,6 +710,7 @@ pub async fn verify(
                         }
                         None => format!("the run had no client {c} (clients 0..{clients})"),
                     },
+                    page: None,
                 });
             }
         }
@@ -659,6 +732,7 @@ pub async fn verify(
                     client: None,
                     seq: None,
                     detail: format!("filler {f:?} starts with the run's prefix but is not a tag"),
+                    page: None,
                 });
             }
         }
@@ -675,55 +749,170 @@ pub async fn verify(
                     i.sum_bbalance - i.start_sums[2],
                     i.sum_delta - i.start_sums[3]
                 ),
+                page: None,
             });
         }
     }
     rep.timings.findings_ms = t_find.elapsed().as_millis() as u64;
 
-    // amcheck and checksum failures.
+    // amcheck, the checksum failure counter, and the damaged pages.
     let t_am = Instant::now();
     if !opts.no_amcheck {
         let mut am_findings = Vec::new();
-        rep.amcheck = amcheck(&client, &missing, &mut am_findings).await?;
+        rep.amcheck = amcheck(&client, &missing, &mut am_findings, &mut pages).await?;
         failures.extend(am_findings);
     } else {
         rep.amcheck.note = Some("skipped (--no-amcheck)".into());
     }
-    let cf: i64 = client
-        .query_one(
-            "SELECT coalesce(sum(checksum_failures), 0)::bigint FROM pg_stat_database",
-            &[],
-        )
+    let now = damage::counter(&client)
         .await
-        .map_err(q("cannot read pg_stat_database"))?
-        .get(0);
-    rep.checksum_failures = cf as u64;
-    if cf > 0 {
-        failures.push(PgFinding {
-            kind: "checksum_failures".into(),
-            client: None,
-            seq: None,
-            detail: format!("pg_stat_database counts {cf} data page checksum failures"),
-        });
+        .map_err(q("cannot read pg_stat_database"))?;
+    let (rise, epoch_note) = damage::rise(
+        (pg.checksum_failures_start, &pg.stats_reset_start),
+        (now.0, &now.1),
+    );
+    rep.checksum_failures = rise;
+    rep.notes.extend(epoch_note);
+    if (rise > 0 || !pages.is_empty()) && missing.is_empty() && !scanned {
+        scan_tables(&client, &mut pages, &mut rep.notes).await;
+        scanned = true;
+    }
+    pages.sort();
+    pages.dedup();
+    let mut repaired = 0u64;
+    for p in &pages {
+        if p.is_data() {
+            rep.damaged_pages += 1;
+            failures.push(PgFinding {
+                kind: "damaged_page".into(),
+                client: None,
+                seq: None,
+                detail: format!(
+                    "{} ({} fork) block {} cannot be read: PostgreSQL rejects the page (checksum or header){}",
+                    p.relation,
+                    p.fork,
+                    p.block,
+                    if p.relation == "pgbench_history" && rep.skipped_history_blocks.contains(&p.block) {
+                        "; the commits were counted without it: tags on it count as lost"
+                    } else {
+                        ""
+                    }
+                ),
+                page: Some(p.clone()),
+            });
+        } else {
+            repaired += 1;
+            expected.push(by_design(p));
+        }
+    }
+    // Pages the server log names that are not unreadable now: FSM/VM pages PostgreSQL
+    // zeroed and rebuilt, or pages that read clean again.
+    let log_text = opts
+        .pg_log
+        .clone()
+        .or_else(|| opts.pgdata.as_ref().map(|d| d.join("log")))
+        .map(|p| {
+            ready::log_tail(
+                opts.pgdata.as_deref().unwrap_or(&p),
+                opts.pg_log.as_deref(),
+                100_000,
+            )
+        })
+        .unwrap_or_default();
+    for (path, block, _) in damage::log_pages(&log_text) {
+        let p = damage::resolve(&client, &path, block).await;
+        if pages.contains(&p) || !p.relation.starts_with("pgbench_") {
+            continue;
+        }
+        if p.fork == "main" {
+            rep.notes.push(format!(
+                "the server log names {} ({} fork) block {} as damaged once; it reads clean now",
+                p.relation, p.fork, p.block
+            ));
+        } else {
+            repaired += 1;
+            expected.push(by_design(&p));
+        }
+        pages.push(p);
+    }
+    if rise > 0 && rep.damaged_pages == 0 {
+        let clean = scanned && rep.amcheck.ran && rep.amcheck.note.is_none();
+        rep.notes.push(format!(
+            "{rise} checksum failures since the run started{}; {}",
+            if repaired > 0 {
+                format!(", {repaired} of them pages PostgreSQL zeroes and rebuilds by design")
+            } else {
+                String::new()
+            },
+            if clean {
+                "every heap page of the pgbench tables reads clean and amcheck checked every index: \
+                 no page of the run's data is damaged"
+            } else {
+                "not every page of the run's data could be checked (amcheck did not check every index)"
+            }
+        ));
+        if !clean && repaired == 0 {
+            rep.unattributed_checksum_failures = rise;
+            failures.push(PgFinding {
+                kind: "checksum_failures".into(),
+                client: None,
+                seq: None,
+                detail: format!(
+                    "{rise} checksum failures in this database since the run started, not attributed to a page \
+                     (give --pg-log or --pgdata, and let amcheck run)"
+                ),
+                page: None,
+            });
+        }
     }
     rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
 
-    // Verdict.
-    let problems = rep.lost_commits
+    // Verdict. With a configuration that promised nothing (fsync=off,
+    // synchronous_commit=off), what that setting permits is no failure.
+    let permitted = rep.lost_commits
         + rep.ordering_violations
-        + rep.duplicates
-        + rep.phantoms
-        + rep.malformed_tags
         + rep.amcheck.corruptions
-        + u64::from(rep.checksum_failures > 0)
+        + rep.damaged_pages
+        + rep.unattributed_checksum_failures
         + missing.len() as u64
         + u64::from(rep.invariant.checked && !rep.invariant.holds);
+    let always = rep.duplicates + rep.phantoms + rep.malformed_tags;
+    let problems = if pg.promised {
+        permitted + always
+    } else {
+        let kinds = [
+            "ordering_violation",
+            "amcheck",
+            "damaged_page",
+            "checksum_failures",
+            "missing_table",
+            "invariant",
+        ];
+        let (moved, kept): (Vec<PgFinding>, Vec<PgFinding>) = std::mem::take(&mut failures)
+            .into_iter()
+            .partition(|f| kinds.contains(&f.kind.as_str()));
+        failures = kept;
+        for mut f in moved {
+            f.kind = format!("unpromised_{}", f.kind);
+            f.detail
+                .push_str("; the configuration did not promise durability");
+            expected.push(f);
+        }
+        always
+    };
     rep.ok = problems == 0;
-    rep.findings_total = problems + rep.unpromised_lost;
+    rep.not_measured = rep.ok
+        && rep.acknowledged_commits > 0
+        && rep.unpromised_acknowledged == rep.acknowledged_commits;
+    // Not measured is not a pass: `ok` stays false (exit 2).
+    rep.ok &= !rep.not_measured;
+    rep.findings_total = failures.len() as u64 + expected.len() as u64;
+    rep.findings_total = rep.findings_total.max(problems + rep.unpromised_lost);
     failures.extend(expected);
     failures.truncate(MAX_FINDINGS);
     rep.findings = failures;
-    rep.summary = summary(&rep, &missing);
+    rep.lost_lag_histogram = plugpull::report::lag_histogram(&lags);
+    rep.summary = super::report::summary(&rep, &missing);
     if rep.ok && rep.acknowledged_commits == 0 {
         return Err(Failure(format!(
             "not measured: run {run} has no acknowledged commits in the ledger (and PostgreSQL shows no damage)"
@@ -733,50 +922,95 @@ pub async fn verify(
     Ok(rep)
 }
 
-/// Fills `rep` for a server that does not accept connections.
-fn unreachable(rep: &mut PgReport, conninfo: &str, err: &str, opts: &VerifyArgs) {
-    let mut detail = format!(
-        "PostgreSQL at {conninfo} does not accept connections (waited {}): {err}",
-        humantime_secs(opts.pg_wait)
-    );
-    if let Some(path) = &opts.pg_log {
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = &lines[lines.len().saturating_sub(20)..];
-                detail.push_str(&format!(
-                    "\nlast lines of {}:\n{}",
-                    path.display(),
-                    tail.join("\n")
-                ));
+/// The finding for an FSM or VM page (or any page outside the run's data) that failed.
+fn by_design(p: &damage::Page) -> PgFinding {
+    PgFinding {
+        kind: "repaired_by_design".into(),
+        client: None,
+        seq: None,
+        detail: format!(
+            "{} ({} fork) block {} failed verification: repaired by PostgreSQL by design \
+             (free-space-map and visibility-map pages are not fully WAL-logged; PostgreSQL zeroes \
+             and rebuilds them), no data of the run",
+            p.relation, p.fork, p.block
+        ),
+        page: Some(p.clone()),
+    }
+}
+
+/// Scans the heap of every pgbench table for pages that cannot be read (see
+/// [`damage::scan_heap`]) and adds them to `pages`.
+async fn scan_tables(client: &Client, pages: &mut Vec<damage::Page>, notes: &mut Vec<String>) {
+    for t in schema::TABLES {
+        match damage::scan_heap(client, t).await {
+            Ok(bad) => {
+                for (blk, msg) in bad {
+                    let p = match damage::parse_invalid_page(&msg) {
+                        Some((path, b, _)) => damage::resolve(client, &path, b).await,
+                        None => damage::Page {
+                            relation: t.to_string(),
+                            fork: "main".into(),
+                            block: blk,
+                        },
+                    };
+                    if !pages.contains(&p) {
+                        pages.push(p);
+                    }
+                }
             }
-            Err(e) => detail.push_str(&format!("\n(cannot read {}: {e})", path.display())),
+            Err(e) => notes.push(format!("page scan: {e}")),
         }
     }
+}
+
+/// Records the page an XX001/XX002 error names (or the error, when it names none).
+async fn note_page_error(
+    client: &Client,
+    e: &tokio_postgres::Error,
+    pages: &mut Vec<damage::Page>,
+    notes: &mut Vec<String>,
+) {
+    match damage::page_of_error(client, e).await {
+        Some(p) if pages.contains(&p) => {}
+        Some(p) => pages.push(p),
+        None => notes.push(format!(
+            "PostgreSQL reports damage it does not place: {}",
+            describe(e)
+        )),
+    }
+}
+
+/// Fills `rep` for a server that stopped (the finding's detail names the evidence).
+fn unreachable(rep: &mut PgReport, detail: String) {
     rep.server_reachable = false;
     rep.ok = false;
     rep.findings_total = 1;
+    rep.summary = format!(
+        "FAIL: {}; {} acknowledged commits could not be checked",
+        detail.lines().next().unwrap_or_default(),
+        rep.acknowledged_commits
+    );
     rep.findings = vec![PgFinding {
         kind: "server_unavailable".into(),
         client: None,
         seq: None,
         detail,
+        page: None,
     }];
-    rep.summary = format!(
-        "FAIL: PostgreSQL does not accept connections at {conninfo} ({err}); {} acknowledged commits could not be checked",
-        rep.acknowledged_commits
-    );
-}
-
-fn humantime_secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
 }
 
 /// Runs amcheck on the pgbench tables and their btree indexes.
+///
+/// What counts: rows `verify_heapam` returns, `bt_index_check` errors with SQLSTATE
+/// `XX002` (amcheck's own corruption reports), and pages PostgreSQL cannot read
+/// (`XX001`, added to `pages`). Any other error (permission denied, a missing
+/// function, a lock timeout, a cancelled statement) means amcheck could not run
+/// there: a note, never a corruption.
 async fn amcheck(
     client: &Client,
     missing: &[&str],
     findings: &mut Vec<PgFinding>,
+    pages: &mut Vec<damage::Page>,
 ) -> Result<Amcheck, Failure> {
     let mut am = Amcheck::default();
     if let Err(e) = client
@@ -784,12 +1018,11 @@ async fn amcheck(
         .await
     {
         am.note = Some(format!(
-            "amcheck not available: {} (needs the extension and the right to create it)",
+            "amcheck could not run: {} (needs the extension and the right to create it)",
             describe(&e)
         ));
         return Ok(am);
     }
-    am.ran = true;
     let tables: Vec<&str> = schema::TABLES
         .iter()
         .filter(|t| !missing.contains(t))
@@ -806,6 +1039,7 @@ async fn amcheck(
         {
             Ok(rows) => {
                 am.relations_checked += 1;
+                am.ran = true;
                 for r in rows {
                     am.corruptions += 1;
                     let (blk, off, msg): (i64, Option<i32>, Option<String>) =
@@ -819,11 +1053,28 @@ async fn amcheck(
                             off.map(|o| o.to_string()).unwrap_or("-".into()),
                             msg.unwrap_or_default()
                         ),
+                        page: Some(damage::Page {
+                            relation: t.to_string(),
+                            fork: "main".into(),
+                            block: blk.max(0) as u64,
+                        }),
                     });
                 }
             }
+            Err(e) if damage::is_page_error(&e) => {
+                am.relations_checked += 1;
+                am.ran = true;
+                if damage::page_of_error(client, &e)
+                    .await
+                    .map(|p| pages.push(p))
+                    .is_none()
+                {
+                    am.corruptions += 1;
+                    findings.push(am_finding(format!("verify_heapam({t}): {}", describe(&e))));
+                }
+            }
             Err(e) if e.code().is_some() && !conn::is_connection_error(&e) => {
-                // verify_heapam may be missing (amcheck < 1.3) or the table unreadable.
+                // verify_heapam may be missing (amcheck < 1.3), or not ours to call.
                 notes.push(format!("verify_heapam({t}): {}", describe(&e)));
             }
             Err(e) => return Err(Failure(format!("amcheck: {}", describe(&e)))),
@@ -848,176 +1099,48 @@ async fn amcheck(
             .execute("SELECT bt_index_check($1::text::regclass, true)", &[&ix])
             .await
         {
-            Ok(_) => am.relations_checked += 1,
+            Ok(_) => {
+                am.relations_checked += 1;
+                am.ran = true;
+            }
             Err(e) if conn::is_connection_error(&e) => {
                 return Err(Failure(format!("amcheck: {}", describe(&e))))
             }
-            Err(e) => {
+            Err(e) if damage::is_page_error(&e) => {
                 am.relations_checked += 1;
-                am.corruptions += 1;
-                findings.push(PgFinding {
-                    kind: "amcheck".into(),
-                    client: None,
-                    seq: None,
-                    detail: format!("bt_index_check({ix}, heapallindexed): {}", describe(&e)),
-                });
+                am.ran = true;
+                let page = if e.code() == Some(&tokio_postgres::error::SqlState::DATA_CORRUPTED) {
+                    damage::page_of_error(client, &e).await
+                } else {
+                    None
+                };
+                match page {
+                    Some(p) => pages.push(p),
+                    None => {
+                        am.corruptions += 1;
+                        findings.push(am_finding(format!(
+                            "bt_index_check({ix}, heapallindexed): {}",
+                            describe(&e)
+                        )));
+                    }
+                }
             }
+            Err(e) => notes.push(format!("bt_index_check({ix}): {}", describe(&e))),
         }
     }
     if !notes.is_empty() {
-        am.note = Some(notes.join("; "));
+        am.note = Some(format!("amcheck could not run: {}", notes.join("; ")));
     }
     Ok(am)
 }
 
-/// The one-line verdict.
-fn summary(r: &PgReport, missing: &[&str]) -> String {
-    if r.ok {
-        let mut s = format!(
-            "PASS: {} acknowledged commits, {} present ({} beyond the acknowledged: in flight or unconfirmed), none lost; balances consistent",
-            r.acknowledged_commits, r.present_commits, r.unacknowledged_present
-        );
-        if r.unpromised_lost > 0 {
-            s.push_str(&format!(
-                "; {} unpromised commits lost, as the configuration allowed",
-                r.unpromised_lost
-            ));
-        }
-        return s;
-    }
-    let mut parts = Vec::new();
-    for t in missing {
-        parts.push(format!("{t} missing"));
-    }
-    let named = [
-        (r.lost_commits, "lost commits"),
-        (r.ordering_violations, "ordering violations"),
-        (r.duplicates, "duplicates"),
-        (r.phantoms, "phantoms"),
-        (r.malformed_tags, "malformed tags"),
-        (r.amcheck.corruptions, "amcheck corruptions"),
-        (r.checksum_failures, "checksum failures"),
-    ];
-    for (n, what) in named {
-        if n > 0 {
-            parts.push(format!("{n} {what}"));
-        }
-    }
-    if r.invariant.checked && !r.invariant.holds {
-        parts.push("balance invariant broken".into());
-    }
-    format!(
-        "FAIL: {} out of {} acknowledged commits",
-        parts.join(", "),
-        r.acknowledged_commits
-    )
-}
-
-impl PgReport {
-    /// Prints the report for people (stdout): at most `show` findings, then the summary line.
-    pub fn print_human(&self, show: usize) {
-        let yes = |b: bool| if b { "yes" } else { "no" };
-        println!("run {} (pgbench) from host {}", self.run_id, self.host);
-        println!("checked: {}", self.conninfo);
-        println!(
-            "finished: {}   durability promised: {}   clients: {}",
-            yes(self.finished),
-            yes(self.promised),
-            self.clients
-        );
-        let rs = &self.run_settings.settings;
-        println!(
-            "run settings: PostgreSQL {}, fsync={}, synchronous_commit={}, full_page_writes={}, \
-             wal_sync_method={}, data_checksums={}",
-            rs.server_version,
-            rs.fsync,
-            rs.synchronous_commit,
-            rs.full_page_writes,
-            rs.wal_sync_method,
-            rs.data_checksums
-        );
-        println!(
-            "data directory: {}{}",
-            rs.data_directory,
-            if self.run_settings.data_mount.is_empty() {
-                String::new()
-            } else {
-                format!(" on {}", self.run_settings.data_mount)
-            }
-        );
-        if !self.server_reachable {
-            for f in &self.findings {
-                println!("{}", f.detail);
-            }
-            println!("{}", self.summary);
-            return;
-        }
-        println!("acknowledged commits:   {}", self.acknowledged_commits);
-        if self.unpromised_acknowledged > 0 {
-            println!("  of which unpromised:  {}", self.unpromised_acknowledged);
-        }
-        println!(
-            "present commits:        {} ({} beyond the acknowledged: in flight or unconfirmed)",
-            self.present_commits, self.unacknowledged_present
-        );
-        println!("lost commits:           {}", self.lost_commits);
-        println!("unpromised lost:        {}", self.unpromised_lost);
-        println!("ordering violations:    {}", self.ordering_violations);
-        println!("duplicates:             {}", self.duplicates);
-        println!("phantoms:               {}", self.phantoms);
-        if self.malformed_tags > 0 {
-            println!("malformed tags:         {}", self.malformed_tags);
-        }
-        let i = &self.invariant;
-        if i.checked {
-            println!(
-                "balance invariant:      {} (abalance {}, tbalance {}, bbalance {}, history delta {}; at start {:?})",
-                if i.holds { "holds" } else { "BROKEN" },
-                i.sum_abalance,
-                i.sum_tbalance,
-                i.sum_bbalance,
-                i.sum_delta,
-                i.start_sums
-            );
-        } else {
-            println!("balance invariant:      not checked");
-        }
-        if self.amcheck.ran {
-            println!(
-                "amcheck:                {} corruptions in {} relations",
-                self.amcheck.corruptions, self.amcheck.relations_checked
-            );
-        } else {
-            println!("amcheck:                did not run");
-        }
-        if let Some(n) = &self.amcheck.note {
-            println!("  note: {n}");
-        }
-        println!("checksum failures:      {}", self.checksum_failures);
-        println!(
-            "time:                   {} ms (commits and sums {} ms, findings {} ms, amcheck {} ms)",
-            self.timings.total_ms,
-            self.timings.commits_ms,
-            self.timings.findings_ms,
-            self.timings.amcheck_ms
-        );
-        if !self.findings.is_empty() {
-            let listed = self.findings.len().min(show);
-            println!(
-                "findings ({} in all, first {listed} listed; --show N for more, --json for up to {}):",
-                self.findings_total,
-                self.findings.len()
-            );
-            for f in self.findings.iter().take(show) {
-                match (f.client, f.seq) {
-                    (Some(c), Some(s)) => {
-                        println!("  {:<20} client {c} seq {s}: {}", f.kind, f.detail)
-                    }
-                    _ => println!("  {:<20} {}", f.kind, f.detail),
-                }
-            }
-        }
-        println!("{}", self.summary);
+fn am_finding(detail: String) -> PgFinding {
+    PgFinding {
+        kind: "amcheck".into(),
+        client: None,
+        seq: None,
+        detail,
+        page: None,
     }
 }
 
@@ -1042,6 +1165,36 @@ mod tests {
                     .collect(),
             ),
         }
+    }
+
+    #[test]
+    fn each_lost_commit_gets_its_own_time() {
+        let raw = raw_acks(&[
+            batch(1, true, &[(0, 1, 4)]),
+            batch(2, true, &[(0, 5, 9)]),
+            batch(2, true, &[(0, 5, 9)]), // resent
+        ]);
+        assert_eq!(raw[&0], vec![(1, 4, true, 1), (5, 9, true, 2)]);
+        // seq 4 ends its range: exact; seq 1 and 6 lie inside ranges: a window.
+        let end = 1002;
+        assert_eq!(
+            ack_time(&raw[&0], 4, end),
+            "acknowledged 1.001 s before the end, 0.001 s into the run"
+        );
+        assert!(ack_time(&raw[&0], 6, end)
+            .starts_with("acknowledged between 1.001 and 1.000 s before the end"));
+        assert!(ack_time(&raw[&0], 1, end)
+            .starts_with("acknowledged between 1.002 and 1.001 s before the end"));
+    }
+
+    #[test]
+    fn damaged_history_blocks_are_skipped_by_tid_ranges() {
+        assert_eq!(history_source(&[]), "pgbench_history");
+        assert_eq!(
+            history_source(&[0, 3]),
+            "(SELECT filler FROM pgbench_history WHERE ctid >= '(1,0)'::tid AND ctid < '(3,0)'::tid \
+             UNION ALL SELECT filler FROM pgbench_history WHERE ctid >= '(4,0)'::tid) AS h"
+        );
     }
 
     #[test]

@@ -214,6 +214,17 @@ pub fn is_transient_connect_error(e: &tokio_postgres::Error) -> bool {
     }
 }
 
+/// Whether a connect error means the peer answered, but not in PostgreSQL's
+/// protocol (bytes that do not parse as its messages, a message out of place, or a
+/// partial message before the peer closed): the address is not a PostgreSQL server.
+pub fn is_not_postgres(e: &tokio_postgres::Error) -> bool {
+    let s = describe(e);
+    e.code().is_none()
+        && (s.starts_with("unexpected message from server")
+            || s.starts_with("error parsing response from server")
+            || s.contains("bytes remaining on stream"))
+}
+
 /// Reads the settings a run records through `client`.
 pub async fn read_settings(client: &Client) -> Result<PgSettings, tokio_postgres::Error> {
     let rows = client

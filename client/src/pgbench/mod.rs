@@ -12,6 +12,10 @@
 //! * [`run`] — the clients and their transaction.
 //! * [`check`] — the verifier: set-based SQL over the tags, the balance invariant,
 //!   amcheck, checksum failures, and the report.
+//! * [`report`] — the verification report, its summary line and human rendering.
+//! * [`ready`] — waiting for PostgreSQL after the cut: "not up yet" vs "stopped".
+//! * [`damage`] — damaged pages: where each checksum failure is, and whether it is
+//!   the run's data or a page PostgreSQL rebuilds by design.
 //!
 //! The only difference from pgbench's transaction is the `filler` value of the
 //! history row, which names the transaction, so the verifier can tell which
@@ -19,12 +23,16 @@
 
 pub mod check;
 pub mod conn;
+pub mod damage;
+pub mod ready;
+pub mod report;
 pub mod run;
 pub mod schema;
 pub mod tag;
 
 #[allow(unused_imports)] // PgReport is the type verify() returns
-pub use check::{verify, PgReport, VerifyArgs};
+pub use check::{verify, VerifyArgs};
+pub use report::PgReport;
 
 use crate::common::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
@@ -69,7 +77,8 @@ pub struct WriteArgs {
 
     /// Scale factor for --init: 100,000 accounts, 10 tellers and 1 branch per unit.
     /// Without --init the scale is read from the tables.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, short = 's', default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub scale: u32,
 
     /// Number of clients (database connections), 1 to 10000 (pgbench -c).
@@ -210,6 +219,13 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             conn::describe(&e)
         ))
     })?;
+    let (checksum_failures_start, stats_reset_start) =
+        damage::counter(&client).await.map_err(|e| {
+            Failure(format!(
+                "cannot read pg_stat_database: {}",
+                conn::describe(&e)
+            ))
+        })?;
     drop(client);
 
     let limit = match (args.duration, args.transactions) {
@@ -247,6 +263,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         start_sums,
         data_mount: mount_of(&settings.data_directory),
+        checksum_failures_start,
+        stats_reset_start,
     };
     let (reporter, run_id) = Reporter::start_with(
         listener,

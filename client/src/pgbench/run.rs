@@ -452,47 +452,64 @@ impl Session {
         Ok(Session { client, stmts })
     }
 
-    /// Runs one transaction. `Err((at_commit, error))` when a statement failed.
+    /// Runs one transaction. `Err(TxError::Db(at_commit, error))` when a statement
+    /// failed; `Err(TxError::Rows(..))` when an UPDATE or the INSERT touched other than
+    /// exactly one row (then nothing was committed: the caller rolls back).
+    ///
+    /// The COMMIT's command tag (`COMMIT`, or `ROLLBACK` for a transaction already
+    /// aborted) is not visible through tokio-postgres; END is only sent after every
+    /// statement of the transaction succeeded, so the transaction cannot be in the
+    /// aborted state that turns END into ROLLBACK.
     async fn transaction(
         &self,
         v: &Values,
         tag: &str,
         aid_big: bool,
         pipeline: bool,
-    ) -> Result<(), (bool, tokio_postgres::Error)> {
-        let before = |e| (false, e);
+    ) -> Result<(), TxError> {
+        let before = |e| TxError::Db(false, e);
         match &self.stmts {
             None => {
                 let c = &self.client;
                 let (aid, bid, tid, delta) = (v.aid, v.bid, v.tid, v.delta);
                 c.simple_query("BEGIN").await.map_err(before)?;
-                c.simple_query(&format!(
-                    "UPDATE pgbench_accounts SET abalance = abalance + {delta} WHERE aid = {aid}"
-                ))
-                .await
-                .map_err(before)?;
+                let m = c
+                    .simple_query(&format!(
+                        "UPDATE pgbench_accounts SET abalance = abalance + {delta} WHERE aid = {aid}"
+                    ))
+                    .await
+                    .map_err(before)?;
+                one_row(simple_rows(&m), "UPDATE pgbench_accounts", aid)?;
                 c.simple_query(&format!(
                     "SELECT abalance FROM pgbench_accounts WHERE aid = {aid}"
                 ))
                 .await
                 .map_err(before)?;
-                c.simple_query(&format!(
-                    "UPDATE pgbench_tellers SET tbalance = tbalance + {delta} WHERE tid = {tid}"
-                ))
-                .await
-                .map_err(before)?;
-                c.simple_query(&format!(
-                    "UPDATE pgbench_branches SET bbalance = bbalance + {delta} WHERE bid = {bid}"
-                ))
-                .await
-                .map_err(before)?;
-                c.simple_query(&format!(
-                    "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) \
-                     VALUES ({tid}, {bid}, {aid}, {delta}, CURRENT_TIMESTAMP, '{tag}')"
-                ))
-                .await
-                .map_err(before)?;
-                c.simple_query("END").await.map_err(|e| (true, e))?;
+                let m = c
+                    .simple_query(&format!(
+                        "UPDATE pgbench_tellers SET tbalance = tbalance + {delta} WHERE tid = {tid}"
+                    ))
+                    .await
+                    .map_err(before)?;
+                one_row(simple_rows(&m), "UPDATE pgbench_tellers", tid)?;
+                let m = c
+                    .simple_query(&format!(
+                        "UPDATE pgbench_branches SET bbalance = bbalance + {delta} WHERE bid = {bid}"
+                    ))
+                    .await
+                    .map_err(before)?;
+                one_row(simple_rows(&m), "UPDATE pgbench_branches", bid)?;
+                let m = c
+                    .simple_query(&format!(
+                        "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) \
+                         VALUES ({tid}, {bid}, {aid}, {delta}, CURRENT_TIMESTAMP, '{tag}')"
+                    ))
+                    .await
+                    .map_err(before)?;
+                one_row(simple_rows(&m), "INSERT INTO pgbench_history", tid)?;
+                c.simple_query("END")
+                    .await
+                    .map_err(|e| TxError::Db(true, e))?;
             }
             Some(s) if pipeline => {
                 let c = &self.client;
@@ -508,7 +525,7 @@ impl Session {
                 let p_tel: [&(dyn ToSql + Sync); 2] = [&delta, &tid];
                 let p_br: [&(dyn ToSql + Sync); 2] = [&delta, &bid];
                 let p_hist: [&(dyn ToSql + Sync); 5] = [&tid, &bid, aid, &delta, &tag];
-                tokio::try_join!(
+                let (_, n_acc, _, n_tel, n_br, n_hist) = tokio::try_join!(
                     c.execute(&s.begin, &[]),
                     c.execute(&s.upd_acc, &p_acc),
                     c.query(&s.sel_acc, &p_sel),
@@ -517,7 +534,13 @@ impl Session {
                     c.execute(&s.ins_hist, &p_hist),
                 )
                 .map_err(before)?;
-                c.execute(&s.end, &[]).await.map_err(|e| (true, e))?;
+                one_row(n_acc, "UPDATE pgbench_accounts", v.aid)?;
+                one_row(n_tel, "UPDATE pgbench_tellers", v.tid)?;
+                one_row(n_br, "UPDATE pgbench_branches", v.bid)?;
+                one_row(n_hist, "INSERT INTO pgbench_history", v.tid)?;
+                c.execute(&s.end, &[])
+                    .await
+                    .map_err(|e| TxError::Db(true, e))?;
             }
             Some(s) => {
                 let c = &self.client;
@@ -525,24 +548,64 @@ impl Session {
                 let aid: &(dyn ToSql + Sync) = if aid_big { &v.aid } else { &aid4 };
                 let (bid, tid, delta) = (v.bid as i32, v.tid as i32, v.delta as i32);
                 c.execute(&s.begin, &[]).await.map_err(before)?;
-                c.execute(&s.upd_acc, &[&delta, aid])
+                let n = c
+                    .execute(&s.upd_acc, &[&delta, aid])
                     .await
                     .map_err(before)?;
+                one_row(n, "UPDATE pgbench_accounts", v.aid)?;
                 c.query(&s.sel_acc, &[aid]).await.map_err(before)?;
-                c.execute(&s.upd_tel, &[&delta, &tid])
+                let n = c
+                    .execute(&s.upd_tel, &[&delta, &tid])
                     .await
                     .map_err(before)?;
-                c.execute(&s.upd_br, &[&delta, &bid])
+                one_row(n, "UPDATE pgbench_tellers", v.tid)?;
+                let n = c
+                    .execute(&s.upd_br, &[&delta, &bid])
                     .await
                     .map_err(before)?;
-                c.execute(&s.ins_hist, &[&tid, &bid, aid, &delta, &tag])
+                one_row(n, "UPDATE pgbench_branches", v.bid)?;
+                let n = c
+                    .execute(&s.ins_hist, &[&tid, &bid, aid, &delta, &tag])
                     .await
                     .map_err(before)?;
-                c.execute(&s.end, &[]).await.map_err(|e| (true, e))?;
+                one_row(n, "INSERT INTO pgbench_history", v.tid)?;
+                c.execute(&s.end, &[])
+                    .await
+                    .map_err(|e| TxError::Db(true, e))?;
             }
         }
         Ok(())
     }
+}
+
+/// Why a transaction did not commit.
+enum TxError {
+    /// A statement failed; `true` when it was the COMMIT (END).
+    Db(bool, tokio_postgres::Error),
+    /// A statement touched other than exactly one row (e.g. a missing account):
+    /// the tables are not pgbench's as expected; the client stops.
+    Rows(String),
+}
+
+/// The row count of a simple-protocol statement's result.
+fn simple_rows(m: &[tokio_postgres::SimpleQueryMessage]) -> u64 {
+    m.iter()
+        .find_map(|x| match x {
+            tokio_postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// `Ok` when a statement touched exactly one row.
+fn one_row(n: u64, what: &str, key: i64) -> Result<(), TxError> {
+    if n == 1 {
+        return Ok(());
+    }
+    Err(TxError::Rows(format!(
+        "{what} (key {key}) touched {n} rows, not 1: the pgbench tables do not hold what the \
+         transaction expects"
+    )))
 }
 
 /// The random values of one transaction.
@@ -622,7 +685,19 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
                 iv.sum_ms += ms;
                 iv.sum_sq_ms += ms * ms;
             }
-            Err((at_commit, e)) if is_connection_error(&e) => {
+            Err(TxError::Rows(why)) => {
+                if let Err(e2) = s.client.simple_query("ROLLBACK").await {
+                    if is_connection_error(&e2) {
+                        eprintln!("client {c} lost its connection: {}", describe(&e2));
+                        r.end = ClientEnd::Lost { in_flight: false };
+                        break;
+                    }
+                }
+                eprintln!("client {c} aborted in transaction {seq}: {why}");
+                r.end = ClientEnd::Aborted;
+                break;
+            }
+            Err(TxError::Db(at_commit, e)) if is_connection_error(&e) => {
                 if at_commit {
                     eprintln!(
                         "client {c} lost its connection during COMMIT of seq {seq} (in flight: it may or may not have committed): {}",
@@ -636,7 +711,7 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
                 };
                 break;
             }
-            Err((at_commit, e)) => {
+            Err(TxError::Db(at_commit, e)) => {
                 let retryable = e.code().is_some_and(|code| {
                     *code == SqlState::T_R_SERIALIZATION_FAILURE
                         || *code == SqlState::T_R_DEADLOCK_DETECTED

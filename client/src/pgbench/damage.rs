@@ -1,0 +1,224 @@
+//! Damaged pages: where a checksum failure or an unreadable page is, and whether it
+//! is damage to the run's data.
+//!
+//! Evidence, strongest first:
+//! * an error with SQLSTATE `XX001` (data corrupted: "invalid page in block N of
+//!   relation base/D/F") or `XX002` (index corrupted) from any query verify runs —
+//!   the page is unreadable now;
+//! * a scan of the pgbench tables' heap pages, one block at a time (a TID range
+//!   scan per block, so any role that may read the tables can run it), made when a
+//!   query met a damaged page or the database's checksum failure counter rose since
+//!   the run started;
+//! * lines "invalid page in block N of relation P[; zeroing out page]" in the server
+//!   log (`--pg-log`, or `--pgdata`'s `log/`), which name pages PostgreSQL read,
+//!   failed and, for free-space-map and visibility-map forks, zeroed and rebuilt.
+//!
+//! Only main-fork pages of the pgbench tables and their indexes count as damage.
+//! FSM and VM pages are not fully WAL-logged: PostgreSQL zeroes a damaged one when it
+//! reads it and rebuilds it, by design; those are reported as such, never as a
+//! failure.
+
+use super::conn::describe;
+use serde::Serialize;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Client;
+
+/// One page that failed verification.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Page {
+    /// The relation (`pgbench_history`, `pgbench_accounts_pkey`, …), or the file
+    /// path (`base/D/F`) when it names no relation of this database.
+    pub relation: String,
+    /// `main`, `fsm`, `vm` or `init`.
+    pub fork: String,
+    /// Block number within the fork.
+    pub block: u64,
+}
+
+impl Page {
+    /// Whether the page holds the run's data: a main-fork page of a pgbench table
+    /// or of one of their indexes.
+    pub fn is_data(&self) -> bool {
+        self.fork == "main" && self.relation.starts_with("pgbench_")
+    }
+}
+
+/// Whether an error is PostgreSQL saying a page is damaged (`XX001`, `XX002`).
+pub fn is_page_error(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::DATA_CORRUPTED) || e.code() == Some(&SqlState::INDEX_CORRUPTED)
+}
+
+/// `(path, block, zeroed)` from "invalid page in block N of relation PATH" (and
+/// whether it goes on "; zeroing out page").
+pub fn parse_invalid_page(msg: &str) -> Option<(String, u64, bool)> {
+    let rest = &msg[msg.find("invalid page in block ")? + "invalid page in block ".len()..];
+    let (block, rest) = rest.split_once(" of relation ")?;
+    let block = block.trim().parse().ok()?;
+    let path: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ';' && *c != '"')
+        .collect();
+    Some((path, block, rest.contains("zeroing out page")))
+}
+
+/// `(tablespace oid, filenode, fork)` of a relation file path: `base/D/F[_fork][.seg]`
+/// (default tablespace, 0), `global/F…` (1664) or `pg_tblspc/T/…/D/F…` (T).
+fn split_path(path: &str) -> Option<(u32, u32, &'static str)> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let spc = match *parts.first()? {
+        "base" => 0,
+        "global" => 1664,
+        "pg_tblspc" => parts.get(1)?.parse().ok()?,
+        _ => return None,
+    };
+    let file = parts.last()?.split('.').next()?;
+    let (node, fork) = match file.split_once('_') {
+        Some((n, "fsm")) => (n, "fsm"),
+        Some((n, "vm")) => (n, "vm"),
+        Some((n, "init")) => (n, "init"),
+        Some(_) => return None,
+        None => (file, "main"),
+    };
+    Some((spc, node.parse().ok()?, fork))
+}
+
+/// The page a path and block name, with the relation's name looked up.
+pub async fn resolve(client: &Client, path: &str, block: u64) -> Page {
+    let Some((spc, node, fork)) = split_path(path) else {
+        return Page {
+            relation: path.to_string(),
+            fork: "main".into(),
+            block,
+        };
+    };
+    let name: Option<String> = client
+        .query_one(
+            "SELECT pg_filenode_relation($1::oid, $2::oid)::regclass::text",
+            &[&spc, &node],
+        )
+        .await
+        .ok()
+        .and_then(|r| r.get(0));
+    let relation = name.unwrap_or_else(|| path.split('_').next().unwrap_or(path).to_string());
+    Page {
+        relation,
+        fork: fork.into(),
+        block,
+    }
+}
+
+/// The page an `XX001`/`XX002` error names, when its message names one.
+pub async fn page_of_error(client: &Client, e: &tokio_postgres::Error) -> Option<Page> {
+    let db = e.as_db_error()?;
+    let (path, block, _) = parse_invalid_page(db.message())?;
+    Some(resolve(client, &path, block).await)
+}
+
+/// The database's checksum failure counter and its epoch (`stats_reset` as text,
+/// empty when NULL) from `pg_stat_database` for `current_database()`; the counter is
+/// 0 when checksums are off.
+pub async fn counter(client: &Client) -> Result<(i64, String), tokio_postgres::Error> {
+    let r = client
+        .query_one(
+            "SELECT coalesce(checksum_failures, 0)::bigint, coalesce(stats_reset::text, '') \
+             FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1)))
+}
+
+/// The failures counted for the run: the rise since the run started when the epoch
+/// (`stats_reset`) is the same and the counter did not go back; otherwise the
+/// counter was reset or discarded (crash recovery) after the run started, and all it
+/// counts now came after that. The text says which.
+pub fn rise(start: (i64, &str), now: (i64, &str)) -> (u64, Option<String>) {
+    if start.1 == now.1 && now.0 >= start.0 {
+        return ((now.0 - start.0) as u64, None);
+    }
+    (
+        now.0.max(0) as u64,
+        Some(format!(
+            "the checksum failure counter was reset since the run started (stats_reset {:?} → {:?}, \
+             counter {} → {}): counting from the reset",
+            start.1, now.1, start.0, now.0
+        )),
+    )
+}
+
+/// Blocks of `table`'s heap that cannot be read, each with PostgreSQL's message:
+/// one TID range scan per block in a temporary function, catching `XX001`/`XX002`.
+pub async fn scan_heap(client: &Client, table: &str) -> Result<Vec<(u64, String)>, String> {
+    client
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION pg_temp.plugpull_bad_blocks(rel regclass)
+             RETURNS TABLE (blk bigint, msg text) LANGUAGE plpgsql AS $f$
+             DECLARE n bigint := pg_relation_size(rel) / current_setting('block_size')::bigint;
+             BEGIN
+               FOR b IN 0 .. n - 1 LOOP
+                 BEGIN
+                   EXECUTE format('SELECT count(*) FROM %s WHERE ctid >= ''(%s,0)''::tid AND ctid < ''(%s,0)''::tid',
+                                  rel, b, b + 1);
+                 EXCEPTION WHEN data_corrupted OR index_corrupted THEN
+                   blk := b; msg := SQLERRM; RETURN NEXT;
+                 END;
+               END LOOP;
+             END $f$",
+        )
+        .await
+        .map_err(|e| format!("cannot create the page scan function: {}", describe(&e)))?;
+    let rows = client
+        .query(
+            "SELECT blk, msg FROM pg_temp.plugpull_bad_blocks($1::text::regclass)",
+            &[&table],
+        )
+        .await
+        .map_err(|e| format!("cannot scan {table}: {}", describe(&e)))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get::<_, i64>(0) as u64, r.get(1)))
+        .collect())
+}
+
+/// `(path, block, zeroed)` of every "invalid page" line in a server log.
+pub fn log_pages(log: &str) -> Vec<(String, u64, bool)> {
+    let mut v: Vec<_> = log.lines().filter_map(parse_invalid_page).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_and_paths_are_parsed() {
+        assert_eq!(
+            parse_invalid_page("invalid page in block 12 of relation base/16384/16397"),
+            Some(("base/16384/16397".into(), 12, false))
+        );
+        assert_eq!(
+            parse_invalid_page(
+                "2026-01-01 WARNING:  invalid page in block 0 of relation base/5/16400_fsm; zeroing out page"
+            ),
+            Some(("base/5/16400_fsm".into(), 0, true))
+        );
+        assert_eq!(split_path("base/5/16400_fsm"), Some((0, 16400, "fsm")));
+        assert_eq!(split_path("base/5/16400.1"), Some((0, 16400, "main")));
+        assert_eq!(
+            split_path("pg_tblspc/9/PG_15_1/5/77_vm"),
+            Some((9, 77, "vm"))
+        );
+        assert_eq!(split_path("global/1262"), Some((1664, 1262, "main")));
+    }
+
+    #[test]
+    fn the_counter_rises_only_within_its_epoch() {
+        assert_eq!(rise((5, "t1"), (7, "t1")), (2, None));
+        assert_eq!(rise((5, "t1"), (5, "t1")), (0, None));
+        let (n, note) = rise((5, "t1"), (1, ""));
+        assert_eq!(n, 1);
+        assert!(note.unwrap().contains("reset"));
+    }
+}

@@ -1,0 +1,227 @@
+//! Every example command line the user is shown — in `plugpull --help`, in each
+//! subcommand's `--help`, in the README and in `docs/` — must be accepted by the
+//! real `plugpull` binary. Each example is run with the hidden `--check-args` flag,
+//! which parses the whole command line with the real parser and exits 0 with
+//! `arguments OK` without doing anything; a usage error exits 2 with clap's message.
+
+use plugpull_tests::*;
+use std::path::Path;
+
+/// The `--help` text of `plugpull SUB…`.
+fn help(sub: &[&str]) -> String {
+    let mut args: Vec<&str> = sub.to_vec();
+    args.push("--help");
+    let o = plugpull(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "plugpull {args:?}: {}",
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// The subcommand names listed under `Commands:` in a help text (without `help`).
+fn subcommands(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.trim_end() == "Commands:" {
+            inside = true;
+            continue;
+        }
+        if inside {
+            if !line.starts_with("  ") {
+                break;
+            }
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if !name.is_empty() && name != "help" {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Shell-style words of one command (single and double quotes, backslash escapes
+/// outside single quotes); stops at an unquoted `#`, `&`, `;` or `|`.
+fn words(cmd: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut has = false;
+    let mut chars = cmd.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                has = true;
+                for d in chars.by_ref() {
+                    if d == '\'' {
+                        break;
+                    }
+                    cur.push(d);
+                }
+            }
+            '"' => {
+                has = true;
+                while let Some(d) = chars.next() {
+                    match d {
+                        '"' => break,
+                        '\\' => cur.extend(chars.next()),
+                        _ => cur.push(d),
+                    }
+                }
+            }
+            '\\' => {
+                has = true;
+                cur.extend(chars.next());
+            }
+            '#' | '&' | ';' | '|' => break,
+            c if c.is_whitespace() => {
+                if has {
+                    out.push(std::mem::take(&mut cur));
+                    has = false;
+                }
+            }
+            c => {
+                has = true;
+                cur.push(c);
+            }
+        }
+    }
+    if has {
+        out.push(cur);
+    }
+    out
+}
+
+/// The `plugpull …` command lines in a text: every line (joined with its `\`
+/// continuations) that has, at its start or after `;`, `&&` or `Example:`, the word
+/// `plugpull` followed by a space. `plugpull-listener` and `plugpull-simfs` are other
+/// binaries and are not taken.
+fn examples_in(text: &str) -> Vec<String> {
+    let mut joined = Vec::new();
+    let mut acc = String::new();
+    for line in text.lines() {
+        if let Some(head) = line.trim_end().strip_suffix('\\') {
+            acc.push_str(head);
+            acc.push(' ');
+            continue;
+        }
+        acc.push_str(line);
+        joined.push(std::mem::take(&mut acc));
+    }
+    let mut out = Vec::new();
+    for line in joined {
+        let line = line.trim();
+        let line = line.strip_prefix("Example:").map(str::trim).unwrap_or(line);
+        for part in line.split(';').flat_map(|p| p.split("&&")) {
+            let part = part.trim();
+            if part.starts_with("plugpull ") {
+                out.push(part.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The lines of a Markdown text's shell code blocks (```sh, ```bash, ```console).
+fn shell_blocks(md: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in md.lines() {
+        let t = line.trim_start();
+        if let Some(lang) = t.strip_prefix("```") {
+            inside = !inside && matches!(lang.trim(), "sh" | "bash" | "console" | "shell");
+            continue;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn every_documented_example_parses() {
+    // The help texts, walking the subcommand tree.
+    let mut texts: Vec<(String, String)> = Vec::new();
+    let mut todo: Vec<Vec<String>> = vec![vec![]];
+    while let Some(sub) = todo.pop() {
+        let refs: Vec<&str> = sub.iter().map(String::as_str).collect();
+        let text = help(&refs);
+        for s in subcommands(&text) {
+            let mut next = sub.clone();
+            next.push(s);
+            todo.push(next);
+        }
+        texts.push((format!("plugpull {} --help", sub.join(" ")), text));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut docs = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(p);
+        }
+    }
+    for p in docs {
+        texts.push((
+            p.strip_prefix(root).unwrap().display().to_string(),
+            shell_blocks(&std::fs::read_to_string(&p).unwrap()),
+        ));
+    }
+
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for (source, text) in &texts {
+        for ex in examples_in(text) {
+            let w = words(&ex);
+            assert_eq!(w[0], "plugpull", "{source}: {ex}");
+            let mut args: Vec<&str> = w[1..].iter().map(String::as_str).collect();
+            args.push("--check-args");
+            let o = plugpull(&args);
+            checked += 1;
+            if o.status.code() != Some(0) || stdout(&o).trim() != "arguments OK" {
+                bad.push(format!("{source}: `{ex}`\n{}", stderr(&o)));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "examples the parser rejects:\n{}",
+        bad.join("\n")
+    );
+    // The root help's five, write file's and write pgbench's one each, and the README's
+    // and docs' (a floor: adding examples must not make this fail).
+    assert!(checked >= 10, "only {checked} examples found");
+}
+
+#[test]
+fn check_args_rejects_what_the_parser_rejects() {
+    // The flag is not a rubber stamp: a usage error still exits 2 with clap's message.
+    let o = plugpull(&[
+        "write",
+        "pgbench",
+        "--listener",
+        "witness:7458",
+        "--scale",
+        "0",
+        "--check-args",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--scale"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    assert_eq!(
+        words("plugpull write pgbench --dsn 'host=/tmp dbname=bench' -s 10 &   # x"),
+        [
+            "plugpull",
+            "write",
+            "pgbench",
+            "--dsn",
+            "host=/tmp dbname=bench",
+            "-s",
+            "10"
+        ]
+    );
+}
