@@ -395,7 +395,7 @@ fn worker(
     // Acks gathered before handing them over: at most ACK_GATHER of them, for at most ACK_DELAY.
     let mut acks: Vec<FileAck> = Vec::with_capacity(ACK_GATHER);
     let mut first_ack = Instant::now();
-    while own > 0 && !sh.stop.load(Ordering::Relaxed) {
+    while own > 0 && !sh.stop.load(Ordering::Relaxed) && !sink.failed() {
         if sh.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }

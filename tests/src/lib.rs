@@ -225,6 +225,9 @@ pub struct RawConn {
     /// The socket.
     pub sock: std::net::TcpStream,
     buf: Vec<u8>,
+    /// The session once [`RawConn::handshake`] got `Welcome`: frames are then sealed
+    /// and checked like a real agent's.
+    pub session: Option<plugpull::auth::Session>,
 }
 
 impl RawConn {
@@ -236,24 +239,32 @@ impl RawConn {
         RawConn {
             sock,
             buf: Vec::new(),
+            session: None,
         }
     }
 
-    /// Sends one request frame.
+    /// Sends one request frame (sealed once the handshake is done).
     pub fn send(&mut self, req: &plugpull::wire::Request) {
         use std::io::Write;
-        self.sock
-            .write_all(&plugpull::wire::encode(req))
-            .expect("send");
+        let frame = match &mut self.session {
+            Some(s) => plugpull::wire::encode_sealed(req, &mut s.send),
+            None => plugpull::wire::encode(req),
+        };
+        self.sock.write_all(&frame).expect("send");
     }
 
-    /// Receives one response frame; `None` when the listener closed the connection.
+    /// Receives one response frame (checking its seal once the handshake is done);
+    /// `None` when the listener closed the connection.
     pub fn recv(&mut self) -> Option<plugpull::wire::Response> {
         use std::io::Read;
         loop {
             if let Some(n) = plugpull::wire::check(&self.buf).expect("frame within limits") {
-                let msg = plugpull::wire::decode(&self.buf[plugpull::wire::PREFIX_LEN..n])
-                    .expect("valid response");
+                let body = &self.buf[plugpull::wire::PREFIX_LEN..n];
+                let body = match &mut self.session {
+                    Some(s) => s.recv.open(body).expect("listener frame authenticates"),
+                    None => body,
+                };
+                let msg = plugpull::wire::decode(body).expect("valid response");
                 self.buf.drain(..n);
                 return Some(msg);
             }
@@ -282,7 +293,11 @@ impl RawConn {
         self.send(&Request::Auth {
             proof: secret.agent_proof(&theirs, &nonce),
         });
-        self.recv()
+        let answer = self.recv();
+        if answer == Some(Response::Welcome) {
+            self.session = Some(secret.agent_session(&nonce, &theirs));
+        }
+        answer
     }
 }
 

@@ -293,7 +293,7 @@ fn protocol_violations_are_refused_and_the_listener_keeps_serving() {
     c.send(&Request::StartRun {
         manifest: manifest(),
     });
-    let Some(Response::RunStarted { run }) = c.recv() else {
+    let Some(Response::RunStarted { run, .. }) = c.recv() else {
         panic!()
     };
     let other = RunId(run.0 ^ 2);
@@ -344,12 +344,17 @@ fn protocol_violations_are_refused_and_the_listener_keeps_serving() {
         l.log_text()
     );
 
-    // Beyond --max-connections: a clear refusal.
-    let _held: Vec<RawConn> = (0..3).map(|_| RawConn::connect(l.addr())).collect();
-    std::thread::sleep(Duration::from_millis(100));
+    // Beyond --max-connections authenticated: a clear refusal at the end of the handshake.
+    let _held: Vec<RawConn> = (0..3)
+        .map(|_| {
+            let mut c = RawConn::connect(l.addr());
+            assert_eq!(c.handshake(&Secret::default()), Some(Response::Welcome));
+            c
+        })
+        .collect();
     let mut extra = RawConn::connect(l.addr());
     assert_eq!(
-        extra.recv(),
+        extra.handshake(&Secret::default()),
         Some(Response::Error {
             kind: ErrorKind::Busy,
             message: "listener busy: 3 connections already".into()

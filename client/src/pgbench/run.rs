@@ -576,7 +576,7 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
     let mut rng = SmallRng::seed_from_u64(p.seed.wrapping_add(c as u64));
     let mut seq: u64 = 1;
     'run: loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.stop.load(Ordering::Relaxed) || go.sink.failed() {
             break;
         }
         match p.limit {
