@@ -191,6 +191,14 @@ pub enum FrameError {
     Io(std::io::Error),
     /// A sealed frame failed authentication.
     Mac(MacError),
+    /// The length prefix exceeds a limit below [`MAX_FRAME`] (before the handshake,
+    /// [`HANDSHAKE_MAX_FRAME`]).
+    OverLimit {
+        /// The length the prefix claims.
+        len: u32,
+        /// The limit in force.
+        max: u32,
+    },
 }
 
 impl std::fmt::Display for FrameError {
@@ -202,6 +210,10 @@ impl std::fmt::Display for FrameError {
             FrameError::Malformed(e) => write!(f, "malformed frame: {e}"),
             FrameError::Io(e) => write!(f, "connection error: {e}"),
             FrameError::Mac(e) => e.fmt(f),
+            FrameError::OverLimit { len, max } => write!(
+                f,
+                "frame of {len} bytes exceeds the {max}-byte limit before the handshake is done"
+            ),
         }
     }
 }
@@ -288,8 +300,12 @@ pub async fn read_frame_with<T: DeserializeOwned, R: AsyncRead + Unpin>(
         got += n;
     }
     let len = u32::from_le_bytes(prefix);
-    if len > max {
-        return Err(FrameError::TooLarge(len));
+    if len > max.min(MAX_FRAME) {
+        return Err(if max < MAX_FRAME {
+            FrameError::OverLimit { len, max }
+        } else {
+            FrameError::TooLarge(len)
+        });
     }
     buf.clear();
     let got = (&mut *r)
@@ -377,7 +393,7 @@ mod tests {
         let mut r = &big[..];
         assert!(matches!(
             read_frame_with::<Request, _>(&mut r, &mut buf, HANDSHAKE_MAX_FRAME, None).await,
-            Err(FrameError::TooLarge(n)) if n == MAX_FRAME
+            Err(FrameError::OverLimit { len, max: HANDSHAKE_MAX_FRAME }) if len == MAX_FRAME
         ));
         // The largest handshake message fits the handshake limit.
         let c = encode(&Response::Challenge {

@@ -4,10 +4,7 @@
 
 use crate::Failure;
 use plugpull::auth::{Direction, Secret};
-use plugpull::wire::{
-    self, ErrorKind, FrameError, Request, Response, HANDSHAKE_MAX_FRAME, MAX_FRAME,
-    PROTOCOL_VERSION,
-};
+use plugpull::wire::{self, ErrorKind, FrameError, Request, Response, MAX_FRAME, PROTOCOL_VERSION};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -64,12 +61,15 @@ impl Reader {
 
     /// The next response, with failures told apart (see [`NetError`]).
     pub async fn recv_checked(&mut self) -> Result<Response, NetError> {
-        let max = if self.open.is_some() || !self.first {
-            MAX_FRAME
-        } else {
-            HANDSHAKE_MAX_FRAME
-        };
-        match wire::read_frame_with::<Response, _>(&mut self.rd, &mut self.buf, max, self.open.as_mut()).await {
+        // The listener we dialled is trusted with full-size frames from the start.
+        match wire::read_frame_with::<Response, _>(
+            &mut self.rd,
+            &mut self.buf,
+            MAX_FRAME,
+            self.open.as_mut(),
+        )
+        .await
+        {
             Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) if self.first => {
                 Err(NetError::Lost(Failure(format!(
                     "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",

@@ -62,7 +62,7 @@ struct Args {
     max_connections: usize,
     /// Most connections in their handshake at once; when full, the oldest is dropped
     /// for a new one (so idle unauthenticated connections never lock agents out).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 512)]
     max_handshakes: usize,
     /// Seconds a new connection has to complete its handshake.
     #[arg(long, default_value_t = 3.0)]

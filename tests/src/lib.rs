@@ -5,7 +5,9 @@
 //! (`target/release` or `target/debug`); build them first with
 //! `cargo build --release --workspace` (the README's test command does).
 
+pub mod loopfs;
 pub mod pg;
+pub mod proxy;
 pub mod simfs;
 
 use std::io::{BufRead, BufReader};
@@ -55,6 +57,20 @@ impl Listener {
             child: None,
             addr: String::new(),
             data_dir: dir.join("listener-data"),
+            log: dir.join("listener.log"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        l.spawn();
+        l
+    }
+
+    /// Starts a listener with its data directory at `data_dir` (e.g. on a small
+    /// filesystem) and its log at `dir/listener.log`.
+    pub fn start_at(dir: &Path, data_dir: &Path, extra: &[&str]) -> Listener {
+        let mut l = Listener {
+            child: None,
+            addr: String::new(),
+            data_dir: data_dir.to_path_buf(),
             log: dir.join("listener.log"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };

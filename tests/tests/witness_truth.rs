@@ -1,0 +1,596 @@
+//! Issue 9: the witness proves its own record. Each case runs real processes on
+//! loopback: a proxy that forges confirmations or drops connections, a slow ledger
+//! disk, a full ledger disk (a small loop-mounted ext4), a flood of unauthenticated
+//! connections, a ledger that lost entries, a listener that forgot what it confirmed.
+
+use plugpull::auth::Secret;
+use plugpull::ledger::{self, Entry, FileManifest, Manifest, Workload};
+use plugpull::wire::{ErrorKind, Request, Response};
+use plugpull_tests::loopfs::LoopFs;
+use plugpull_tests::proxy::{Mode, Proxy};
+use plugpull_tests::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Every valid entry of a ledger file with its byte offset and length.
+fn entries(path: &Path) -> Vec<(u64, u64, Entry)> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut v: Vec<(u64, u64, Entry)> = Vec::new();
+    let (_, tail) = ledger::scan(&bytes, |at, e| v.push((at, 0, e))).unwrap();
+    let end = match tail {
+        ledger::Tail::Clean => bytes.len() as u64,
+        ledger::Tail::Torn { valid_len, .. } => valid_len,
+    };
+    for i in 0..v.len() {
+        v[i].1 = v.get(i + 1).map_or(end, |n| n.0) - v[i].0;
+    }
+    v
+}
+
+/// Batch number → (times recorded, acks in it) over a ledger file's `Acks` entries.
+fn batches(path: &Path) -> BTreeMap<u64, (u64, u64)> {
+    let mut m = BTreeMap::new();
+    for (_, _, e) in entries(path) {
+        if let Entry::Acks(b) = e {
+            let x = m.entry(b.batch).or_insert((0, 0));
+            x.0 += 1;
+            x.1 = b.acks.count();
+        }
+    }
+    m
+}
+
+fn lines(path: &Path) -> u64 {
+    std::fs::read_to_string(path).unwrap().lines().count() as u64
+}
+
+fn last_line(s: &str) -> &str {
+    s.trim_end().lines().last().unwrap_or_default()
+}
+
+fn write_args<'a>(listener: &'a str, target: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "write",
+        "file",
+        "--listener",
+        listener,
+        "--size",
+        "1MiB",
+        "--target",
+        target.to_str().unwrap(),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn a_proxy_without_the_secret_cannot_forge_confirmations() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let p = Proxy::start(l.addr(), Mode::ForgeConfirmed, 1);
+    let target = dir.path().join("t.dat");
+    let o = plugpull(&write_args(p.addr(), &target, &["--writes", "2000"]));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let run = run_id(&o);
+    let fault = format!(
+        "witness fault: message 1 after the handshake failed authentication (forged, altered, replayed, reordered, or one before it was dropped); something between this agent and listener {} forged or altered it, so nothing it said can be trusted",
+        p.addr()
+    );
+    assert_eq!(last_line(&err), format!("plugpull: {fault}"), "{err}");
+    assert!(
+        err.contains(&format!("run {run} is marked invalid in the ledger")),
+        "{err}"
+    );
+    assert!(p.forged.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    // Nothing the proxy swallowed is in the ledger, and the fault is.
+    let path = l.ledger_path(&run);
+    assert_eq!(batches(&path).len(), 0);
+    let invalid: Vec<String> = entries(&path)
+        .into_iter()
+        .filter_map(|(_, _, e)| match e {
+            Entry::Invalid { error } => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(invalid, vec![fault.clone()]);
+    // verify never passes the run.
+    let (code, v, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 2);
+    let why = format!("run {run} cannot be judged: {fault}");
+    assert_eq!(v, serde_json::json!({"error": why, "ok": false}));
+    assert_eq!(verr.trim(), format!("plugpull: {why}"));
+}
+
+#[test]
+fn connections_dropped_every_30_to_120_ms_on_a_slow_ledger_record_each_batch_once() {
+    const WRITES: u64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Listener::start_with(dir.path(), &["--test-sync-delay-ms", "80"]);
+    let p = Proxy::start(
+        l.addr(),
+        Mode::Drop {
+            min_ms: 30,
+            max_ms: 120,
+        },
+        7,
+    );
+    let target = dir.path().join("t.dat");
+    let ack_log = dir.path().join("acks.log");
+    let o = plugpull(&write_args(
+        p.addr(),
+        &target,
+        &[
+            "--writes",
+            "3000",
+            "-j",
+            "2",
+            "--ack-log",
+            ack_log.to_str().unwrap(),
+        ],
+    ));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        out.contains(&format!(
+            "writes acknowledged: {WRITES} (confirmed by the listener)"
+        )),
+        "{out}"
+    );
+    let drops = p.drops.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(drops >= 5, "only {drops} connections dropped");
+    let run = run_id(&o);
+    // Every batch exactly once, numbered 1..=n, holding every write once.
+    let b = batches(&l.ledger_path(&run));
+    let n = b.len() as u64;
+    assert_eq!(
+        b.keys().copied().collect::<Vec<_>>(),
+        (1..=n).collect::<Vec<_>>()
+    );
+    assert!(b.values().all(|&(times, _)| times == 1), "{b:?}");
+    assert_eq!(b.values().map(|&(_, acks)| acks).sum::<u64>(), WRITES);
+    assert_eq!(lines(&ack_log), WRITES);
+    let (code, v, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{verr}");
+    assert_eq!(v["acknowledged"], serde_json::json!(WRITES));
+    // After a restart the listener counts the same.
+    l.restart();
+    let (code, v, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{verr}");
+    assert_eq!(v["acknowledged"], serde_json::json!(WRITES));
+}
+
+#[test]
+fn a_full_witness_disk_ends_the_run_with_a_named_error() {
+    const T: &str = "a_full_witness_disk_ends_the_run_with_a_named_error";
+    let dir = tempfile::tempdir().unwrap();
+    let fs = match LoopFs::mount(dir.path(), 4096) {
+        Ok(fs) => fs,
+        Err(why) => {
+            skipped(T, &why);
+            return;
+        }
+    };
+    let data = fs.mnt().join("data");
+    let l = Listener::start_at(dir.path(), &data, &[]);
+    // Leave about 64 KiB: a few thousand acks' worth of ledger.
+    let free = fs.free_bytes();
+    let mut filler = std::fs::File::create(fs.mnt().join("filler")).unwrap();
+    filler
+        .write_all(&vec![0xa5u8; (free - (64 << 10)) as usize])
+        .unwrap();
+    filler.sync_all().unwrap();
+    let target = dir.path().join("t.dat");
+    let ack_log = dir.path().join("acks.log");
+    let t0 = Instant::now();
+    let o = plugpull(&write_args(
+        l.addr(),
+        &target,
+        &["-T", "60s", "--ack-log", ack_log.to_str().unwrap()],
+    ));
+    let took = t0.elapsed();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let run = run_id(&o);
+    let path = l.ledger_path(&run);
+    assert_eq!(
+        last_line(&err),
+        format!(
+            "plugpull: the witness could not record acknowledgements: listener {} refused: cannot append to ledger {}: No space left on device (os error 28)",
+            l.addr(),
+            path.display()
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("reconnect"), "{err}");
+    assert!(l.log_text().contains("ledger append failed"));
+    // The ledger holds exactly what was confirmed, and no torn entry.
+    let b = batches(&path);
+    assert!(b.values().all(|&(times, _)| times == 1));
+    assert_eq!(b.values().map(|&(_, a)| a).sum::<u64>(), lines(&ack_log));
+    assert!(lines(&ack_log) > 0);
+    // A resume of the run (with its token, derived as the listener does from the key
+    // in its data directory) is refused with the same error.
+    let key = std::fs::read(data.join("token-key")).unwrap();
+    let run_id: plugpull::RunId = run.parse().unwrap();
+    let token = plugpull::auth::hkdf_sha256(&key, &run_id.0.to_le_bytes(), b"plugpull run token");
+    let mut c = RawConn::connect(l.addr());
+    assert_eq!(c.handshake(&Secret::default()), Some(Response::Welcome));
+    c.send(&Request::ResumeRun { run: run_id, token });
+    assert_eq!(
+        c.recv(),
+        Some(Response::Error {
+            kind: ErrorKind::Io,
+            message: format!(
+                "cannot append to ledger {}: No space left on device (os error 28)",
+                path.display()
+            )
+        })
+    );
+}
+
+#[test]
+fn sigint_stops_a_writer_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    // A healthy witness: the run finishes properly.
+    let w = Writer::spawn(&write_args(l.addr(), &target, &["-T", "60s"]));
+    std::thread::sleep(Duration::from_millis(700));
+    let t0 = Instant::now();
+    unsafe { libc::kill(w.child.id() as i32, libc::SIGINT) };
+    let run = w.run.clone();
+    let (status, out, err) = w.finish();
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(status.code(), Some(0), "{err}");
+    let acked: u64 = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("writes acknowledged: ")?
+                .strip_suffix(" (confirmed by the listener)")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{out}"));
+    let (code, v, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{verr}");
+    assert_eq!(v["acknowledged"], serde_json::json!(acked));
+
+    // A stalled witness: the writer still stops within a second, saying why.
+    let target2 = dir.path().join("t2.dat");
+    let w = Writer::spawn(&write_args(l.addr(), &target2, &["-T", "60s"]));
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(l.pid() as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    unsafe { libc::kill(w.child.id() as i32, libc::SIGINT) };
+    let (status, _, err) = w.finish();
+    let took = t0.elapsed();
+    unsafe { libc::kill(l.pid() as i32, libc::SIGCONT) };
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    let last = last_line(&err);
+    assert!(
+        last.starts_with(
+            "plugpull: interrupted: the listener did not confirm the end of the run within 1 s; "
+        ) && last.ends_with(" acknowledgements were never confirmed"),
+        "{err}"
+    );
+}
+
+/// The number after `prefix` up to the next space, e.g. the `2.0` of `for 2.0 s`.
+fn number_after(line: &str, prefix: &str) -> f64 {
+    line.split(prefix)
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_stalled_witness_is_announced_and_pauses_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let ack_log = dir.path().join("acks.log");
+    // The default --max-unconfirmed (1,000,000 for files) is far away: time decides.
+    let mut w = Writer::spawn(&write_args(
+        l.addr(),
+        &target,
+        &["-T", "9s", "--ack-log", ack_log.to_str().unwrap()],
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(l.pid() as i32, libc::SIGSTOP) };
+    let warn = w.wait_stderr(|_| true);
+    assert!(warn.starts_with("witness has not confirmed for "), "{warn}");
+    assert!(
+        warn.trim_end().ends_with(" acknowledgements waiting"),
+        "{warn}"
+    );
+    let s = number_after(&warn, "for ");
+    assert!((2.0..2.6).contains(&s), "{warn}");
+    let pause = w.wait_stderr(|_| true);
+    assert!(
+        pause.starts_with("paused: the witness has not confirmed for ")
+            && pause
+                .trim_end()
+                .ends_with(" acknowledgements waiting; waiting for it"),
+        "{pause}"
+    );
+    let s = number_after(&pause, "for ");
+    assert!((5.0..5.6).contains(&s), "{pause}");
+    let waiting_at_pause = number_after(&pause, "s, ") as u64;
+    // Paused: no more writes are handed over while the witness is silent.
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(l.pid() as i32, libc::SIGCONT) };
+    let resumed = w.wait_stderr(|_| true);
+    assert_eq!(resumed.trim(), "resumed: the listener caught up");
+    let run = w.run.clone();
+    let (status, out, err) = w.finish();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(waiting_at_pause > 0);
+    let acked = lines(&ack_log);
+    assert!(
+        out.contains(&format!(
+            "writes acknowledged: {acked} (confirmed by the listener)"
+        )),
+        "{out}"
+    );
+    let (code, v, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{verr}");
+    assert_eq!(v["acknowledged"], serde_json::json!(acked));
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_connection_flood_neither_locks_agents_out_nor_grows_the_listener() {
+    const IDLE: usize = 1500;
+    const BIG: usize = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let t0 = Instant::now();
+    let mut flood = Vec::with_capacity(IDLE + BIG);
+    for i in 0..IDLE + BIG {
+        let mut s = std::net::TcpStream::connect(l.addr()).unwrap();
+        if i % 4 == 3 {
+            // A bare length prefix claiming a 4 MiB frame.
+            s.write_all(&(4u32 << 20).to_le_bytes()).unwrap();
+        }
+        flood.push(s);
+    }
+    let flood_took = t0.elapsed();
+    assert!(flood_took < Duration::from_secs(20), "{flood_took:?}");
+    // While all of them are open, a real agent gets in and finishes its run.
+    let target = dir.path().join("t.dat");
+    let t1 = Instant::now();
+    let o = plugpull(&write_args(l.addr(), &target, &["--writes", "200"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(t1.elapsed() < Duration::from_secs(10), "{:?}", t1.elapsed());
+    assert!(
+        stdout(&o).contains("writes acknowledged: 200 (confirmed by the listener)"),
+        "{}",
+        stdout(&o)
+    );
+    // An oversized frame before authentication is refused by name, unread.
+    let mut c = RawConn::connect(l.addr());
+    c.sock.write_all(&(4u32 << 20).to_le_bytes()).unwrap();
+    assert_eq!(
+        c.recv(),
+        Some(Response::Error {
+            kind: ErrorKind::Protocol,
+            message:
+                "frame of 4194304 bytes exceeds the 128-byte limit before the handshake is done"
+                    .into()
+        })
+    );
+    let hwm = vm_hwm_kib(l.pid());
+    eprintln!(
+        "listener peak RSS under a flood of {} connections: {hwm} KiB",
+        IDLE + BIG
+    );
+    assert!(hwm < 64 * 1024, "listener peak RSS {hwm} KiB");
+    drop(flood);
+    let run = run_id(&o);
+    let (code, v, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{verr}");
+    assert_eq!(v["acknowledged"], serde_json::json!(200));
+}
+
+#[test]
+fn only_the_agent_that_started_a_run_can_resume_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut c = RawConn::connect(l.addr());
+    assert_eq!(c.handshake(&Secret::default()), Some(Response::Welcome));
+    c.send(&Request::StartRun {
+        manifest: Box::new(Manifest {
+            host: "token-test".into(),
+            started_unix_ms: 1,
+            tool_version: "test".into(),
+            workload: Workload::File(FileManifest {
+                target: "/nonexistent".into(),
+                size: 4096,
+                block_size: 4096,
+                jobs: 1,
+                sync: "fdatasync".into(),
+                pattern: "random".into(),
+            }),
+        }),
+    });
+    let Some(Response::RunStarted { run, token }) = c.recv() else {
+        panic!()
+    };
+    let mut other = RawConn::connect(l.addr());
+    other.handshake(&Secret::default());
+    other.send(&Request::ResumeRun {
+        run,
+        token: [0; 32],
+    });
+    assert_eq!(
+        other.recv(),
+        Some(Response::Error {
+            kind: ErrorKind::Auth,
+            message: format!("ResumeRun for run {run} without its token: only the agent that started a run may resume it")
+        })
+    );
+    let mut owner = RawConn::connect(l.addr());
+    owner.handshake(&Secret::default());
+    owner.send(&Request::ResumeRun { run, token });
+    assert_eq!(
+        owner.recv(),
+        Some(Response::Resumed {
+            run,
+            confirmed_batch: 0
+        })
+    );
+}
+
+/// A finished run of `writes` writes on `l`; returns its id.
+fn finished_run(l: &Listener, dir: &Path, name: &str, writes: &str) -> String {
+    let target = dir.join(name);
+    let o = plugpull(&write_args(
+        l.addr(),
+        &target,
+        &["--writes", writes, "-j", "1"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    run_id(&o)
+}
+
+/// The `Acks` entries of a ledger: (offset, length, batch, acks).
+fn ack_entries(path: &Path) -> Vec<(u64, u64, u64, u64)> {
+    entries(path)
+        .into_iter()
+        .filter_map(|(at, len, e)| match e {
+            Entry::Acks(b) => Some((at, len, b.batch, b.acks.count())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_ledger_that_lost_acknowledged_entries_cannot_be_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Listener::start(dir.path());
+    let gap = finished_run(&l, dir.path(), "a.dat", "20000");
+    let torn = finished_run(&l, dir.path(), "b.dat", "20000");
+    let short = finished_run(&l, dir.path(), "c.dat", "20000");
+    l.kill();
+
+    // The witness's storage lost a synced entry in the middle: the batch numbers jump.
+    let p = l.ledger_path(&gap);
+    let a = ack_entries(&p);
+    assert!(a.len() >= 3, "only {} batches", a.len());
+    let (at, len, batch, lost_gap) = a[1];
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes.drain(at as usize..(at + len) as usize);
+    std::fs::write(&p, &bytes).unwrap();
+
+    // Its last entries were damaged (zeroed) and are cut off as a torn tail on restart.
+    let p = l.ledger_path(&torn);
+    let a = ack_entries(&p);
+    let (cut, ..) = a[a.len() - 1];
+    let mut bytes = std::fs::read(&p).unwrap();
+    let torn_bytes = bytes.len() as u64 - cut;
+    bytes[cut as usize..].fill(0);
+    std::fs::write(&p, &bytes).unwrap();
+
+    // It lost its last batch cleanly, before the Finished entry: the agent's count says so.
+    let p = l.ledger_path(&short);
+    let a = ack_entries(&p);
+    let (at, len, _, lost_short) = a[a.len() - 1];
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes.drain(at as usize..(at + len) as usize);
+    std::fs::write(&p, &bytes).unwrap();
+
+    l.restart();
+    let (code, _, err) = verify_json(&l, &["--run", &gap]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim(), format!(
+        "plugpull: run {gap}: the witness lost {lost_gap} acknowledged writes: this run cannot be judged (batch {batch} is missing: batch numbers jump from {} to {})",
+        batch - 1,
+        batch + 1
+    ));
+    let (code, _, err) = verify_json(&l, &["--run", &torn]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim(), format!(
+        "plugpull: run {torn}: the witness lost acknowledged writes (how many is unknown): this run cannot be judged (the listener cut a torn tail of {torn_bytes} bytes off the ledger at byte {cut} on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it)"
+    ));
+    let (code, _, err) = verify_json(&l, &["--run", &short]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim(), format!(
+        "plugpull: run {short}: the witness lost {lost_short} acknowledged writes: this run cannot be judged (the agent finished with 20000 acknowledged, the ledger holds {})",
+        20000 - lost_short
+    ));
+}
+
+#[test]
+fn a_listener_that_forgot_confirmed_batches_is_a_witness_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let w = Writer::spawn(&write_args(l.addr(), &target, &["-T", "20s", "-j", "1"]));
+    let run = w.run.clone();
+    std::thread::sleep(Duration::from_millis(1500));
+    l.kill();
+    // The listener's storage loses its last five synced batches (cleanly).
+    let p = l.ledger_path(&run);
+    let a = ack_entries(&p);
+    assert!(a.len() >= 10, "only {} batches", a.len());
+    let (cut, ..) = a[a.len() - 5];
+    let kept = a[a.len() - 6].2;
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(cut).unwrap();
+    drop(f);
+    l.restart();
+    let (status, _, err) = w.finish();
+    assert_eq!(status.code(), Some(2), "{err}");
+    let last = last_line(&err);
+    let prefix = format!(
+        "plugpull: witness fault: listener {} answered Resumed for batch {kept} of run {run}, after it had confirmed batch ",
+        l.addr()
+    );
+    assert!(last.starts_with(&prefix), "{err}");
+    let told: u64 = last[prefix.len()..]
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(told > kept, "{last}");
+    assert!(
+        last.ends_with(": it lost acknowledgements it had made durable"),
+        "{last}"
+    );
+    assert!(
+        err.contains(&format!("run {run} is marked invalid in the ledger")),
+        "{err}"
+    );
+    let (code, _, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        verr.trim(),
+        format!(
+            "plugpull: run {run} cannot be judged: {}",
+            &last["plugpull: ".len()..]
+        )
+    );
+}
