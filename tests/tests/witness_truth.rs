@@ -314,7 +314,7 @@ fn a_stalled_witness_is_announced_and_pauses_the_writer() {
         "{warn}"
     );
     let s = number_after(&warn, "for ");
-    assert!((2.0..2.6).contains(&s), "{warn}");
+    assert!((2.0..3.0).contains(&s), "{warn}");
     let pause = w.wait_stderr(|_| true);
     assert!(
         pause.starts_with("paused: the witness has not confirmed for ")
@@ -324,7 +324,7 @@ fn a_stalled_witness_is_announced_and_pauses_the_writer() {
         "{pause}"
     );
     let s = number_after(&pause, "for ");
-    assert!((5.0..5.6).contains(&s), "{pause}");
+    assert!((5.0..6.0).contains(&s), "{pause}");
     let waiting_at_pause = number_after(&pause, "s, ") as u64;
     // Paused: no more writes are handed over while the witness is silent.
     std::thread::sleep(Duration::from_millis(500));

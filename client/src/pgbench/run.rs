@@ -586,14 +586,17 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
         if go.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        // Stay within max_unconfirmed acknowledgements of the listener.
+        // Stay within max_unconfirmed acknowledgements of the listener (and within
+        // the reporter's time bound; a witness fault ends the run).
         while shared
             .acked
             .load(Ordering::SeqCst)
             .saturating_sub(go.sink.confirmed())
             >= p.max_unconfirmed
+            || go.sink.paused()
         {
             if shared.stop.load(Ordering::Relaxed)
+                || go.sink.failed()
                 || go.deadline.is_some_and(|d| Instant::now() >= d)
             {
                 break 'run;
