@@ -394,6 +394,11 @@ async fn watch(shared: std::sync::Weak<Shared>) {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
         let Some(sh) = shared.upgrade() else { return };
+        if sh.waiting() == 0 {
+            // Nothing waits: a stall can only start from now (a writer idle for long,
+            // e.g. on a slow fsync, must not find an old time here).
+            sh.progress();
+        }
         let stalled = sh.stalled();
         if stalled < STALL_WARNING || sh.failed.load(Ordering::Relaxed) {
             said = None;
