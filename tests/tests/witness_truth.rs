@@ -594,3 +594,75 @@ fn a_listener_that_forgot_confirmed_batches_is_a_witness_fault() {
         )
     );
 }
+
+#[test]
+fn a_witness_disk_that_loses_synced_writes_is_caught_by_the_agent() {
+    use plugpull_tests::simfs::{skip_without_fuse, SimFs};
+    const T: &str = "a_witness_disk_that_loses_synced_writes_is_caught_by_the_agent";
+    if skip_without_fuse(T) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim");
+    std::fs::create_dir_all(&sim).unwrap();
+    // The witness's own disk lies: fdatasync returns at once, data reaches the
+    // backing store only 500 ms later.
+    let mut fs = SimFs::mount_with(&sim, "lying", 11, &["--destage-delay-ms", "500"]);
+    let data = fs.mnt().join("data");
+    let mut l = Listener::start_at(dir.path(), &data, &[]);
+    let target = dir.path().join("t.dat");
+    let ack_log = dir.path().join("acks.log");
+    let w = Writer::spawn(&write_args(
+        l.addr(),
+        &target,
+        &[
+            "-T",
+            "30s",
+            "-j",
+            "1",
+            "--ack-log",
+            ack_log.to_str().unwrap(),
+        ],
+    ));
+    let run = w.run.clone();
+    std::thread::sleep(Duration::from_millis(2500));
+    // The witness host loses power: the listener dies, its disk's cache is gone.
+    l.kill();
+    fs.cut();
+    fs.remount("honest");
+    l.restart();
+    let (status, _, err) = w.finish();
+    assert_eq!(status.code(), Some(2), "{err}");
+    let b = batches(&l.ledger_path(&run));
+    let kept = *b.keys().last().unwrap();
+    let in_ledger: u64 = b.values().map(|&(_, a)| a).sum();
+    let confirmed = lines(&ack_log);
+    // The agent had been told more than the ledger kept: that is the fault it names.
+    assert!(
+        confirmed > in_ledger,
+        "{confirmed} confirmed, {in_ledger} kept"
+    );
+    let last = last_line(&err);
+    let prefix = format!(
+        "plugpull: witness fault: listener {} answered Resumed for batch {kept} of run {run}, after it had confirmed batch ",
+        l.addr()
+    );
+    assert!(last.starts_with(&prefix), "{err}");
+    assert!(
+        last.ends_with(": it lost acknowledgements it had made durable"),
+        "{last}"
+    );
+    let (code, _, verr) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        verr.trim(),
+        format!(
+            "plugpull: run {run} cannot be judged: {}",
+            &last["plugpull: ".len()..]
+        )
+    );
+    eprintln!(
+        "witness disk lost {} of {confirmed} confirmed acknowledgements; the agent caught it",
+        confirmed - in_ledger
+    );
+}
