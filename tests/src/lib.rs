@@ -5,6 +5,7 @@
 //! (`target/release` or `target/debug`); build them first with
 //! `cargo build --release --workspace` (the README's test command does).
 
+pub mod ledger_file;
 pub mod loopfs;
 pub mod pg;
 pub mod proxy;
