@@ -186,9 +186,9 @@ fn ack_entries(path: &Path) -> Vec<(u64, u64, u64, u64)> {
 fn a_ledger_that_lost_acknowledged_entries_cannot_be_judged() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = Listener::start(dir.path());
-    let gap = finished_run(&l, dir.path(), "a.dat", "20000");
-    let torn = finished_run(&l, dir.path(), "b.dat", "20000");
-    let short = finished_run(&l, dir.path(), "c.dat", "20000");
+    let gap = finished_run(&l, dir.path(), "a.dat", "3000");
+    let torn = finished_run(&l, dir.path(), "b.dat", "3000");
+    let short = finished_run(&l, dir.path(), "c.dat", "3000");
     l.kill();
 
     // The witness's storage lost a synced entry in the middle: the batch numbers jump.
@@ -233,8 +233,8 @@ fn a_ledger_that_lost_acknowledged_entries_cannot_be_judged() {
     let (code, _, err) = verify_json(&l, &["--run", &short]);
     assert_eq!(code, 2);
     assert_eq!(err.trim(), format!(
-        "plugpull: run {short}: the witness lost {lost_short} acknowledged writes: this run cannot be judged (the agent finished with 20000 acknowledged, the ledger holds {})",
-        20000 - lost_short
+        "plugpull: run {short}: the witness lost {lost_short} acknowledged writes: this run cannot be judged (the agent finished with 3000 acknowledged, the ledger holds {})",
+        3000 - lost_short
     ));
 }
 
