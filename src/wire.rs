@@ -178,6 +178,8 @@ pub enum ErrorKind {
     Io,
     /// Too many connections.
     Busy,
+    /// A frame after the handshake failed its authentication tag.
+    Mac,
 }
 
 /// What went wrong reading or decoding a frame.

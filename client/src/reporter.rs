@@ -512,8 +512,11 @@ enum Step {
 
 /// Sorts a failure from the connection: lost (reconnect) or a witness fault.
 fn step_of(e: NetError) -> Step {
+    use plugpull::wire::ErrorKind::{Busy, Protocol};
     match e {
-        NetError::Lost(f) | NetError::Refused(plugpull::wire::ErrorKind::Busy, f) => Step::Lost(f),
+        // A refusal for a protocol slip (e.g. an idle timeout) or a full listener: a new
+        // connection may work. Ledger, token, run and MAC refusals are faults.
+        NetError::Lost(f) | NetError::Refused(Busy | Protocol, f) => Step::Lost(f),
         NetError::Refused(plugpull::wire::ErrorKind::Io, Failure(m)) => Step::Fault(Failure(
             format!("the witness could not record acknowledgements: {m}"),
         )),
@@ -558,13 +561,15 @@ impl Task {
                         lost_since = None;
                         ending_sent = false;
                     }
-                    Err(e) if !matches!(step_of_ref(&e), StepKind::Lost) => {
-                        self.fault(step_of(e), ending.take().map(|(_, r)| r), &mut ctrl)
-                            .await;
-                        return;
-                    }
                     Err(e) => {
-                        let e = e.failure();
+                        let e = match step_of(e) {
+                            Step::Lost(e) => e,
+                            fault => {
+                                self.fault(fault, ending.take().map(|(_, r)| r), &mut ctrl)
+                                    .await;
+                                return;
+                            }
+                        };
                         // Say why once every 5 s, not every attempt.
                         if last_said.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(5))
                         {
@@ -858,19 +863,6 @@ impl Task {
                 "listener answered ResumeRun with {other:?}"
             )))),
         }
-    }
-}
-
-/// Whether a reconnect failure is a plain loss (retry) or a fault.
-enum StepKind {
-    Lost,
-    Fault,
-}
-
-fn step_of_ref(e: &NetError) -> StepKind {
-    match e {
-        NetError::Lost(_) | NetError::Refused(plugpull::wire::ErrorKind::Busy, _) => StepKind::Lost,
-        _ => StepKind::Fault,
     }
 }
 

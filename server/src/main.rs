@@ -189,18 +189,20 @@ async fn next_request<R: tokio::io::AsyncRead + Unpin>(
     limit: Duration,
     max: u32,
     open: Option<&mut Direction>,
-) -> Result<Option<Request>, String> {
+) -> Result<Option<Request>, (ErrorKind, String)> {
+    let p = ErrorKind::Protocol;
     match tokio::time::timeout(
         limit,
         wire::read_frame_with::<Request, _>(r, buf, max, open),
     )
     .await
     {
-        Err(_) => Err(format!("silent for {} s", limit.as_secs_f64())),
+        Err(_) => Err((p, format!("silent for {} s", limit.as_secs_f64()))),
         Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err("closed inside a frame".into())
+            Err((p, "closed inside a frame".into()))
         }
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e @ FrameError::Mac(_))) => Err((ErrorKind::Mac, e.to_string())),
+        Ok(Err(e)) => Err((p, e.to_string())),
         Ok(Ok(r)) => Ok(r),
     }
 }
@@ -271,7 +273,7 @@ where
     let hello = match next_request(rd, buf, hs, HANDSHAKE_MAX_FRAME, None).await {
         Ok(Some(h)) => h,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(refuse(wr, ErrorKind::Protocol, e).await),
+        Err((kind, e)) => return Err(refuse(wr, kind, e).await),
     };
     let Request::Hello {
         version,
@@ -302,7 +304,7 @@ where
     .await?;
     let auth = match next_request(rd, buf, hs, HANDSHAKE_MAX_FRAME, None).await {
         Ok(a) => a,
-        Err(e) => return Err(refuse(wr, ErrorKind::Protocol, e).await),
+        Err((kind, e)) => return Err(refuse(wr, kind, e).await),
     };
     let Some(Request::Auth { proof }) = auth else {
         return Err(refuse(
@@ -459,7 +461,7 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
             match next_request(rd, buf, shared.idle_timeout, MAX_FRAME, Some(&mut *open)).await {
                 Ok(Some(r)) => r,
                 Ok(None) => return Ok(()),
-                Err(e) => return refuse(ErrorKind::Protocol, e),
+                Err((kind, e)) => return refuse(kind, e),
             };
         match req {
             Request::StartRun { manifest } => {

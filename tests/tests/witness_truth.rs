@@ -159,6 +159,32 @@ fn only_the_agent_that_started_a_run_can_resume_it() {
     );
 }
 
+#[test]
+fn a_request_that_fails_its_tag_is_refused_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut c = RawConn::connect(l.addr());
+    assert_eq!(c.handshake(&Secret::default()), Some(Response::Welcome));
+    // Sealed under another session's key, as a peer without this session's would.
+    let mut wrong = Secret::new(b"x").agent_session(&[0; 32], &[0; 32]);
+    let frame = plugpull::wire::encode_sealed(
+        &Request::ResumeRun {
+            run: plugpull::RunId(1),
+            token: [0; 32],
+        },
+        &mut wrong.send,
+    );
+    std::io::Write::write_all(&mut c.sock, &frame).unwrap();
+    assert_eq!(
+        c.recv(),
+        Some(Response::Error {
+            kind: ErrorKind::Mac,
+            message: "message 0 after the handshake failed authentication (forged, altered, replayed, reordered, or one before it was dropped)".into()
+        })
+    );
+    assert_eq!(c.recv(), None);
+}
+
 /// A finished run of `writes` writes on `l`; returns its id.
 fn finished_run(l: &Listener, dir: &Path, name: &str, writes: &str) -> String {
     let target = dir.join(name);
