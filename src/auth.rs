@@ -7,6 +7,19 @@
 //! back. Fresh nonces on both sides make a recorded handshake useless for replay.
 //! A side without a secret uses the empty key, so two sides without a secret agree
 //! and a side with a secret never accepts one without it.
+//!
+//! ## Messages after the handshake ([`Session`])
+//!
+//! Every frame after `Welcome`, in both directions, carries a 32-byte tag:
+//! `HMAC-SHA256(k_dir, counter || body)` (RFC 2104), where `counter` is the 64-bit
+//! little-endian number of frames sent before it in that direction (from 0, never
+//! sent: both sides count) and `k_dir` is a per-direction key derived with HKDF-SHA256
+//! (RFC 5869): `PRK = HMAC(salt = nonce_agent || nonce_listener, IKM = secret)`,
+//! `k_dir = HKDF-Expand(PRK, info = "plugpull v1 agent to listener" or
+//! "plugpull v1 listener to agent", 32)`. A peer without the secret can neither forge
+//! a message, nor replay one from another connection (fresh nonces give fresh keys),
+//! nor reflect one back (keys differ per direction), nor drop or reorder one unseen
+//! (the counter of every later frame no longer matches).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -121,9 +134,203 @@ impl Secret {
     }
 }
 
+/// Bytes of the tag a [`Session`] appends to every frame body.
+pub const TAG_LEN: usize = 32;
+
+/// HKDF-SHA256 (RFC 5869) with a 32-byte output: extract with `salt`, expand with `info`.
+pub fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[u8]) -> [u8; 32] {
+    let mut ex =
+        <Hmac<Sha256> as Mac>::new_from_slice(salt).expect("HMAC takes keys of any length");
+    ex.update(ikm);
+    let prk = ex.finalize().into_bytes();
+    let mut t = <Hmac<Sha256> as Mac>::new_from_slice(&prk).expect("HMAC takes keys of any length");
+    t.update(info);
+    t.update(&[1]);
+    t.finalize().into_bytes().into()
+}
+
+/// One direction of a session: its key and the number of frames it has tagged or checked.
+#[derive(Clone)]
+pub struct Direction {
+    mac: Hmac<Sha256>,
+    counter: u64,
+}
+
+impl std::fmt::Debug for Direction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Direction(<key>, counter {})", self.counter)
+    }
+}
+
+impl Direction {
+    fn new(key: &[u8; 32]) -> Direction {
+        Direction {
+            mac: <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length"),
+            counter: 0,
+        }
+    }
+
+    fn tag(&self, body: &[u8]) -> Hmac<Sha256> {
+        let mut m = self.mac.clone();
+        m.update(&self.counter.to_le_bytes());
+        m.update(body);
+        m
+    }
+
+    /// Appends the tag of `frame[from..]` (the body) to `frame` and counts the frame.
+    pub fn seal(&mut self, frame: &mut Vec<u8>, from: usize) {
+        let t = self.tag(&frame[from..]).finalize().into_bytes();
+        frame.extend_from_slice(&t);
+        self.counter += 1;
+    }
+
+    /// Checks the tag at the end of `body` in constant time, counts the frame, and
+    /// returns the body without its tag.
+    ///
+    /// Errors: [`MacError`] when the body is shorter than a tag or the tag does not
+    /// match (forged, altered, replayed, reordered, or a frame before it was dropped).
+    pub fn open<'a>(&mut self, body: &'a [u8]) -> Result<&'a [u8], MacError> {
+        if body.len() < TAG_LEN {
+            return Err(MacError {
+                frame: self.counter,
+            });
+        }
+        let (msg, tag) = body.split_at(body.len() - TAG_LEN);
+        self.tag(msg).verify_slice(tag).map_err(|_| MacError {
+            frame: self.counter,
+        })?;
+        self.counter += 1;
+        Ok(msg)
+    }
+
+    /// Frames tagged or checked so far.
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+}
+
+/// A frame failed authentication; `frame` is its number in its direction (from 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MacError {
+    /// Number of the frame in its direction.
+    pub frame: u64,
+}
+
+impl std::fmt::Display for MacError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "message {} after the handshake failed authentication (forged, altered, replayed, reordered, or one before it was dropped)",
+            self.frame
+        )
+    }
+}
+
+impl std::error::Error for MacError {}
+
+/// The keys of one authenticated connection, from one side's point of view.
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// Tags frames this side sends.
+    pub send: Direction,
+    /// Checks frames this side receives.
+    pub recv: Direction,
+}
+
+impl Secret {
+    fn keys(
+        &self,
+        agent_nonce: &[u8; NONCE_LEN],
+        listener_nonce: &[u8; NONCE_LEN],
+    ) -> ([u8; 32], [u8; 32]) {
+        let mut salt = [0u8; 2 * NONCE_LEN];
+        salt[..NONCE_LEN].copy_from_slice(agent_nonce);
+        salt[NONCE_LEN..].copy_from_slice(listener_nonce);
+        (
+            hkdf_sha256(&salt, &self.0, b"plugpull v1 agent to listener"),
+            hkdf_sha256(&salt, &self.0, b"plugpull v1 listener to agent"),
+        )
+    }
+
+    /// The agent's (or verifier's) session after a handshake with these nonces.
+    pub fn agent_session(
+        &self,
+        agent_nonce: &[u8; NONCE_LEN],
+        listener_nonce: &[u8; NONCE_LEN],
+    ) -> Session {
+        let (a2l, l2a) = self.keys(agent_nonce, listener_nonce);
+        Session {
+            send: Direction::new(&a2l),
+            recv: Direction::new(&l2a),
+        }
+    }
+
+    /// The listener's session after a handshake with these nonces.
+    pub fn listener_session(
+        &self,
+        agent_nonce: &[u8; NONCE_LEN],
+        listener_nonce: &[u8; NONCE_LEN],
+    ) -> Session {
+        let (a2l, l2a) = self.keys(agent_nonce, listener_nonce);
+        Session {
+            send: Direction::new(&l2a),
+            recv: Direction::new(&a2l),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hkdf_matches_rfc_5869_test_case_1() {
+        let ikm = [0x0bu8; 22];
+        let salt: Vec<u8> = (0x00..=0x0c).collect();
+        let info: Vec<u8> = (0xf0..=0xf9).collect();
+        let okm = hkdf_sha256(&salt, &ikm, &info);
+        // The first 32 of the 42 bytes of OKM in RFC 5869 A.1.
+        let want = "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf";
+        let got: String = okm.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn sessions_accept_their_peer_in_order_and_nothing_else() {
+        let s = Secret::new(b"k");
+        let (a, l) = ([1u8; 32], [2u8; 32]);
+        let mut agent = s.agent_session(&a, &l);
+        let mut listener = s.listener_session(&a, &l);
+        let mut f1 = b"one".to_vec();
+        agent.send.seal(&mut f1, 0);
+        let mut f2 = b"two".to_vec();
+        agent.send.seal(&mut f2, 0);
+        // Reordered or dropped: the second frame is refused as the first.
+        assert_eq!(listener.clone().recv.open(&f2), Err(MacError { frame: 0 }));
+        assert_eq!(listener.recv.open(&f1).unwrap(), b"one");
+        // Replayed: refused.
+        assert_eq!(listener.clone().recv.open(&f1), Err(MacError { frame: 1 }));
+        assert_eq!(listener.recv.open(&f2).unwrap(), b"two");
+        // Reflected: the agent's own frame is not a listener frame.
+        let mut g = b"x".to_vec();
+        agent.send.seal(&mut g, 0);
+        assert!(agent.recv.open(&g).is_err());
+        // Without the secret: refused; other nonces: refused.
+        let mut forged = b"Confirmed".to_vec();
+        Secret::default()
+            .listener_session(&a, &l)
+            .send
+            .seal(&mut forged, 0);
+        assert!(s.agent_session(&a, &l).recv.open(&forged).is_err());
+        let mut h = b"h".to_vec();
+        s.listener_session(&a, &[3u8; 32]).send.seal(&mut h, 0);
+        assert!(s.agent_session(&a, &l).recv.open(&h).is_err());
+        // Altered: one flipped bit.
+        let mut k = b"abc".to_vec();
+        s.listener_session(&a, &l).send.seal(&mut k, 0);
+        k[1] ^= 1;
+        assert!(s.agent_session(&a, &l).recv.open(&k).is_err());
+    }
 
     #[test]
     fn proofs_check_only_with_the_same_secret_and_direction() {

@@ -15,7 +15,7 @@
 //! The first entry is the run's [`Manifest`]; then [`Entry::Acks`] batches, each with
 //! the agent's batch number (batches are idempotent: a resent batch whose number is
 //! not above the highest in the ledger is ignored by the listener); a run may end
-//! with [`Entry::Finished`] or [`Entry::DeviceError`].
+//! with [`Entry::Finished`], [`Entry::DeviceError`] or (a witness fault) [`Entry::Invalid`].
 //!
 //! The listener writes one group commit with one `write` and `fdatasync`s before it
 //! confirms anything in it. A crash can therefore only damage the last commit: a
@@ -283,6 +283,13 @@ pub enum Entry {
     /// device lost power or went away, or filled up). Every ack before this entry was
     /// confirmed before the error and is judged as usual; the agent sends none after it.
     DeviceError(DeviceError),
+    /// The run cannot be judged: the agent saw a witness fault (a message that failed
+    /// authentication, a confirmation below one already given) and recorded it here
+    /// while it could still reach the listener. The error starts with `witness fault`.
+    Invalid {
+        /// What the agent saw.
+        error: String,
+    },
 }
 
 /// How a run that ended by a device error ended, as the agent reported it.
@@ -300,6 +307,133 @@ pub struct DeviceError {
     pub acknowledged: u64,
     /// Highest seq among them (0 when none).
     pub last_seq: u64,
+}
+
+/// A torn tail the listener cut off a run's ledger when it restarted: `bytes` bytes
+/// from byte `offset` on (kept beside the ledger as `<run>.ledger.torn-<offset>`).
+/// A crash inside a group commit leaves one that held nothing confirmed; storage that
+/// lost synced data leaves one that did, so [`check_record`] only lets a run with one
+/// pass when the agent's own `Finished` count vouches for the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TornTail {
+    /// Byte offset in the ledger where the torn tail began (the ledger's length after).
+    pub offset: u64,
+    /// Bytes cut off.
+    pub bytes: u64,
+}
+
+/// What [`check_record`] found consistent in a ledger's acknowledgements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordCheck {
+    /// Acknowledgements in the distinct batches.
+    pub acks: u64,
+    /// Batches recorded more than once with the same contents (dropped from the list).
+    pub duplicates: u64,
+}
+
+/// The witness's record is provably incomplete: a run with it cannot be judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WitnessLoss {
+    /// Acknowledged writes known to be missing (when a `Finished` entry gives the
+    /// agent's count), else `None`.
+    pub lost: Option<u64>,
+    /// The evidence, for a human.
+    pub evidence: String,
+}
+
+impl std::fmt::Display for WitnessLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.lost {
+            Some(n) => write!(f, "the witness lost {n} acknowledged writes: this run cannot be judged ({})", self.evidence),
+            None => write!(f, "the witness lost acknowledged writes (how many is unknown): this run cannot be judged ({})", self.evidence),
+        }
+    }
+}
+
+impl std::error::Error for WitnessLoss {}
+
+/// Checks that a ledger's record of acknowledgements is whole, and drops batches
+/// recorded twice (same number, same contents) from `batches`, keeping ledger order.
+///
+/// Rules: batch numbers are exactly `1..=n` once duplicates are dropped (a jump means
+/// the witness lost the batches between); a batch number recorded twice with different
+/// contents is a loss; when `finished` (the last `Finished` entry) is given, its
+/// `acknowledged` must equal the ledger's count; a `torn` tail the listener cut off is
+/// a loss unless such a `Finished` count vouches for the whole record.
+///
+/// Errors: [`WitnessLoss`] naming the first inconsistency found and, when the agent's
+/// count is known, how many acknowledged writes are missing.
+pub fn check_record(
+    batches: &mut Vec<AckBatch>,
+    finished: Option<&RunSummary>,
+    torn: &[TornTail],
+) -> Result<RecordCheck, WitnessLoss> {
+    let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut kept: Vec<AckBatch> = Vec::with_capacity(batches.len());
+    let mut duplicates = 0;
+    let mut conflict = None;
+    for b in batches.drain(..) {
+        match seen.get(&b.batch) {
+            Some(&i) => {
+                if kept[i] != b && conflict.is_none() {
+                    conflict = Some(b.batch);
+                }
+                duplicates += 1;
+            }
+            None => {
+                seen.insert(b.batch, kept.len());
+                kept.push(b);
+            }
+        }
+    }
+    *batches = kept;
+    let acks: u64 = batches.iter().map(|b| b.acks.count()).sum();
+    let lost = finished
+        .and_then(|f| f.acknowledged.checked_sub(acks))
+        .filter(|&n| n > 0);
+    let fail = |evidence: String| Err(WitnessLoss { lost, evidence });
+    if let Some(b) = conflict {
+        return fail(format!(
+            "batch {b} is recorded twice with different contents"
+        ));
+    }
+    let mut numbers: Vec<u64> = batches.iter().map(|b| b.batch).collect();
+    numbers.sort_unstable();
+    let mut prev = 0;
+    for &n in &numbers {
+        if n != prev + 1 {
+            return fail(if prev + 1 == n - 1 {
+                format!(
+                    "batch {} is missing: batch numbers jump from {prev} to {n}",
+                    prev + 1
+                )
+            } else {
+                format!(
+                    "batches {} to {} are missing: batch numbers jump from {prev} to {n}",
+                    prev + 1,
+                    n - 1
+                )
+            });
+        }
+        prev = n;
+    }
+    if let Some(f) = finished {
+        if f.acknowledged != acks {
+            return match f.acknowledged.checked_sub(acks) {
+                Some(_) => fail(format!("the agent finished with {} acknowledged, the ledger holds {acks}", f.acknowledged)),
+                None => Err(WitnessLoss {
+                    lost: None,
+                    evidence: format!("the ledger holds {acks} acknowledgements but the agent finished with only {}", f.acknowledged),
+                }),
+            };
+        }
+    } else if let Some(t) = torn.first() {
+        return fail(format!(
+            "the listener cut a torn tail of {} bytes off the ledger at byte {} on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it",
+            t.bytes, t.offset
+        ));
+    }
+    Ok(RecordCheck { acks, duplicates })
 }
 
 /// Why a ledger cannot be read.
@@ -636,6 +770,112 @@ mod tests {
             out.len() as u64 <= 16 * n,
             "{} bytes for {n} acks",
             out.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    fn b(batch: u64, n: u64) -> AckBatch {
+        AckBatch {
+            batch,
+            promised: true,
+            acks: Acks::File(
+                (0..n)
+                    .map(|i| FileAck {
+                        seq: batch * 100 + i,
+                        block: i,
+                        ms: 1,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn fin(acknowledged: u64) -> RunSummary {
+        RunSummary {
+            issued: acknowledged,
+            acknowledged,
+            duration_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_whole_record_passes_and_duplicates_are_dropped() {
+        let mut v = vec![b(1, 3), b(2, 2), b(1, 3), b(3, 1)];
+        assert_eq!(
+            check_record(&mut v, Some(&fin(6)), &[]),
+            Ok(RecordCheck {
+                acks: 6,
+                duplicates: 1
+            })
+        );
+        assert_eq!(v.iter().map(|b| b.batch).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let mut none = vec![];
+        assert_eq!(
+            check_record(&mut none, None, &[]),
+            Ok(RecordCheck {
+                acks: 0,
+                duplicates: 0
+            })
+        );
+    }
+
+    #[test]
+    fn a_jump_in_batch_numbers_is_a_loss() {
+        let mut v = vec![b(1, 3), b(4, 2)];
+        let e = check_record(&mut v, Some(&fin(9)), &[]).unwrap_err();
+        assert_eq!(e.lost, Some(4));
+        assert_eq!(e.to_string(), "the witness lost 4 acknowledged writes: this run cannot be judged (batches 2 to 3 are missing: batch numbers jump from 1 to 4)");
+        let mut v = vec![b(2, 1)];
+        assert_eq!(
+            check_record(&mut v, None, &[]).unwrap_err().to_string(),
+            "the witness lost acknowledged writes (how many is unknown): this run cannot be judged (batch 1 is missing: batch numbers jump from 0 to 2)"
+        );
+    }
+
+    #[test]
+    fn a_finished_count_above_the_ledger_is_a_loss() {
+        let mut v = vec![b(1, 3), b(2, 2)];
+        let e = check_record(&mut v, Some(&fin(14_012)), &[]).unwrap_err();
+        assert_eq!(e.lost, Some(14_007));
+        assert_eq!(e.to_string(), "the witness lost 14007 acknowledged writes: this run cannot be judged (the agent finished with 14012 acknowledged, the ledger holds 5)");
+        let mut v = vec![b(1, 3)];
+        assert_eq!(
+            check_record(&mut v, Some(&fin(2)), &[]).unwrap_err().lost,
+            None
+        );
+    }
+
+    #[test]
+    fn a_conflicting_duplicate_is_a_loss() {
+        let mut v = vec![b(1, 3), b(1, 2)];
+        assert_eq!(
+            check_record(&mut v, None, &[]).unwrap_err().evidence,
+            "batch 1 is recorded twice with different contents"
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_passes_only_when_the_finished_count_vouches() {
+        let torn = [TornTail {
+            offset: 500,
+            bytes: 77,
+        }];
+        let mut v = vec![b(1, 3)];
+        assert_eq!(
+            check_record(&mut v, Some(&fin(3)), &torn),
+            Ok(RecordCheck {
+                acks: 3,
+                duplicates: 0
+            })
+        );
+        let mut v = vec![b(1, 3)];
+        assert_eq!(
+            check_record(&mut v, None, &torn).unwrap_err().to_string(),
+            "the witness lost acknowledged writes (how many is unknown): this run cannot be judged (the listener cut a torn tail of 77 bytes off the ledger at byte 500 on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it)"
         );
     }
 }

@@ -16,8 +16,9 @@
 //!                                   ◀──    Challenge{version, nonce_l, listener_proof}
 //! Auth{agent_proof}                 ──▶
 //!                                   ◀──    Welcome          (or Error, then close)
+//!            ── every frame from here on is sealed (HMAC tag, counter) ──
 //! StartRun{manifest}                ──▶
-//!                                   ◀──    RunStarted{run}
+//!                                   ◀──    RunStarted{run, token}
 //! Acks{run, batch n, …}  (pipelined) ─▶
 //!                                   ◀──    Confirmed{run, batch n}  after the ledger's fdatasync
 //! Finish{run, summary}              ──▶
@@ -26,10 +27,12 @@
 //!
 //! A verifier sends `FetchLedger` instead and receives `LedgerChunk`s whose bytes,
 //! concatenated, are the run's ledger file (see [`crate::ledger`]). An agent that
-//! lost its connection sends `ResumeRun` and resends every batch above the
-//! `confirmed_batch` it is told. Proofs are defined in [`crate::auth`].
+//! lost its connection sends `ResumeRun` with the run's token and resends every batch
+//! above the `confirmed_batch` it is told. Proofs and seals are defined in
+//! [`crate::auth`].
 
-use crate::ledger::{AckBatch, DeviceError, Manifest, RunSummary};
+use crate::auth::{Direction, MacError};
+use crate::ledger::{AckBatch, DeviceError, Manifest, RunSummary, TornTail};
 use crate::RunId;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -38,6 +41,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame body, in bytes (4 MiB).
 pub const MAX_FRAME: u32 = 4 << 20;
+/// Largest frame body before the handshake is done, in bytes: the biggest handshake
+/// message (`Challenge`, 70 bytes) with room to spare. Larger prefixes from an
+/// unauthenticated peer are refused before any allocation.
+pub const HANDSHAKE_MAX_FRAME: u32 = 128;
 /// Bytes of the length prefix.
 pub const PREFIX_LEN: usize = 4;
 
@@ -65,6 +72,8 @@ pub enum Request {
     ResumeRun {
         /// The run.
         run: RunId,
+        /// The token `RunStarted` gave: proves this agent started the run.
+        token: [u8; 32],
     },
     /// A batch of acknowledgements; answered by `Confirmed` once durable.
     Acks {
@@ -95,6 +104,14 @@ pub enum Request {
         /// Host name to pick the latest run of when `run` is `None`.
         host: String,
     },
+    /// The agent saw a witness fault: the run cannot be judged; answered by
+    /// `Confirmed{batch: 0}` and recorded as [`crate::ledger::Entry::Invalid`].
+    Invalidate {
+        /// The run.
+        run: RunId,
+        /// The fault, starting with `witness fault`.
+        error: String,
+    },
 }
 
 /// A message from the listener.
@@ -115,6 +132,8 @@ pub enum Response {
     RunStarted {
         /// The new run.
         run: RunId,
+        /// Proof of ownership the agent must show in `ResumeRun`.
+        token: [u8; 32],
     },
     /// A run was resumed; batches up to `confirmed_batch` are already durable.
     Resumed {
@@ -138,6 +157,9 @@ pub enum Response {
         bytes: Vec<u8>,
         /// True on the last chunk.
         last: bool,
+        /// Torn tails the listener cut off this run's ledger when it restarted
+        /// (complete on the last chunk; empty on the others).
+        torn: Vec<TornTail>,
     },
     /// The request was refused; the listener closes the connection after this.
     Error {
@@ -165,6 +187,8 @@ pub enum ErrorKind {
     Io,
     /// Too many connections.
     Busy,
+    /// A frame after the handshake failed its authentication tag.
+    Mac,
 }
 
 /// What went wrong reading or decoding a frame.
@@ -176,6 +200,16 @@ pub enum FrameError {
     Malformed(String),
     /// The stream failed or ended inside a frame.
     Io(std::io::Error),
+    /// A sealed frame failed authentication.
+    Mac(MacError),
+    /// The length prefix exceeds a limit below [`MAX_FRAME`] (before the handshake,
+    /// [`HANDSHAKE_MAX_FRAME`]).
+    OverLimit {
+        /// The length the prefix claims.
+        len: u32,
+        /// The limit in force.
+        max: u32,
+    },
 }
 
 impl std::fmt::Display for FrameError {
@@ -186,6 +220,11 @@ impl std::fmt::Display for FrameError {
             }
             FrameError::Malformed(e) => write!(f, "malformed frame: {e}"),
             FrameError::Io(e) => write!(f, "connection error: {e}"),
+            FrameError::Mac(e) => e.fmt(f),
+            FrameError::OverLimit { len, max } => write!(
+                f,
+                "frame of {len} bytes exceeds the {max}-byte limit before the handshake is done"
+            ),
         }
     }
 }
@@ -218,6 +257,16 @@ pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
     out
 }
 
+/// Encodes `msg` as a complete sealed frame: the body is the message and its tag
+/// under `seal` (which counts the frame).
+pub fn encode_sealed<T: Serialize>(msg: &T, seal: &mut Direction) -> Vec<u8> {
+    let mut out = encode(msg);
+    seal.seal(&mut out, PREFIX_LEN);
+    let len = (out.len() - PREFIX_LEN) as u32;
+    out[..4].copy_from_slice(&len.to_le_bytes());
+    out
+}
+
 /// Decodes a frame body (without its prefix).
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
     postcard::from_bytes(body).map_err(|e| FrameError::Malformed(e.to_string()))
@@ -231,6 +280,22 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
 pub async fn read_frame<T: DeserializeOwned, R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
+) -> Result<Option<T>, FrameError> {
+    read_frame_with(r, buf, MAX_FRAME, None).await
+}
+
+/// Reads one frame of at most `max` body bytes from `r` into `buf` (which grows as
+/// bytes arrive), checks and strips its tag when `open` is given, and decodes it.
+/// `Ok(None)` on a clean end of stream before a frame starts.
+///
+/// Errors: [`FrameError::TooLarge`] before reading the body, [`FrameError::Mac`],
+/// [`FrameError::Malformed`], [`FrameError::Io`] (including an end of stream inside a
+/// frame).
+pub async fn read_frame_with<T: DeserializeOwned, R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: u32,
+    open: Option<&mut Direction>,
 ) -> Result<Option<T>, FrameError> {
     let mut prefix = [0u8; PREFIX_LEN];
     let mut got = 0;
@@ -246,13 +311,26 @@ pub async fn read_frame<T: DeserializeOwned, R: AsyncRead + Unpin>(
         got += n;
     }
     let len = u32::from_le_bytes(prefix);
-    if len > MAX_FRAME {
-        return Err(FrameError::TooLarge(len));
+    if len > max.min(MAX_FRAME) {
+        return Err(if max < MAX_FRAME {
+            FrameError::OverLimit { len, max }
+        } else {
+            FrameError::TooLarge(len)
+        });
     }
     buf.clear();
-    buf.resize(len as usize, 0);
-    r.read_exact(buf).await.map_err(FrameError::Io)?;
-    decode(buf).map(Some)
+    let got = (&mut *r)
+        .take(len as u64)
+        .read_to_end(buf)
+        .await
+        .map_err(FrameError::Io)?;
+    if got < len as usize {
+        return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    match open {
+        Some(d) => decode(d.open(buf).map_err(FrameError::Mac)?).map(Some),
+        None => decode(buf).map(Some),
+    }
 }
 
 /// Writes `msg` as one frame to `w` (not flushed).
@@ -284,6 +362,61 @@ mod tests {
         let mut f = (MAX_FRAME + 1).to_le_bytes().to_vec();
         f.push(0);
         assert!(matches!(check(&f), Err(FrameError::TooLarge(n)) if n == MAX_FRAME + 1));
+    }
+
+    #[tokio::test]
+    async fn sealed_frames_open_only_in_order_and_small_limits_hold() {
+        let s = crate::auth::Secret::new(b"k");
+        let mut agent = s.agent_session(&[1; 32], &[2; 32]);
+        let mut listener = s.listener_session(&[1; 32], &[2; 32]);
+        let a = Request::Auth { proof: [3; 32] };
+        let f1 = encode_sealed(&a, &mut agent.send);
+        let f2 = encode_sealed(&a, &mut agent.send);
+        let mut buf = Vec::new();
+        let mut r = &f2[..];
+        assert!(matches!(
+            read_frame_with::<Request, _>(
+                &mut r,
+                &mut buf,
+                MAX_FRAME,
+                Some(&mut listener.recv.clone())
+            )
+            .await,
+            Err(FrameError::Mac(MacError { frame: 0 }))
+        ));
+        let both = [f1.clone(), f2].concat();
+        let mut r = &both[..];
+        for _ in 0..2 {
+            assert_eq!(
+                read_frame_with::<Request, _>(
+                    &mut r,
+                    &mut buf,
+                    MAX_FRAME,
+                    Some(&mut listener.recv)
+                )
+                .await
+                .unwrap(),
+                Some(a.clone())
+            );
+        }
+        // A bare 4 MiB prefix before the handshake is refused without reading on.
+        let big = (MAX_FRAME).to_le_bytes();
+        let mut r = &big[..];
+        assert!(matches!(
+            read_frame_with::<Request, _>(&mut r, &mut buf, HANDSHAKE_MAX_FRAME, None).await,
+            Err(FrameError::OverLimit { len, max: HANDSHAKE_MAX_FRAME }) if len == MAX_FRAME
+        ));
+        // The largest handshake message fits the handshake limit.
+        let c = encode(&Response::Challenge {
+            version: u32::MAX,
+            nonce: [255; 32],
+            proof: [255; 32],
+        });
+        assert!(
+            c.len() - PREFIX_LEN <= HANDSHAKE_MAX_FRAME as usize,
+            "{}",
+            c.len()
+        );
     }
 
     #[test]
@@ -389,6 +522,10 @@ mod proptests {
             (any::<Option<u64>>(), ".{0,20}").prop_map(|(run, host)| Request::FetchLedger {
                 run: run.map(RunId),
                 host
+            }),
+            (any::<u64>(), ".{0,40}").prop_map(|(run, error)| Request::Invalidate {
+                run: RunId(run),
+                error
             }),
         ]
     }

@@ -65,7 +65,7 @@ async fn agent(
     .await
     .unwrap();
     w.flush().await.unwrap();
-    let Response::RunStarted { run } = r.recv().await.unwrap() else {
+    let Response::RunStarted { run, .. } = r.recv().await.unwrap() else {
         panic!("no run")
     };
     let blocks = (1u64 << 30) / 4096;

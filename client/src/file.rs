@@ -429,7 +429,7 @@ fn worker(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut buf = AlignedBuf::new(bs);
     let mut next = 0u64;
-    while own > 0 && !sh.stop.load(Ordering::Relaxed) {
+    while own > 0 && !sh.stop.load(Ordering::Relaxed) && !sink.failed() {
         if sh.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }

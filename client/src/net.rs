@@ -1,9 +1,10 @@
 //! A client connection to the listener: connect, handshake (version check and mutual
-//! HMAC proof, see `plugpull::auth`), then framed requests and responses.
+//! HMAC proof, see `plugpull::auth`), then framed requests and responses, every one
+//! sealed with the session's MAC in both directions.
 
 use crate::Failure;
-use plugpull::auth::Secret;
-use plugpull::wire::{self, FrameError, Request, Response, PROTOCOL_VERSION};
+use plugpull::auth::{Direction, Secret};
+use plugpull::wire::{self, ErrorKind, FrameError, Request, Response, MAX_FRAME, PROTOCOL_VERSION};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -19,36 +20,79 @@ pub struct Reader {
     addr: String,
     /// No frame received yet: garbage now means the peer is not a listener at all.
     first: bool,
+    /// Checks the seal of every frame once the handshake is done.
+    open: Option<Direction>,
 }
 
 /// The writing half of an authenticated connection.
 pub struct Writer {
     wr: BufWriter<OwnedWriteHalf>,
+    /// Seals every frame once the handshake is done.
+    seal: Option<Direction>,
+}
+
+/// Why [`Reader::recv_checked`] got no response.
+#[derive(Debug)]
+pub enum NetError {
+    /// The connection broke or closed: a new one may work.
+    Lost(Failure),
+    /// The listener answered with an `Error` of this kind.
+    Refused(ErrorKind, Failure),
+    /// A frame failed authentication: something between us and the listener forged
+    /// or altered it (a witness fault; reconnecting proves nothing).
+    Forged(Failure),
+}
+
+impl NetError {
+    /// The message, whatever the kind.
+    pub fn failure(self) -> Failure {
+        match self {
+            NetError::Lost(f) | NetError::Refused(_, f) | NetError::Forged(f) => f,
+        }
+    }
 }
 
 impl Reader {
-    /// The next response. A listener `Error` and a closed connection are failures.
+    /// The next response. A listener `Error`, a forged frame and a closed connection
+    /// are failures.
     pub async fn recv(&mut self) -> Result<Response, Failure> {
-        match wire::read_frame::<Response, _>(&mut self.rd, &mut self.buf).await {
+        self.recv_checked().await.map_err(NetError::failure)
+    }
+
+    /// The next response, with failures told apart (see [`NetError`]).
+    pub async fn recv_checked(&mut self) -> Result<Response, NetError> {
+        // The listener we dialled is trusted with full-size frames from the start.
+        match wire::read_frame_with::<Response, _>(
+            &mut self.rd,
+            &mut self.buf,
+            MAX_FRAME,
+            self.open.as_mut(),
+        )
+        .await
+        {
             Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) if self.first => {
-                Err(Failure(format!(
+                Err(NetError::Lost(Failure(format!(
                     "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",
                     self.addr
-                )))
+                ))))
             }
-            Ok(Some(Response::Error { message, .. })) => Err(Failure(format!(
-                "listener {} refused: {message}",
+            Err(FrameError::Mac(e)) => Err(NetError::Forged(Failure(format!(
+                "witness fault: {e}; something between this agent and listener {} forged or altered it, so nothing it said can be trusted",
                 self.addr
-            ))),
+            )))),
+            Ok(Some(Response::Error { kind, message })) => Err(NetError::Refused(
+                kind,
+                Failure(format!("listener {} refused: {message}", self.addr)),
+            )),
             Ok(Some(r)) => {
                 self.first = false;
                 Ok(r)
             }
-            Ok(None) => Err(Failure(format!(
+            Ok(None) => Err(NetError::Lost(Failure(format!(
                 "listener {} closed the connection",
                 self.addr
-            ))),
-            Err(e) => Err(Failure(format!("listener {}: {e}", self.addr))),
+            )))),
+            Err(e) => Err(NetError::Lost(Failure(format!("listener {}: {e}", self.addr)))),
         }
     }
 }
@@ -56,7 +100,12 @@ impl Reader {
 impl Writer {
     /// Queues a request (call [`Writer::flush`] to send).
     pub async fn send(&mut self, req: &Request) -> Result<(), Failure> {
-        wire::write_frame(&mut self.wr, req)
+        let frame = match &mut self.seal {
+            Some(s) => wire::encode_sealed(req, s),
+            None => wire::encode(req),
+        };
+        self.wr
+            .write_all(&frame)
             .await
             .map_err(|e| Failure(format!("sending to listener: {e}")))
     }
@@ -91,9 +140,11 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
         buf: Vec::new(),
         addr: addr.to_string(),
         first: true,
+        open: None,
     };
     let mut w = Writer {
         wr: BufWriter::with_capacity(1 << 16, wr),
+        seal: None,
     };
     let nonce: [u8; 32] = rand::random();
     w.send(&Request::Hello {
@@ -138,7 +189,12 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
         .await
         .map_err(|_| step("welcome"))??
     {
-        Response::Welcome => Ok((r, w)),
+        Response::Welcome => {
+            let session = secret.agent_session(&nonce, &theirs);
+            r.open = Some(session.recv);
+            w.seal = Some(session.send);
+            Ok((r, w))
+        }
         other => Err(Failure(format!(
             "listener at {addr} answered Auth with {other:?}"
         ))),

@@ -8,10 +8,22 @@
 //! `fdatasync`. If the connection breaks, the task reconnects with backoff, sends
 //! `ResumeRun`, drops the batches the listener already holds and resends the rest
 //! (batches are idempotent by number). Writers pause, with a message on stderr,
-//! while more than `--max-unconfirmed` acks wait for confirmation, so a run never
-//! goes on unwitnessed for long.
+//! while more than `--max-unconfirmed` acks wait for confirmation or the listener
+//! has confirmed nothing for `--max-unconfirmed-secs` while acks wait, so a run never
+//! goes on unwitnessed for long; after [`STALL_WARNING`] without a confirmation the
+//! reporter says so.
+//!
+//! Witness faults end the run (exit 2), never a reconnect: a frame that fails its MAC
+//! (forged or altered on the way), a `Confirmed`/`Resumed` below what the listener
+//! had already confirmed (it lost what it had made durable) or above what was sent,
+//! and a listener that cannot write its ledger (ENOSPC, EIO). Writers stop
+//! ([`AckSink::failed`]); the reporter tries to mark the run invalid in the ledger
+//! over a new connection, so `verify` refuses it too.
+//!
+//! On SIGINT, the end of the run (`finish`/`invalidate`) gets [`INTERRUPT_GRACE`]
+//! to be confirmed, then gives up with a failure.
 
-use crate::net::{self, Reader, Writer};
+use crate::net::{self, NetError, Reader, Writer};
 use crate::Failure;
 use plugpull::auth::Secret;
 use plugpull::ledger::{AckBatch, Acks, DeviceError, FileAck, Manifest, PgAckRange, RunSummary};
@@ -36,6 +48,14 @@ pub const FILE_MAX_UNCONFIRMED: u64 = 1_000_000;
 pub const PG_MAX_UNCONFIRMED: u64 = 100_000;
 /// How long `finish` keeps trying to reach a listener that went away.
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
+/// After how long without a confirmation (while acks wait) the reporter warns.
+pub const STALL_WARNING: Duration = Duration::from_secs(2);
+/// Default of `--max-unconfirmed-secs`.
+pub const MAX_UNCONFIRMED_SECS: f64 = 5.0;
+/// How long the end of the run may take after SIGINT.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+/// Prefix of the error a witness fault records in the ledger as `Invalid`.
+pub const WITNESS_FAULT: &str = "witness fault";
 
 enum Msg {
     File(FileAck),
@@ -49,6 +69,41 @@ struct Shared {
     paused: AtomicBool,
     last_pause_said: std::sync::Mutex<Option<Instant>>,
     max_unconfirmed: u64,
+    /// Ms since `start` of the last confirmation, or of the moment acks began to wait.
+    progress_ms: AtomicU64,
+    /// Pause when nothing was confirmed for this long while acks wait, in ms.
+    max_stall_ms: u64,
+    /// Set once a witness fault ended the run.
+    failed: AtomicBool,
+    /// When SIGINT arrived, if it did.
+    interrupted: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn waiting(&self) -> u64 {
+        self.handed
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.confirmed.load(Ordering::Relaxed))
+    }
+
+    /// How long nothing was confirmed while acks waited (zero when none wait).
+    fn stalled(&self) -> Duration {
+        if self.waiting() == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(
+            self.now_ms()
+                .saturating_sub(self.progress_ms.load(Ordering::Relaxed)),
+        )
+    }
+
+    fn progress(&self) {
+        self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
 }
 
 /// Where workload threads put acknowledgements. Cheap to clone; never blocks.
@@ -94,10 +149,23 @@ impl AckSink {
         self.shared.confirmed.load(Ordering::Relaxed)
     }
 
-    /// True while writers should pause because too many acks are unconfirmed.
+    /// True while writers should pause: too many acks are unconfirmed, or nothing was
+    /// confirmed for `--max-unconfirmed-secs` while acks wait, or a witness fault
+    /// ended the run.
     pub fn paused(&self) -> bool {
-        self.shared.handed.load(Ordering::Relaxed) - self.shared.confirmed.load(Ordering::Relaxed)
-            > self.shared.max_unconfirmed
+        self.count_bound()
+            || self.shared.stalled().as_millis() as u64 > self.shared.max_stall_ms
+            || self.failed()
+    }
+
+    fn count_bound(&self) -> bool {
+        self.shared.waiting() > self.shared.max_unconfirmed
+    }
+
+    /// True once a witness fault ended the run: writers must stop writing (the
+    /// reporter's `finish` then returns the fault).
+    pub fn failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Relaxed)
     }
 
     /// Blocks the calling thread while [`AckSink::paused`], saying so on stderr (at
@@ -115,10 +183,21 @@ impl AckSink {
             }
             say
         };
-        if say && !self.shared.paused.swap(true, Ordering::Relaxed) {
-            eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
+        if self.failed() {
+            return;
         }
-        while self.paused() && !stop.load(Ordering::Relaxed) {
+        if say && !self.shared.paused.swap(true, Ordering::Relaxed) {
+            if self.count_bound() {
+                eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
+            } else {
+                eprintln!(
+                    "paused: the witness has not confirmed for {:.1} s, {} acknowledgements waiting; waiting for it",
+                    self.shared.stalled().as_secs_f64(),
+                    self.shared.waiting()
+                );
+            }
+        }
+        while self.paused() && !stop.load(Ordering::Relaxed) && !self.failed() {
             std::thread::sleep(Duration::from_millis(20));
         }
         if self.shared.paused.swap(false, Ordering::Relaxed) {
@@ -152,6 +231,10 @@ pub struct ReporterOptions {
     /// sequence numbers can exist after a cut]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_unconfirmed: Option<u64>,
+    /// Also pause writing while acks wait and the listener has confirmed nothing for
+    /// this many seconds (a warning comes after 2 s)
+    #[arg(long, default_value_t = MAX_UNCONFIRMED_SECS)]
+    pub max_unconfirmed_secs: f64,
 }
 
 impl ReporterOptions {
@@ -193,8 +276,8 @@ impl Reporter {
         })
         .await?;
         w.flush().await?;
-        let run = match r.recv().await? {
-            Response::RunStarted { run } => run,
+        let (run, token) = match r.recv().await? {
+            Response::RunStarted { run, token } => (run, token),
             other => {
                 return Err(Failure(format!(
                     "listener answered StartRun with {other:?}"
@@ -208,18 +291,25 @@ impl Reporter {
             paused: AtomicBool::new(false),
             last_pause_said: std::sync::Mutex::new(None),
             max_unconfirmed,
+            progress_ms: AtomicU64::new(0),
+            max_stall_ms: (opts.max_unconfirmed_secs.max(0.0) * 1000.0) as u64,
+            failed: AtomicBool::new(false),
+            interrupted: std::sync::Mutex::new(None),
         });
+        tokio::spawn(watch(Arc::downgrade(&shared)));
         let (tx, rx) = mpsc::unbounded_channel();
         let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
         let state = Task {
             addr: listener.to_string(),
             secret: secret.clone(),
             run,
+            token,
             promised,
             shared: shared.clone(),
             pending: VecDeque::new(),
             next_batch: 1,
             sent_upto: 0,
+            told: 0,
             ack_log,
         };
         let task = tokio::spawn(state.run(r, w, rx, ctrl_rx));
@@ -259,12 +349,67 @@ impl Reporter {
     }
 
     async fn wait(self, rx: oneshot::Receiver<Result<u64, Failure>>) -> Result<u64, Failure> {
+        let shared = self.sink.shared.clone();
         drop(self.sink);
-        let r = rx
-            .await
-            .unwrap_or_else(|_| Err(Failure("the reporter stopped unexpectedly".into())));
+        tokio::pin!(rx);
+        let r = loop {
+            tokio::select! {
+                r = &mut rx => break r.unwrap_or_else(|_| Err(Failure("the reporter stopped unexpectedly".into()))),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    let since = *shared.interrupted.lock().unwrap();
+                    if since.is_some_and(|t| t.elapsed() >= INTERRUPT_GRACE) {
+                        self.task.abort();
+                        return Err(Failure(format!(
+                            "interrupted: the listener did not confirm the end of the run within {} s; {} acknowledgements were never confirmed",
+                            INTERRUPT_GRACE.as_secs_f64(),
+                            shared.waiting()
+                        )));
+                    }
+                }
+            }
+        };
         let _ = self.task.await;
         r
+    }
+}
+
+/// Warns on stderr while the listener confirms nothing and acks wait (after
+/// [`STALL_WARNING`], then every 5 s), and notes when SIGINT arrives. Ends with the run.
+async fn watch(shared: std::sync::Weak<Shared>) {
+    let mut said: Option<Instant> = None;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            r = &mut ctrl_c, if !interrupted => {
+                interrupted = true;
+                if r.is_ok() {
+                    let Some(sh) = shared.upgrade() else { return };
+                    *sh.interrupted.lock().unwrap() = Some(Instant::now());
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        let Some(sh) = shared.upgrade() else { return };
+        if sh.waiting() == 0 {
+            // Nothing waits: a stall can only start from now (a writer idle for long,
+            // e.g. on a slow fsync, must not find an old time here).
+            sh.progress();
+        }
+        let stalled = sh.stalled();
+        if stalled < STALL_WARNING || sh.failed.load(Ordering::Relaxed) {
+            said = None;
+            continue;
+        }
+        if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            eprintln!(
+                "witness has not confirmed for {:.1} s, {} acknowledgements waiting",
+                stalled.as_secs_f64(),
+                sh.waiting()
+            );
+            said = Some(Instant::now());
+        }
     }
 }
 
@@ -272,11 +417,15 @@ struct Task {
     addr: String,
     secret: Secret,
     run: RunId,
+    /// Proof of ownership for `ResumeRun`.
+    token: [u8; 32],
     promised: bool,
     shared: Arc<Shared>,
     pending: VecDeque<AckBatch>,
     next_batch: u64,
     sent_upto: u64,
+    /// Highest batch the listener has said is durable.
+    told: u64,
     ack_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
@@ -331,13 +480,13 @@ impl Gather {
     }
 }
 
-type Conn = (mpsc::UnboundedReceiver<Result<Response, Failure>>, Writer);
+type Conn = (mpsc::UnboundedReceiver<Result<Response, NetError>>, Writer);
 
-fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, Failure>> {
+fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, NetError>> {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
-            let m = r.recv().await;
+            let m = r.recv_checked().await;
             let stop = m.is_err();
             if tx.send(m).is_err() || stop {
                 return;
@@ -351,6 +500,22 @@ enum Step {
     Continue,
     Done,
     Lost(Failure),
+    /// A witness fault: the run ends, no reconnect.
+    Fault(Failure),
+}
+
+/// Sorts a failure from the connection: lost (reconnect) or a witness fault.
+fn step_of(e: NetError) -> Step {
+    use plugpull::wire::ErrorKind::{Busy, Protocol};
+    match e {
+        // A refusal for a protocol slip (e.g. an idle timeout) or a full listener: a new
+        // connection may work. Ledger, token, run and MAC refusals are faults.
+        NetError::Lost(f) | NetError::Refused(Busy | Protocol, f) => Step::Lost(f),
+        NetError::Refused(plugpull::wire::ErrorKind::Io, Failure(m)) => Step::Fault(Failure(
+            format!("the witness could not record acknowledgements: {m}"),
+        )),
+        NetError::Refused(_, f) | NetError::Forged(f) => Step::Fault(f),
+    }
 }
 
 impl Task {
@@ -391,6 +556,14 @@ impl Task {
                         ending_sent = false;
                     }
                     Err(e) => {
+                        let e = match step_of(e) {
+                            Step::Lost(e) => e,
+                            fault => {
+                                self.fault(fault, ending.take().map(|(_, r)| r), &mut ctrl)
+                                    .await;
+                                return;
+                            }
+                        };
                         // Say why once every 5 s, not every attempt.
                         if last_said.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(5))
                         {
@@ -458,9 +631,10 @@ impl Task {
                     }
                     r = resp.recv() => match r {
                         Some(Ok(Response::Confirmed { batch: 0, .. })) if ending_sent && self.pending.is_empty() => Ok(Step::Done),
-                        Some(Ok(Response::Confirmed { batch, .. })) => { self.confirm_upto(batch); Ok(Step::Continue) }
+                        Some(Ok(Response::Confirmed { batch: 0, .. })) => Ok(Step::Continue),
+                        Some(Ok(Response::Confirmed { batch, .. })) => Ok(self.told(batch, "Confirmed").map_or_else(Step::Fault, |_| Step::Continue)),
                         Some(Ok(other)) => Err(Failure(format!("unexpected answer from listener: {other:?}"))),
-                        Some(Err(e)) => Err(e),
+                        Some(Err(e)) => Ok(step_of(e)),
                         None => Err(Failure("listener connection closed".into())),
                     }
                 }
@@ -479,7 +653,91 @@ impl Task {
                     eprintln!("listener connection lost: {e}; reconnecting");
                     conn = None;
                 }
+                Step::Fault(e) => {
+                    self.fault(Step::Fault(e), ending.take().map(|(_, r)| r), &mut ctrl)
+                        .await;
+                    return;
+                }
             }
+        }
+    }
+
+    /// Checks a `Confirmed`/`Resumed` for `batch` against what the listener said
+    /// before and what was sent, and counts the newly confirmed acks.
+    fn told(&mut self, batch: u64, what: &str) -> Result<(), Failure> {
+        if batch < self.told {
+            return Err(Failure(format!(
+                "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, after it had confirmed batch {}: it lost acknowledgements it had made durable",
+                self.addr, self.run, self.told
+            )));
+        }
+        if batch >= self.next_batch {
+            return Err(Failure(format!(
+                "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, but only batches up to {} were sent",
+                self.addr, self.run, self.next_batch - 1
+            )));
+        }
+        self.told = batch;
+        self.confirm_upto(batch);
+        Ok(())
+    }
+
+    /// Ends the run on a witness fault: writers stop, the run is marked invalid in
+    /// the ledger if the listener can still record that, and the end of the run
+    /// (now, or when it is asked for) answers with the fault.
+    async fn fault(
+        &mut self,
+        step: Step,
+        reply: Option<oneshot::Sender<Result<u64, Failure>>>,
+        ctrl: &mut mpsc::UnboundedReceiver<Ctrl>,
+    ) {
+        let (Step::Fault(f) | Step::Lost(f)) = step else {
+            unreachable!("fault() is called with a failure")
+        };
+        self.shared.failed.store(true, Ordering::Relaxed);
+        eprintln!("{f}; stopping the run");
+        if !f.0.starts_with("the witness could not record") {
+            let error = if f.0.starts_with(WITNESS_FAULT) {
+                f.0.clone()
+            } else {
+                format!("{WITNESS_FAULT}: {f}")
+            };
+            let mark = async {
+                let (mut r, mut w) = net::connect(&self.addr, &self.secret).await?;
+                w.send(&Request::ResumeRun {
+                    run: self.run,
+                    token: self.token,
+                })
+                .await?;
+                w.send(&Request::Invalidate {
+                    run: self.run,
+                    error,
+                })
+                .await?;
+                w.flush().await?;
+                r.recv().await?;
+                r.recv().await
+            };
+            match tokio::time::timeout(Duration::from_secs(2), mark).await {
+                Ok(Ok(_)) => eprintln!("run {} is marked invalid in the ledger", self.run),
+                Ok(Err(e)) => {
+                    eprintln!("could not mark run {} invalid in the ledger: {e}", self.run)
+                }
+                Err(_) => eprintln!(
+                    "could not mark run {} invalid in the ledger: no answer within 2 s",
+                    self.run
+                ),
+            }
+        }
+        let reply = match reply {
+            Some(r) => Some(r),
+            None => match ctrl.recv().await {
+                Some(Ctrl::Finish(_, r) | Ctrl::DeviceError(_, r)) => Some(r),
+                None => None,
+            },
+        };
+        if let Some(r) = reply {
+            let _ = r.send(Err(f));
         }
     }
 
@@ -511,6 +769,10 @@ impl Task {
 
     /// Turns gathered acks into numbered batches waiting to be sent.
     fn seal(&mut self, gather: &mut Gather) {
+        if self.pending.is_empty() && gather.n > 0 {
+            // Acks begin to wait now: a stall is measured from here.
+            self.shared.progress();
+        }
         for acks in gather.take() {
             self.pending.push_back(AckBatch {
                 batch: self.next_batch,
@@ -557,18 +819,27 @@ impl Task {
             self.shared
                 .confirmed
                 .fetch_add(b.acks.count(), Ordering::Relaxed);
+            self.shared.progress();
         }
     }
 
-    async fn reconnect(&mut self) -> Result<Conn, Failure> {
-        let (mut r, mut w) = net::connect(&self.addr, &self.secret).await?;
-        w.send(&Request::ResumeRun { run: self.run }).await?;
-        w.flush().await?;
-        match r.recv().await? {
+    async fn reconnect(&mut self) -> Result<Conn, NetError> {
+        let (mut r, mut w) = net::connect(&self.addr, &self.secret)
+            .await
+            .map_err(NetError::Lost)?;
+        w.send(&Request::ResumeRun {
+            run: self.run,
+            token: self.token,
+        })
+        .await
+        .map_err(NetError::Lost)?;
+        w.flush().await.map_err(NetError::Lost)?;
+        match r.recv_checked().await? {
             Response::Resumed {
                 confirmed_batch, ..
             } => {
-                self.confirm_upto(confirmed_batch);
+                self.told(confirmed_batch, "Resumed")
+                    .map_err(NetError::Forged)?;
                 self.sent_upto = confirmed_batch;
                 eprintln!(
                     "reconnected to listener {}: run {} resumed after batch {}",
@@ -576,9 +847,9 @@ impl Task {
                 );
                 Ok((spawn_reader(r), w))
             }
-            other => Err(Failure(format!(
+            other => Err(NetError::Lost(Failure(format!(
                 "listener answered ResumeRun with {other:?}"
-            ))),
+            )))),
         }
     }
 }

@@ -75,16 +75,17 @@ pub async fn fetch(
     .await?;
     w.flush().await?;
     let mut bytes = Vec::new();
-    let run = loop {
+    let (run, torn) = loop {
         match r.recv().await? {
             Response::LedgerChunk {
                 run,
                 bytes: b,
                 last,
+                torn,
             } => {
                 bytes.extend_from_slice(&b);
                 if last {
-                    break run;
+                    break (run, torn);
                 }
             }
             other => {
@@ -96,7 +97,8 @@ pub async fn fetch(
     };
     let mut manifest = None;
     let mut batches = Vec::new();
-    let mut finished = false;
+    let mut finished = None;
+    let mut invalid = None;
     let mut device_error: Option<DeviceError> = None;
     let mut acks_after_error = 0;
     let (id, tail) = ledger::scan(&bytes, |_, e| match e {
@@ -107,8 +109,9 @@ pub async fn fetch(
             }
             batches.push(b)
         }
-        Entry::Finished(_) => finished = true,
+        Entry::Finished(s) => finished = Some(s),
         Entry::DeviceError(d) => device_error = Some(d),
+        Entry::Invalid { error } => invalid = Some(error),
     })
     .map_err(|e| Failure(format!("cannot verify run {run}: {e}")))?;
     if id != run {
@@ -119,11 +122,18 @@ pub async fn fetch(
     if let Tail::Torn { valid_len, .. } = tail {
         return Err(Failure(format!("cannot verify run {run}: the ledger the listener sent ends in a torn entry at byte {valid_len}")));
     }
+    // The witness's record must be whole (issue 9): gap-free, the agent's own count
+    // matched, torn tails accounted for; a witness fault the agent recorded is final.
+    if let Some(e) = invalid {
+        return Err(Failure(format!("run {run} cannot be judged: {e}")));
+    }
+    ledger::check_record(&mut batches, finished.as_ref(), &torn)
+        .map_err(|e| Failure(format!("run {run}: {e}")))?;
     Ok(RunLedger {
         run,
         manifest: manifest.expect("scan guarantees a manifest"),
         batches,
-        finished,
+        finished: finished.is_some(),
         device_error,
         acks_after_error,
         chosen: String::new(),

@@ -2,25 +2,37 @@
 //! them durable in per-run ledgers (group commit + `fdatasync`) *before* confirming
 //! them, and serves ledgers to `plugpull verify`.
 //!
-//! Each connection is one task: a handshake under a timeout (version check, mutual
-//! HMAC proof), then requests. Acks are pipelined: the reading half hands each batch
-//! to the run's writer and queues the answer; the writing half sends answers in
-//! order as the writer confirms them.
+//! Each connection is one task: a handshake under a short timeout (version check,
+//! mutual HMAC proof), then requests, every one sealed with the session's MAC (see
+//! `plugpull::auth`). Acks are pipelined: the reading half hands each batch to the
+//! run's writer and queues the answer; the writing half sends answers in order as the
+//! writer confirms them.
+//!
+//! Unauthenticated connections cost little and cannot lock agents out: frames before
+//! the handshake is done are capped at [`wire::HANDSHAKE_MAX_FRAME`] bytes and read
+//! without a read buffer; they have their own budget (`--max-handshakes`), and when
+//! it is full the oldest one is dropped for the newcomer. Only an authenticated
+//! connection takes one of the `--max-connections` slots.
 
 mod store;
 
 use clap::Parser;
-use plugpull::auth::Secret;
-use plugpull::wire::{self, ErrorKind, FrameError, Request, Response, PROTOCOL_VERSION};
+use plugpull::auth::{Direction, Secret};
+use plugpull::wire::{
+    self, ErrorKind, FrameError, Request, Response, HANDSHAKE_MAX_FRAME, MAX_FRAME,
+    PROTOCOL_VERSION,
+};
 use plugpull::RunId;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use store::{Append, AppendResult, RunHandle, Store};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// The plugpull witness: keeps a durable ledger of every acknowledged write.
 ///
@@ -45,15 +57,23 @@ struct Args {
     /// Allow listening on a non-loopback address without a secret.
     #[arg(long)]
     insecure: bool,
-    /// Most connections served at once; more are refused with a message.
+    /// Most authenticated connections served at once; more are refused with a message.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// Most connections in their handshake at once; when full, the oldest is dropped
+    /// for a new one (so idle unauthenticated connections never lock agents out).
+    #[arg(long, default_value_t = 512)]
+    max_handshakes: usize,
     /// Seconds a new connection has to complete its handshake.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 3.0)]
     handshake_timeout: f64,
     /// Seconds an authenticated connection may stay silent before it is dropped.
     #[arg(long, default_value_t = 600.0)]
     idle_timeout: f64,
+    /// FOR TESTS ONLY: sleep this many milliseconds before every ledger fdatasync,
+    /// to stand in for a slow witness disk. Never use it for a real run.
+    #[arg(long, default_value_t = 0, hide = true)]
+    test_sync_delay_ms: u64,
 }
 
 struct Shared {
@@ -61,6 +81,11 @@ struct Shared {
     secret: Secret,
     handshake_timeout: Duration,
     idle_timeout: Duration,
+    max_connections: usize,
+    slots: Arc<Semaphore>,
+    max_handshakes: usize,
+    /// Connections in their handshake, oldest first; dropping the sender evicts one.
+    handshakes: Mutex<(u64, BTreeMap<u64, oneshot::Sender<()>>)>,
 }
 
 fn main() {
@@ -93,7 +118,16 @@ async fn serve(args: Args) -> Result<(), String> {
         }
         tracing::warn!("no secret: any peer that can connect can add acks and read ledgers");
     }
-    let store = Arc::new(Store::open(&args.data_dir)?);
+    if args.test_sync_delay_ms > 0 {
+        tracing::warn!(
+            ms = args.test_sync_delay_ms,
+            "--test-sync-delay-ms is for tests only: every ledger sync is slowed down"
+        );
+    }
+    let store = Arc::new(Store::open(
+        &args.data_dir,
+        Duration::from_millis(args.test_sync_delay_ms),
+    )?);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -106,8 +140,11 @@ async fn serve(args: Args) -> Result<(), String> {
         secret,
         handshake_timeout: Duration::from_secs_f64(args.handshake_timeout),
         idle_timeout: Duration::from_secs_f64(args.idle_timeout),
+        max_connections: args.max_connections,
+        slots: Arc::new(Semaphore::new(args.max_connections)),
+        max_handshakes: args.max_handshakes.max(1),
+        handshakes: Mutex::new((0, BTreeMap::new())),
     });
-    let slots = Arc::new(Semaphore::new(args.max_connections));
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -118,51 +155,54 @@ async fn serve(args: Args) -> Result<(), String> {
             }
         };
         let _ = sock.set_nodelay(true);
+        let (kill_tx, kill_rx) = oneshot::channel();
+        let id = {
+            let mut hs = shared.handshakes.lock().unwrap();
+            if hs.1.len() >= shared.max_handshakes {
+                // Dropping its sender ends the oldest handshake.
+                hs.1.pop_first();
+            }
+            hs.0 += 1;
+            let id = hs.0;
+            hs.1.insert(id, kill_tx);
+            id
+        };
         let shared = shared.clone();
-        match slots.clone().try_acquire_owned() {
-            Ok(permit) => {
-                tokio::spawn(async move {
-                    if let Err(why) = connection(sock, &shared).await {
-                        tracing::warn!(%peer, "dropped connection: {why}");
-                    }
-                    drop(permit);
-                });
+        tokio::spawn(async move {
+            match connection(sock, &shared, id, kill_rx).await {
+                Err(why) if why == EVICTED => tracing::debug!(%peer, "dropped connection: {why}"),
+                Err(why) => tracing::warn!(%peer, "dropped connection: {why}"),
+                Ok(()) => {}
             }
-            Err(_) => {
-                tracing::warn!(%peer, max = args.max_connections, "refused connection: too many connections");
-                tokio::spawn(async move {
-                    let mut sock = sock;
-                    let msg = format!(
-                        "listener busy: {} connections already",
-                        args.max_connections
-                    );
-                    let _ = wire::write_frame(
-                        &mut sock,
-                        &Response::Error {
-                            kind: ErrorKind::Busy,
-                            message: msg,
-                        },
-                    )
-                    .await;
-                    let _ = sock.shutdown().await;
-                });
-            }
-        }
+            shared.handshakes.lock().unwrap().1.remove(&id);
+        });
     }
 }
 
-/// Reads one request, bounded by `limit`. `Ok(None)` = the peer closed.
+const EVICTED: &str = "evicted: the handshake budget is full and this was its oldest handshake";
+
+/// Reads one request of at most `max` bytes, checking its seal when `open` is given,
+/// bounded by `limit`. `Ok(None)` = the peer closed.
 async fn next_request<R: tokio::io::AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     limit: Duration,
-) -> Result<Option<Request>, String> {
-    match tokio::time::timeout(limit, wire::read_frame::<Request, _>(r, buf)).await {
-        Err(_) => Err(format!("silent for {} s", limit.as_secs_f64())),
+    max: u32,
+    open: Option<&mut Direction>,
+) -> Result<Option<Request>, (ErrorKind, String)> {
+    let p = ErrorKind::Protocol;
+    match tokio::time::timeout(
+        limit,
+        wire::read_frame_with::<Request, _>(r, buf, max, open),
+    )
+    .await
+    {
+        Err(_) => Err((p, format!("silent for {} s", limit.as_secs_f64()))),
         Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err("closed inside a frame".into())
+            Err((p, "closed inside a frame".into()))
         }
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e @ FrameError::Mac(_))) => Err((ErrorKind::Mac, e.to_string())),
+        Ok(Err(e)) => Err((p, e.to_string())),
         Ok(Ok(r)) => Ok(r),
     }
 }
@@ -184,19 +224,56 @@ async fn refuse<W: tokio::io::AsyncWrite + Unpin>(
     message
 }
 
-/// Serves one connection until it closes or breaks a rule (the returned reason is logged).
-async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
-    let (rd, wr) = sock.into_split();
-    let mut rd = BufReader::with_capacity(64 << 10, rd);
-    let mut wr = BufWriter::new(wr);
+/// Serves one connection until it closes or breaks a rule (the returned reason is
+/// logged). `kill` fires when the handshake budget evicts it.
+async fn connection(
+    sock: TcpStream,
+    shared: &Shared,
+    id: u64,
+    kill: oneshot::Receiver<()>,
+) -> Result<(), String> {
+    let (mut rd, mut wr) = sock.into_split();
     let mut buf = Vec::new();
+    // Handshake: Hello, Challenge, Auth, Welcome — within the handshake timeout, with
+    // no read buffer and small frames only.
+    let hs = tokio::select! {
+        r = handshake(&mut rd, &mut wr, &mut buf, shared) => r?,
+        _ = kill => return Err(EVICTED.into()),
+    };
+    shared.handshakes.lock().unwrap().1.remove(&id);
+    let Some((session, _permit)) = hs else {
+        return Ok(());
+    };
+    let mut rd = BufReader::with_capacity(64 << 10, rd);
+    let wr = BufWriter::new(wr);
 
-    // Handshake: Hello, Challenge, Auth, Welcome — all within the handshake timeout.
+    // Requests. Answers to appends are sent, in order, by a separate task.
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Pending>();
+    let sender = tokio::spawn(answer_in_order(wr, session.send, out_rx));
+    let mut open = session.recv;
+    let result = requests(&mut rd, &mut buf, &mut open, shared, &out_tx).await;
+    drop(out_tx);
+    let sent = sender.await.unwrap_or_else(|e| Err(e.to_string()));
+    result.and(sent)
+}
+
+/// The handshake; `Ok(None)` = the peer closed before saying anything. On success, the
+/// session and the connection's slot.
+async fn handshake<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    shared: &Shared,
+) -> Result<Option<(plugpull::auth::Session, OwnedSemaphorePermit)>, String>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let hs = shared.handshake_timeout;
-    let hello = match next_request(&mut rd, &mut buf, hs).await {
+    let hello = match next_request(rd, buf, hs, HANDSHAKE_MAX_FRAME, None).await {
         Ok(Some(h)) => h,
-        Ok(None) => return Ok(()),
-        Err(e) => return Err(refuse(&mut wr, ErrorKind::Protocol, e).await),
+        Ok(None) => return Ok(None),
+        Err((kind, e)) => return Err(refuse(wr, kind, e).await),
     };
     let Request::Hello {
         version,
@@ -204,7 +281,7 @@ async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
     } = hello
     else {
         return Err(refuse(
-            &mut wr,
+            wr,
             ErrorKind::Protocol,
             "expected Hello as the first message".into(),
         )
@@ -212,12 +289,12 @@ async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
     };
     if version != PROTOCOL_VERSION {
         let msg = format!("protocol version mismatch: client speaks {version}, listener speaks {PROTOCOL_VERSION}");
-        return Err(refuse(&mut wr, ErrorKind::Version, msg).await);
+        return Err(refuse(wr, ErrorKind::Version, msg).await);
     }
     let nonce: [u8; 32] = rand::random();
     let proof = shared.secret.listener_proof(&client_nonce, &nonce);
     send(
-        &mut wr,
+        wr,
         &Response::Challenge {
             version: PROTOCOL_VERSION,
             nonce,
@@ -225,13 +302,13 @@ async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
         },
     )
     .await?;
-    let auth = match next_request(&mut rd, &mut buf, hs).await {
+    let auth = match next_request(rd, buf, hs, HANDSHAKE_MAX_FRAME, None).await {
         Ok(a) => a,
-        Err(e) => return Err(refuse(&mut wr, ErrorKind::Protocol, e).await),
+        Err((kind, e)) => return Err(refuse(wr, kind, e).await),
     };
     let Some(Request::Auth { proof }) = auth else {
         return Err(refuse(
-            &mut wr,
+            wr,
             ErrorKind::Protocol,
             "expected Auth after Challenge".into(),
         )
@@ -242,21 +319,24 @@ async fn connection(sock: TcpStream, shared: &Shared) -> Result<(), String> {
         .check_agent_proof(&nonce, &client_nonce, &proof)
     {
         return Err(refuse(
-            &mut wr,
+            wr,
             ErrorKind::Auth,
             "authentication failed: wrong or missing secret".into(),
         )
         .await);
     }
-    send(&mut wr, &Response::Welcome).await?;
-
-    // Requests. Answers to appends are sent, in order, by a separate task.
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Pending>();
-    let sender = tokio::spawn(answer_in_order(wr, out_rx));
-    let result = requests(&mut rd, &mut buf, shared, &out_tx).await;
-    drop(out_tx);
-    let sent = sender.await.unwrap_or_else(|e| Err(e.to_string()));
-    result.and(sent)
+    let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
+        let msg = format!(
+            "listener busy: {} connections already",
+            shared.max_connections
+        );
+        return Err(refuse(wr, ErrorKind::Busy, msg).await);
+    };
+    send(wr, &Response::Welcome).await?;
+    Ok(Some((
+        shared.secret.listener_session(&client_nonce, &nonce),
+        permit,
+    )))
 }
 
 /// An answer to send: ready now, or when a run's writer confirms.
@@ -268,7 +348,7 @@ enum Pending {
         resume: bool,
         batch: u64,
     },
-    Ledger(RunId, Vec<u8>),
+    Ledger(RunId, Vec<u8>, Vec<plugpull::ledger::TornTail>),
 }
 
 async fn send<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, msg: &Response) -> Result<(), String> {
@@ -278,6 +358,7 @@ async fn send<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, msg: &Response) -> Re
 
 async fn answer_in_order<W: tokio::io::AsyncWrite + Unpin>(
     mut wr: W,
+    mut seal: Direction,
     mut rx: mpsc::UnboundedReceiver<Pending>,
 ) -> Result<(), String> {
     while let Some(p) = rx.recv().await {
@@ -312,7 +393,7 @@ async fn answer_in_order<W: tokio::io::AsyncWrite + Unpin>(
                     true,
                 ),
             },
-            Pending::Ledger(run, bytes) => {
+            Pending::Ledger(run, bytes, mut torn) => {
                 const CHUNK: usize = 1 << 20;
                 let n = bytes.len().div_ceil(CHUNK).max(1);
                 for (i, c) in bytes
@@ -320,22 +401,27 @@ async fn answer_in_order<W: tokio::io::AsyncWrite + Unpin>(
                     .chain((bytes.is_empty()).then_some(&[][..]))
                     .enumerate()
                 {
-                    wire::write_frame(
-                        &mut wr,
+                    let last = i + 1 == n;
+                    let frame = wire::encode_sealed(
                         &Response::LedgerChunk {
                             run,
                             bytes: c.to_vec(),
-                            last: i + 1 == n,
+                            last,
+                            torn: if last {
+                                std::mem::take(&mut torn)
+                            } else {
+                                Vec::new()
+                            },
                         },
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
+                        &mut seal,
+                    );
+                    wr.write_all(&frame).await.map_err(|e| e.to_string())?;
                 }
                 wr.flush().await.map_err(|e| e.to_string())?;
                 continue;
             }
         };
-        wire::write_frame(&mut wr, &msg)
+        wr.write_all(&wire::encode_sealed(&msg, &mut seal))
             .await
             .map_err(|e| e.to_string())?;
         // Flush only when nothing else is ready, so answers batch up under load.
@@ -355,6 +441,7 @@ async fn answer_in_order<W: tokio::io::AsyncWrite + Unpin>(
 async fn requests<R: tokio::io::AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut Vec<u8>,
+    open: &mut Direction,
     shared: &Shared,
     out: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
@@ -370,11 +457,12 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
         Err(message)
     };
     loop {
-        let req = match next_request(rd, buf, shared.idle_timeout).await {
-            Ok(Some(r)) => r,
-            Ok(None) => return Ok(()),
-            Err(e) => return refuse(ErrorKind::Protocol, e),
-        };
+        let req =
+            match next_request(rd, buf, shared.idle_timeout, MAX_FRAME, Some(&mut *open)).await {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(()),
+                Err((kind, e)) => return refuse(kind, e),
+            };
         match req {
             Request::StartRun { manifest } => {
                 if bound.is_some() {
@@ -385,22 +473,32 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                 }
                 match shared.store.create(*manifest) {
                     Ok(h) => {
-                        let _ = out.send(Pending::Now(Response::RunStarted { run: h.run }, false));
+                        let token = shared.store.token(h.run);
+                        let _ = out.send(Pending::Now(
+                            Response::RunStarted { run: h.run, token },
+                            false,
+                        ));
                         bound = Some(h);
                     }
                     Err(e) => return refuse(ErrorKind::Io, e),
                 }
             }
-            Request::ResumeRun { run } => {
+            Request::ResumeRun { run, token } => {
                 if bound.is_some() {
                     return refuse(
                         ErrorKind::Protocol,
                         "ResumeRun on a connection that already has a run".into(),
                     );
                 }
+                if !shared.store.check_token(run, &token) {
+                    return refuse(
+                        ErrorKind::Auth,
+                        format!("ResumeRun for run {run} without its token: only the agent that started a run may resume it"),
+                    );
+                }
                 let h = match shared.store.handle(run) {
                     Ok(h) => h,
-                    Err(e) => return refuse(ErrorKind::UnknownRun, e),
+                    Err((kind, e)) => return refuse(kind, e),
                 };
                 let rx = h.append(Append::Barrier);
                 let _ = out.send(Pending::Confirm {
@@ -431,6 +529,12 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                 }
                 tracing::warn!(%run, %error, "run ended by a device error");
             }
+            Request::Invalidate { run, error } => {
+                if let Err(e) = append(&bound, out, run, Append::Invalid(error.clone()), 0) {
+                    return refuse(ErrorKind::Protocol, e);
+                }
+                tracing::warn!(%run, %error, "run cannot be judged: witness fault");
+            }
             Request::FetchLedger { run, host } => {
                 let latest = match run {
                     Some(r) => Ok(Some(r)),
@@ -447,8 +551,8 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                     );
                 };
                 match shared.store.read(run) {
-                    Ok(bytes) => {
-                        let _ = out.send(Pending::Ledger(run, bytes));
+                    Ok((bytes, torn)) => {
+                        let _ = out.send(Pending::Ledger(run, bytes, torn));
                     }
                     Err(e) if e.starts_with("unknown run") => {
                         return refuse(ErrorKind::UnknownRun, e)

@@ -5,21 +5,35 @@
 //! log line giving the byte count; a ledger damaged in the middle is kept as it is
 //! and every request for it is refused, naming the offset.
 //!
-//! Appends go through one writer task per active run ([`RunHandle`]): it takes every
-//! request queued at that moment (a group), writes their entries with one `write`,
-//! calls `fdatasync`, and only then answers them. Batches are idempotent: a batch
-//! whose number is not above the highest already in the ledger is answered at once
-//! after the group's sync, without being written again.
+//! Appends go through exactly one writer task per active run ([`RunHandle`]): it takes
+//! every request queued at that moment (a group), writes their entries with one
+//! `write`, calls `fdatasync`, and only then answers them. Batches are idempotent: a
+//! batch whose number is not above the highest already in the ledger is answered at
+//! once after the group's sync, without being written again. The writer owns the
+//! run's highest batch and durable length; it stays registered (so a reconnecting
+//! agent gets the same writer, queued behind what its old connection sent) until it
+//! has been idle for [`WRITER_IDLE`] with no connection holding it.
+//!
+//! A failed append (ENOSPC, EIO) is final for the run: the file is cut back to its
+//! durable length, every queued and later request for the run is answered with the
+//! error, and `ResumeRun` is refused with it.
+//!
+//! Each run has a token (`RunStarted`, checked by `ResumeRun`): HKDF-SHA256 of the run
+//! id under a random key kept in `<data-dir>/token-key`, so it survives restarts.
 
-use plugpull::ledger::{self, AckBatch, Entry, Manifest, RunSummary, Tail};
+use plugpull::ledger::{self, AckBatch, Entry, Manifest, RunSummary, Tail, TornTail};
+use plugpull::wire::ErrorKind;
 use plugpull::RunId;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+
+/// How long a run's writer stays registered with no connection and nothing queued.
+pub const WRITER_IDLE: Duration = Duration::from_secs(2);
 
 /// What the store knows of a run without reading its ledger.
 #[derive(Clone, Debug)]
@@ -43,6 +57,8 @@ pub struct RunMeta {
     pub last_append_unix_ms: u64,
     /// True once the run has a `Finished` or `Invalid` entry.
     pub ended: bool,
+    /// The append error that ended the run's ledger, if one did.
+    pub failed: Option<String>,
 }
 
 /// An append request to a run's writer.
@@ -53,6 +69,8 @@ pub enum Append {
     Finished(RunSummary),
     /// The run ended by a device error.
     DeviceError(plugpull::ledger::DeviceError),
+    /// The run cannot be judged: a witness fault the agent saw.
+    Invalid(String),
     /// No entry; answers with the highest durable batch (used by `ResumeRun`).
     Barrier,
 }
@@ -82,9 +100,11 @@ pub struct Store {
     /// Held (flock) while the listener runs.
     _lock: File,
     dir: PathBuf,
+    token_key: [u8; 32],
     runs: Mutex<HashMap<RunId, RunMeta>>,
-    live: Mutex<HashMap<RunId, Weak<RunHandle>>>,
-    durable: Mutex<HashMap<RunId, Arc<AtomicU64>>>,
+    live: Mutex<HashMap<RunId, Arc<RunHandle>>>,
+    /// Extra sleep before each `fdatasync` (tests only: a slow ledger disk).
+    sync_delay: Duration,
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
@@ -95,7 +115,7 @@ impl Store {
     /// Opens (creating if needed) `dir` and recovers every ledger in it.
     ///
     /// Errors: the directory cannot be created or read.
-    pub fn open(dir: &Path) -> Result<Store, String> {
+    pub fn open(dir: &Path, sync_delay: Duration) -> Result<Store, String> {
         let runs_dir = dir.join("runs");
         std::fs::create_dir_all(&runs_dir)
             .map_err(|e| io_err("cannot create data directory", &runs_dir, e))?;
@@ -134,14 +154,30 @@ impl Store {
             let meta = recover(&path, run)?;
             runs.insert(run, meta);
         }
+        let token_key = token_key(dir)?;
         tracing::info!(runs = runs.len(), dir = %dir.display(), "data directory opened");
         Ok(Store {
             _lock: lock,
             dir: runs_dir,
+            token_key,
             runs: Mutex::new(runs),
             live: Mutex::new(HashMap::new()),
-            durable: Mutex::new(HashMap::new()),
+            sync_delay,
         })
+    }
+
+    /// The token that proves ownership of `run` (given in `RunStarted`).
+    pub fn token(&self, run: RunId) -> [u8; 32] {
+        plugpull::auth::hkdf_sha256(&self.token_key, &run.0.to_le_bytes(), b"plugpull run token")
+    }
+
+    /// Whether `token` is `run`'s token (constant time).
+    pub fn check_token(&self, run: RunId, token: &[u8; 32]) -> bool {
+        self.token(run)
+            .iter()
+            .zip(token)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
     }
 
     fn path(&self, run: RunId) -> PathBuf {
@@ -183,44 +219,49 @@ impl Store {
                 created_unix_ms: manifest.listener_created_unix_ms,
                 last_append_unix_ms: manifest.listener_created_unix_ms,
                 ended: false,
+                failed: None,
             };
             self.runs.lock().unwrap().insert(run, meta);
             tracing::info!(%run, host = %manifest.host, workload = manifest.workload.name(), "run started");
-            return self.handle(run);
+            return self.handle(run).map_err(|(_, e)| e);
         }
     }
 
-    /// The live writer of an existing run, started if needed.
+    /// The one live writer of an existing run, started if needed.
     ///
-    /// Errors: unknown run, damaged ledger, or the file cannot be opened.
-    pub fn handle(self: &Arc<Self>, run: RunId) -> Result<Arc<RunHandle>, String> {
+    /// Errors, with the kind to answer: unknown run, damaged ledger, a ledger whose
+    /// earlier append failed, or a file that cannot be opened.
+    pub fn handle(self: &Arc<Self>, run: RunId) -> Result<Arc<RunHandle>, (ErrorKind, String)> {
         let mut live = self.live.lock().unwrap();
-        if let Some(h) = live.get(&run).and_then(Weak::upgrade) {
-            return Ok(h);
+        if let Some(h) = live.get(&run) {
+            return Ok(h.clone());
         }
-        let meta = self.meta(run)?;
+        let meta = self.meta(run).map_err(|e| {
+            let kind = if e.starts_with("unknown run") {
+                ErrorKind::UnknownRun
+            } else {
+                ErrorKind::LedgerDamaged
+            };
+            (kind, e)
+        })?;
+        if let Some(e) = meta.failed {
+            return Err((ErrorKind::Io, e));
+        }
         let path = self.path(run);
         let file = OpenOptions::new()
-            .append(true)
+            .write(true)
             .open(&path)
-            .map_err(|e| io_err("cannot open ledger", &path, e))?;
-        let durable = self
-            .durable
-            .lock()
-            .unwrap()
-            .entry(run)
-            .or_insert_with(|| Arc::new(AtomicU64::new(meta.len)))
-            .clone();
+            .map_err(|e| (ErrorKind::Io, io_err("cannot open ledger", &path, e)))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = Arc::new(RunHandle { run, tx });
-        live.insert(run, Arc::downgrade(&handle));
+        live.insert(run, handle.clone());
         tokio::spawn(writer(
             self.clone(),
             run,
             file,
             path,
             meta.highest_batch,
-            durable,
+            meta.len,
             rx,
         ));
         Ok(handle)
@@ -277,22 +318,32 @@ impl Store {
         ))
     }
 
-    /// The durable bytes of `run`'s ledger (what has been confirmed or recovered).
+    /// The durable bytes of `run`'s ledger (what has been confirmed or recovered), and
+    /// the torn tails cut off it on restarts (from the `.torn-<offset>` files).
     ///
     /// Errors: unknown or damaged run, unreadable file.
-    pub fn read(&self, run: RunId) -> Result<Vec<u8>, String> {
-        let meta = self.meta(run)?;
-        let len = self
-            .durable
-            .lock()
-            .unwrap()
-            .get(&run)
-            .map(|d| d.load(Ordering::Acquire))
-            .unwrap_or(meta.len);
+    pub fn read(&self, run: RunId) -> Result<(Vec<u8>, Vec<TornTail>), String> {
+        let len = self.meta(run)?.len;
         let path = self.path(run);
         let mut bytes = std::fs::read(&path).map_err(|e| io_err("cannot read ledger", &path, e))?;
         bytes.truncate(len as usize);
-        Ok(bytes)
+        let prefix = format!("{run}.ledger.torn-");
+        let mut torn = Vec::new();
+        for ent in std::fs::read_dir(&self.dir).map_err(|e| io_err("cannot read", &self.dir, e))? {
+            let ent = ent.map_err(|e| io_err("cannot read", &self.dir, e))?;
+            let name = ent.file_name();
+            let Some(offset) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|o| o.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let bytes = ent.metadata().map(|m| m.len()).unwrap_or(0);
+            torn.push(TornTail { offset, bytes });
+        }
+        torn.sort_by_key(|t| t.offset);
+        Ok((bytes, torn))
     }
 
     fn set_highest(&self, run: RunId, highest: u64, len: u64, ended: bool) {
@@ -303,22 +354,80 @@ impl Store {
             m.ended |= ended;
         }
     }
+
+    fn set_failed(&self, run: RunId, error: &str) {
+        if let Some(m) = self.runs.lock().unwrap().get_mut(&run) {
+            m.failed = Some(error.to_string());
+        }
+    }
+
+    /// Unregisters `run`'s writer if no connection holds it and nothing is queued.
+    fn retire(
+        &self,
+        run: RunId,
+        rx: &mpsc::UnboundedReceiver<(Append, oneshot::Sender<AppendResult>)>,
+    ) -> bool {
+        let mut live = self.live.lock().unwrap();
+        if live.get(&run).is_some_and(|h| Arc::strong_count(h) == 1) && rx.is_empty() {
+            live.remove(&run);
+            return true;
+        }
+        false
+    }
 }
 
-/// The group-commit loop of one run.
+/// The key run tokens are derived from: `<dir>/token-key`, created (random, synced) on first use.
+fn token_key(dir: &Path) -> Result<[u8; 32], String> {
+    let path = dir.join("token-key");
+    match std::fs::read(&path) {
+        Ok(b) if b.len() == 32 => return Ok(b.try_into().unwrap()),
+        Ok(b) => {
+            return Err(format!(
+                "{} holds {} bytes, not 32: remove it to make a new one (open runs then cannot be resumed)",
+                path.display(),
+                b.len()
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("cannot read", &path, e)),
+    }
+    let key: [u8; 32] = rand::random();
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| io_err("cannot create", &path, e))?;
+    f.write_all(&key)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io_err("cannot write", &path, e))?;
+    sync_dir(dir)?;
+    Ok(key)
+}
+
+/// The group-commit loop of one run: the run's only writer while it is registered.
 async fn writer(
     store: Arc<Store>,
     run: RunId,
     file: File,
     path: PathBuf,
     mut highest: u64,
-    durable: Arc<AtomicU64>,
+    mut len: u64,
     mut rx: mpsc::UnboundedReceiver<(Append, oneshot::Sender<AppendResult>)>,
 ) {
     let file = Arc::new(file);
-    let mut len = durable.load(Ordering::Acquire);
+    let delay = store.sync_delay;
     let mut buf = Vec::new();
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            m = rx.recv() => m,
+            _ = tokio::time::sleep(WRITER_IDLE) => {
+                if store.retire(run, &rx) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let Some(first) = first else { return };
         let mut group = vec![first];
         while let Ok(next) = rx.try_recv() {
             group.push(next);
@@ -339,6 +448,9 @@ async fn writer(
                 Append::DeviceError(e) => {
                     ledger::encode_entry(&Entry::DeviceError(e.clone()), &mut buf)
                 }
+                Append::Invalid(e) => {
+                    ledger::encode_entry(&Entry::Invalid { error: e.clone() }, &mut buf)
+                }
             }
         }
         let result = if buf.is_empty() {
@@ -346,27 +458,38 @@ async fn writer(
         } else {
             let f = file.clone();
             let data = std::mem::take(&mut buf);
+            let at = len;
             let (res, data) = tokio::task::spawn_blocking(move || {
-                let r = (&*f).write_all(&data).and_then(|_| f.sync_data());
+                use std::os::unix::fs::FileExt;
+                let r = f.write_all_at(&data, at).and_then(|_| {
+                    if !delay.is_zero() {
+                        std::thread::sleep(delay);
+                    }
+                    f.sync_data()
+                });
+                if r.is_err() {
+                    // Whatever part of the group reached the file is not durable: cut it
+                    // off, so the ledger never holds an entry that was not confirmed.
+                    let _ = f.set_len(at).and_then(|_| f.sync_data());
+                }
                 (r, data)
             })
             .await
             .expect("ledger write task panicked");
             let n = data.len() as u64;
             buf = data;
-            res.map(|_| n)
-                .map(|n| {
-                    len += n;
-                })
+            res.map(|_| len += n)
                 .map_err(|e| io_err("cannot append to ledger", &path, e))
         };
         match result {
             Ok(()) => {
                 highest = new_highest;
-                durable.store(len, Ordering::Release);
-                let ended = group
-                    .iter()
-                    .any(|(r, _)| matches!(r, Append::Finished(_) | Append::DeviceError(_)));
+                let ended = group.iter().any(|(r, _)| {
+                    matches!(
+                        r,
+                        Append::Finished(_) | Append::DeviceError(_) | Append::Invalid(_)
+                    )
+                });
                 store.set_highest(run, highest, len, ended);
                 for (_, reply) in group {
                     let _ = reply.send(Ok(highest));
@@ -374,10 +497,16 @@ async fn writer(
             }
             Err(e) => {
                 tracing::error!(%run, error = %e, "ledger append failed; refusing further appends to this run");
+                store.set_failed(run, &e);
+                store.live.lock().unwrap().remove(&run);
                 for (_, reply) in group {
                     let _ = reply.send(Err(e.clone()));
                 }
-                // Nothing more can be confirmed for this run: stop; callers see a closed writer.
+                // Answer whatever is still queued or arrives from connections that
+                // still hold the handle; ends when the last of them lets go.
+                while let Some((_, reply)) = rx.recv().await {
+                    let _ = reply.send(Err(e.clone()));
+                }
                 return;
             }
         }
@@ -393,7 +522,7 @@ fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
     let scanned = ledger::scan(&bytes, |_, e| match e {
         Entry::Manifest(m) => manifest = Some(*m),
         Entry::Acks(b) => highest = highest.max(b.batch),
-        Entry::Finished(_) | Entry::DeviceError(_) => ended = true,
+        Entry::Finished(_) | Entry::DeviceError(_) | Entry::Invalid { .. } => ended = true,
     });
     let mtime_ms = std::fs::metadata(path)
         .and_then(|m| m.modified())
@@ -440,6 +569,7 @@ fn recover(path: &Path, run: RunId) -> Result<RunMeta, String> {
                 created_unix_ms: m.listener_created_unix_ms,
                 last_append_unix_ms: mtime_ms,
                 ended,
+                failed: None,
             })
         }
         Err(e) => {
@@ -468,6 +598,7 @@ fn damaged(run: RunId, path: &Path, why: String) -> RunMeta {
         created_unix_ms: 0,
         last_append_unix_ms: 0,
         ended: true,
+        failed: None,
     }
 }
 

@@ -6,13 +6,47 @@
 //! `cargo build --release --workspace` (the README's test command does).
 
 pub mod blockdev;
+pub mod ledger_file;
+pub mod loopfs;
 pub mod pg;
+pub mod proxy;
 pub mod simfs;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
+
+/// A file-run manifest for tests that talk the wire protocol by hand (`RawConn`):
+/// host `host`, target `target` of `size` bytes in blocks of `block_size`, one job,
+/// `fdatasync`, random pattern, no recorded identity or prior runs.
+pub fn raw_manifest(
+    host: &str,
+    target: &str,
+    size: u64,
+    block_size: u32,
+) -> Box<plugpull::ledger::Manifest> {
+    use plugpull::ledger::{FileManifest, Manifest, Workload};
+    Box::new(Manifest {
+        host: host.into(),
+        started_unix_ms: 1,
+        tool_version: "test".into(),
+        workload: Workload::File(FileManifest {
+            target: target.into(),
+            size,
+            block_size,
+            jobs: 1,
+            sync: "fdatasync".into(),
+            pattern: "random".into(),
+            identity: Default::default(),
+            prior_runs: Vec::new(),
+            prior_foreign: false,
+        }),
+        boot_id: String::new(),
+        listener_order: 0,
+        listener_created_unix_ms: 0,
+    })
+}
 
 /// The path of a workspace binary built beside this test executable.
 ///
@@ -56,6 +90,20 @@ impl Listener {
             child: None,
             addr: String::new(),
             data_dir: dir.join("listener-data"),
+            log: dir.join("listener.log"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        l.spawn();
+        l
+    }
+
+    /// Starts a listener with its data directory at `data_dir` (e.g. on a small
+    /// filesystem) and its log at `dir/listener.log`.
+    pub fn start_at(dir: &Path, data_dir: &Path, extra: &[&str]) -> Listener {
+        let mut l = Listener {
+            child: None,
+            addr: String::new(),
+            data_dir: data_dir.to_path_buf(),
             log: dir.join("listener.log"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -226,6 +274,9 @@ pub struct RawConn {
     /// The socket.
     pub sock: std::net::TcpStream,
     buf: Vec<u8>,
+    /// The session once [`RawConn::handshake`] got `Welcome`: frames are then sealed
+    /// and checked like a real agent's.
+    pub session: Option<plugpull::auth::Session>,
 }
 
 impl RawConn {
@@ -237,24 +288,32 @@ impl RawConn {
         RawConn {
             sock,
             buf: Vec::new(),
+            session: None,
         }
     }
 
-    /// Sends one request frame.
+    /// Sends one request frame (sealed once the handshake is done).
     pub fn send(&mut self, req: &plugpull::wire::Request) {
         use std::io::Write;
-        self.sock
-            .write_all(&plugpull::wire::encode(req))
-            .expect("send");
+        let frame = match &mut self.session {
+            Some(s) => plugpull::wire::encode_sealed(req, &mut s.send),
+            None => plugpull::wire::encode(req),
+        };
+        self.sock.write_all(&frame).expect("send");
     }
 
-    /// Receives one response frame; `None` when the listener closed the connection.
+    /// Receives one response frame (checking its seal once the handshake is done);
+    /// `None` when the listener closed the connection.
     pub fn recv(&mut self) -> Option<plugpull::wire::Response> {
         use std::io::Read;
         loop {
             if let Some(n) = plugpull::wire::check(&self.buf).expect("frame within limits") {
-                let msg = plugpull::wire::decode(&self.buf[plugpull::wire::PREFIX_LEN..n])
-                    .expect("valid response");
+                let body = &self.buf[plugpull::wire::PREFIX_LEN..n];
+                let body = match &mut self.session {
+                    Some(s) => s.recv.open(body).expect("listener frame authenticates"),
+                    None => body,
+                };
+                let msg = plugpull::wire::decode(body).expect("valid response");
                 self.buf.drain(..n);
                 return Some(msg);
             }
@@ -283,7 +342,11 @@ impl RawConn {
         self.send(&Request::Auth {
             proof: secret.agent_proof(&theirs, &nonce),
         });
-        self.recv()
+        let answer = self.recv();
+        if answer == Some(Response::Welcome) {
+            self.session = Some(secret.agent_session(&nonce, &theirs));
+        }
+        answer
     }
 }
 

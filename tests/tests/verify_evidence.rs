@@ -335,7 +335,7 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
             listener_created_unix_ms: 0,
         }),
     });
-    let Some(Response::RunStarted { run: early }) = c.recv() else {
+    let Some(Response::RunStarted { run: early, .. }) = c.recv() else {
         panic!("no run started")
     };
     c.send(&Request::Finish {

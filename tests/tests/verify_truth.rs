@@ -105,7 +105,7 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
             listener_created_unix_ms: 0,
         }),
     });
-    let Some(Response::RunStarted { run }) = c.recv() else {
+    let Some(Response::RunStarted { run, .. }) = c.recv() else {
         panic!("no run started")
     };
     let enc = Encoder::new(run);

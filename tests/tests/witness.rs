@@ -2,35 +2,13 @@
 //! many agents. Real listener processes on real sockets.
 
 use plugpull::auth::Secret;
-use plugpull::ledger::{self, Acks, Entry, FileManifest, Manifest, Workload};
+use plugpull::ledger::{self, Acks, Entry};
 use plugpull::wire::{ErrorKind, Request, Response, PROTOCOL_VERSION};
 use plugpull::RunId;
 use plugpull_tests::*;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn manifest() -> Box<Manifest> {
-    Box::new(Manifest {
-        host: "raw-test".into(),
-        started_unix_ms: 1,
-        tool_version: "test".into(),
-        workload: Workload::File(FileManifest {
-            target: "/nonexistent".into(),
-            size: 4096,
-            block_size: 4096,
-            jobs: 1,
-            sync: "fdatasync".into(),
-            pattern: "random".into(),
-            identity: Default::default(),
-            prior_runs: Vec::new(),
-            prior_foreign: false,
-        }),
-        boot_id: String::new(),
-        listener_order: 0,
-        listener_created_unix_ms: 0,
-    })
-}
 
 /// Every file ack in a ledger file, as (seq, block); panics on duplicates.
 fn ledger_acks(path: &std::path::Path) -> BTreeSet<(u64, u64)> {
@@ -297,9 +275,9 @@ fn protocol_violations_are_refused_and_the_listener_keeps_serving() {
     let mut c = RawConn::connect(l.addr());
     assert_eq!(c.handshake(&Secret::default()), Some(Response::Welcome));
     c.send(&Request::StartRun {
-        manifest: manifest(),
+        manifest: plugpull_tests::raw_manifest("raw-test", "/nonexistent", 4096, 4096),
     });
-    let Some(Response::RunStarted { run }) = c.recv() else {
+    let Some(Response::RunStarted { run, .. }) = c.recv() else {
         panic!()
     };
     let other = RunId(run.0 ^ 2);
@@ -350,12 +328,17 @@ fn protocol_violations_are_refused_and_the_listener_keeps_serving() {
         l.log_text()
     );
 
-    // Beyond --max-connections: a clear refusal.
-    let _held: Vec<RawConn> = (0..3).map(|_| RawConn::connect(l.addr())).collect();
-    std::thread::sleep(Duration::from_millis(100));
+    // Beyond --max-connections authenticated: a clear refusal at the end of the handshake.
+    let _held: Vec<RawConn> = (0..3)
+        .map(|_| {
+            let mut c = RawConn::connect(l.addr());
+            assert_eq!(c.handshake(&Secret::default()), Some(Response::Welcome));
+            c
+        })
+        .collect();
     let mut extra = RawConn::connect(l.addr());
     assert_eq!(
-        extra.recv(),
+        extra.handshake(&Secret::default()),
         Some(Response::Error {
             kind: ErrorKind::Busy,
             message: "listener busy: 3 connections already".into()

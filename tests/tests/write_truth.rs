@@ -431,7 +431,7 @@ fn a_filesystem_that_fills_up_mid_run_is_judged_with_the_error_named() {
 /// protocol by hand to a real listener, as a faulty agent would.
 #[test]
 fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
-    use plugpull::ledger::{AckBatch, FileManifest, Manifest, Workload};
+    use plugpull::ledger::AckBatch;
     use plugpull::wire::{Request, Response};
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
@@ -465,27 +465,14 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
             Some(Response::Welcome)
         );
         c.send(&Request::StartRun {
-            manifest: Box::new(Manifest {
-                host: "forged".into(),
-                started_unix_ms: 1,
-                tool_version: "test".into(),
-                workload: Workload::File(FileManifest {
-                    target: target.display().to_string(),
-                    size: 64 * BS,
-                    block_size: BS as u32,
-                    jobs: 1,
-                    sync: "fdatasync".into(),
-                    pattern: "random".into(),
-                    identity: Default::default(),
-                    prior_runs: Vec::new(),
-                    prior_foreign: false,
-                }),
-                boot_id: String::new(),
-                listener_order: 0,
-                listener_created_unix_ms: 0,
-            }),
+            manifest: plugpull_tests::raw_manifest(
+                "forged",
+                &target.display().to_string(),
+                64 * BS,
+                BS as u32,
+            ),
         });
-        let Some(Response::RunStarted { run }) = c.recv() else {
+        let Some(Response::RunStarted { run, .. }) = c.recv() else {
             panic!("no RunStarted")
         };
         c.send(&Request::Acks {

@@ -639,7 +639,7 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
     let mut rng = SmallRng::seed_from_u64(p.seed.wrapping_add(c as u64));
     let mut seq: u64 = 1;
     'run: loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.stop.load(Ordering::Relaxed) || go.sink.failed() {
             break;
         }
         match p.limit {
@@ -649,14 +649,17 @@ async fn client_loop(c: u32, s: Session, p: &Params, go: &Go, shared: &Shared) -
         if go.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        // Stay within max_unconfirmed acknowledgements of the listener.
+        // Stay within max_unconfirmed acknowledgements of the listener (and within
+        // the reporter's time bound; a witness fault ends the run).
         while shared
             .acked
             .load(Ordering::SeqCst)
             .saturating_sub(go.sink.confirmed())
             >= p.max_unconfirmed
+            || go.sink.paused()
         {
             if shared.stop.load(Ordering::Relaxed)
+                || go.sink.failed()
                 || go.deadline.is_some_and(|d| Instant::now() >= d)
             {
                 break 'run;
