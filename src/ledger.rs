@@ -4,7 +4,7 @@
 //! ## File format (all integers little-endian)
 //!
 //! ```text
-//! offset 0   8 bytes  magic "PPLEDGR1"
+//! offset 0   8 bytes  magic "PPLEDGR2" (the digit is the format version)
 //! offset 8   8 bytes  run id
 //! offset 16  entries, each:
 //!              4 bytes  payload length L (1 ..= MAX_ENTRY)
@@ -33,7 +33,7 @@ use crate::RunId;
 use serde::{Deserialize, Serialize};
 
 /// Magic at byte 0 of every ledger file.
-pub const MAGIC: [u8; 8] = *b"PPLEDGR1";
+pub const MAGIC: [u8; 8] = *b"PPLEDGR2";
 /// Bytes before the first entry.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of an entry's length + CRC prefix.
@@ -307,6 +307,22 @@ pub struct DeviceError {
     pub acknowledged: u64,
     /// Highest seq among them (0 when none).
     pub last_seq: u64,
+    /// Whether the error is one a failing device gives (EIO, ENODEV, ENXIO, ENOSPC,
+    /// EROFS, ESHUTDOWN: see [`is_device_errno`]). `false` (EINVAL, EBADF, EFBIG,
+    /// EDQUOT, a short write, …) means the run itself went wrong: then nothing it
+    /// measured counts and verify refuses it.
+    pub device: bool,
+}
+
+/// Whether `errno` (from a failed `pwrite`/`fsync`/`fdatasync`) is what a device that
+/// lost power, went away or filled up gives: EIO (the drive failed or lost power),
+/// ENODEV/ENXIO (the device went away), ENOSPC (the filesystem or thin pool filled
+/// up), EROFS (the filesystem turned read-only after an error), ESHUTDOWN (the
+/// filesystem was shut down, e.g. XFS after an I/O error). Linux errno values
+/// (`asm-generic/errno-base.h`, `errno.h`).
+pub fn is_device_errno(errno: i32) -> bool {
+    // EIO 5, ENXIO 6, ENODEV 19, ENOSPC 28, EROFS 30, ESHUTDOWN 108.
+    matches!(errno, 5 | 6 | 19 | 28 | 30 | 108)
 }
 
 /// A torn tail the listener cut off a run's ledger when it restarted: `bytes` bytes
@@ -450,6 +466,12 @@ pub enum LedgerError {
     },
     /// The first entry is not a manifest.
     NoManifest,
+    /// The header is a plugpull ledger of another format version (magic `PPLEDGR`
+    /// followed by another digit): written by an older or newer plugpull.
+    OtherVersion {
+        /// The version digit found (e.g. `'1'`).
+        found: char,
+    },
 }
 
 impl std::fmt::Display for LedgerError {
@@ -462,6 +484,12 @@ impl std::fmt::Display for LedgerError {
                 write!(f, "ledger damaged at byte {offset}: {reason}")
             }
             LedgerError::NoManifest => f.write_str("ledger does not start with a manifest"),
+            LedgerError::OtherVersion { found } => write!(
+                f,
+                "ledger format {found} was written by another plugpull version (this one reads format {}): \
+                 verify it with the plugpull that wrote it",
+                MAGIC[7] as char
+            ),
         }
     }
 }
@@ -509,6 +537,11 @@ pub enum Tail {
 /// [`LedgerError::Damaged`] for damage that is not a torn tail (see the module doc),
 /// or [`LedgerError::NoManifest`].
 pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail), LedgerError> {
+    if bytes.len() >= HEADER_LEN && bytes[..7] == MAGIC[..7] && bytes[7] != MAGIC[7] {
+        return Err(LedgerError::OtherVersion {
+            found: bytes[7] as char,
+        });
+    }
     if bytes.len() < HEADER_LEN || bytes[..8] != MAGIC {
         return Err(LedgerError::BadHeader);
     }
@@ -885,6 +918,43 @@ mod proptests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn a_ledger_of_another_format_version_is_named_as_such() {
+        let mut old = Vec::from(*b"PPLEDGR1");
+        old.extend_from_slice(&7u64.to_le_bytes());
+        let e = scan(&old, |_, _| {}).unwrap_err();
+        assert_eq!(e, LedgerError::OtherVersion { found: '1' });
+        assert_eq!(
+            e.to_string(),
+            "ledger format 1 was written by another plugpull version (this one reads format 2): \
+             verify it with the plugpull that wrote it"
+        );
+    }
+
+    #[test]
+    fn only_the_errors_a_failing_device_gives_are_device_errors() {
+        let device: Vec<i32> = (0..200).filter(|&e| is_device_errno(e)).collect();
+        let mut want = vec![
+            libc::EIO,
+            libc::ENXIO,
+            libc::ENODEV,
+            libc::ENOSPC,
+            libc::EROFS,
+            libc::ESHUTDOWN,
+        ];
+        want.sort();
+        assert_eq!(device, want);
+        for e in [
+            libc::EINVAL,
+            libc::EBADF,
+            libc::EFBIG,
+            libc::EDQUOT,
+            libc::EPERM,
+        ] {
+            assert!(!is_device_errno(e), "errno {e}");
+        }
+    }
+
     fn ledger_of(batches: &[Vec<(u64, u64)>]) -> (Vec<u8>, Vec<Entry>) {
         let mut entries = vec![Entry::Manifest(Box::new(Manifest {
             host: "p".into(),
@@ -934,7 +1004,7 @@ mod proptests {
                     prop_assert_eq!(&got[..], &entries[..got.len()]);
                     if at == bytes.len() { prop_assert_eq!(tail, Tail::Clean); prop_assert_eq!(got.len(), entries.len()); }
                 }
-                Err(e) => prop_assert!(matches!(e, LedgerError::BadHeader | LedgerError::NoManifest), "{e}"),
+                Err(e) => prop_assert!(matches!(e, LedgerError::BadHeader | LedgerError::NoManifest | LedgerError::OtherVersion { .. }), "{e}"),
             }
         }
 

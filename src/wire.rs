@@ -38,7 +38,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Version of this protocol, carried in `Hello` and `Challenge`.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest frame body, in bytes (4 MiB).
 pub const MAX_FRAME: u32 = 4 << 20;
 /// Largest frame body before the handshake is done, in bytes: the biggest handshake
@@ -507,8 +507,8 @@ mod proptests {
                     }
                 }
             ),
-            (any::<u64>(), ".{0,40}", any::<[u64; 4]>()).prop_map(|(run, error, n)| {
-                Request::DeviceError {
+            (any::<u64>(), ".{0,40}", any::<[u64; 4]>(), any::<bool>()).prop_map(
+                |(run, error, n, device)| Request::DeviceError {
                     run: RunId(run),
                     end: DeviceError {
                         error,
@@ -516,9 +516,10 @@ mod proptests {
                         issued: n[1],
                         acknowledged: n[2],
                         last_seq: n[3],
+                        device,
                     },
                 }
-            }),
+            ),
             (any::<Option<u64>>(), ".{0,20}").prop_map(|(run, host)| Request::FetchLedger {
                 run: run.map(RunId),
                 host

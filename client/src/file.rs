@@ -380,8 +380,9 @@ struct Shared {
     /// Set (SeqCst) the moment a write or durability call failed: from then on no
     /// worker hands over an ack (fsyncgate: a later success cannot be trusted).
     failed: AtomicBool,
-    /// The first error and when its call returned.
-    error: Mutex<Option<(String, Instant)>>,
+    /// The first error, when its call returned, and whether it is a device error
+    /// ([`plugpull::ledger::is_device_errno`]).
+    error: Mutex<Option<(String, Instant, bool)>>,
     /// Highest seq handed over as an ack.
     last_seq: AtomicU64,
     issued: AtomicU64,
@@ -392,10 +393,10 @@ struct Shared {
 
 impl Shared {
     /// Records a failed call: stops every worker, and no ack is handed over after this.
-    fn fail(&self, e: String) {
+    fn fail(&self, e: String, device: bool) {
         self.failed.store(true, Ordering::SeqCst);
         let at = Instant::now();
-        self.error.lock().unwrap().get_or_insert((e, at));
+        self.error.lock().unwrap().get_or_insert((e, at, device));
         self.stop.store(true, Ordering::Relaxed);
     }
 }
@@ -452,20 +453,31 @@ fn worker(
         enc.encode_block(buf.as_mut(), block, seq, sh.watermark.get());
         sh.issued.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
+        let failed = |what: String, e: std::io::Error| {
+            let device = e
+                .raw_os_error()
+                .is_some_and(plugpull::ledger::is_device_errno);
+            (format!("{what}: {e}"), device)
+        };
         let res = file
             .write_all_at(buf.as_mut(), block * bs as u64)
-            .map_err(|e| format!("pwrite of block {block} at byte {}: {e}", block * bs as u64))
+            .map_err(|e| {
+                failed(
+                    format!("pwrite of block {block} at byte {}", block * bs as u64),
+                    e,
+                )
+            })
             .and_then(|_| match sync {
                 SyncMode::Fdatasync => file
                     .sync_data()
-                    .map_err(|e| format!("fdatasync after block {block}: {e}")),
+                    .map_err(|e| failed(format!("fdatasync after block {block}"), e)),
                 SyncMode::Fsync => file
                     .sync_all()
-                    .map_err(|e| format!("fsync after block {block}: {e}")),
+                    .map_err(|e| failed(format!("fsync after block {block}"), e)),
                 SyncMode::Dsync | SyncMode::DirectDsync => Ok(()),
             });
-        if let Err(e) = res {
-            sh.fail(e);
+        if let Err((e, device)) = res {
+            sh.fail(e, device);
             break;
         }
         let t1 = Instant::now();
@@ -685,13 +697,14 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let local_acks = hist.count();
     let error = sh.error.lock().unwrap().clone();
     let device_error = match error {
-        Some((error, at)) => {
+        Some((error, at, device)) => {
             let end = DeviceError {
                 error,
                 ms: reporter.sink().ms_at(at) as u64,
                 issued,
                 acknowledged: local_acks,
                 last_seq: sh.last_seq.load(Ordering::Relaxed),
+                device,
             };
             Some(end)
         }
@@ -746,6 +759,14 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             "coverage: {:.1}% of blocks written at least once ({covered} of {blocks})",
             s.coverage_percent
         );
+    }
+    if let Some(end) = device_error.as_ref().filter(|e| !e.device) {
+        return Err(Failure(format!(
+            "run {run} stopped at {:.3} s into the run on an error that is not a device failure: {}; \
+             the run itself went wrong (not the device), so `verify` will refuse it",
+            end.ms as f64 / 1000.0,
+            end.error
+        )));
     }
     if let Some(end) = &device_error {
         eprintln!(

@@ -159,6 +159,13 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Failure> {
             })
             .sum::<u64>();
     let at = end.ms as f64 / 1000.0;
+    if !end.device {
+        return Err(Failure(format!(
+            "run {}: the writer stopped at {at:.3} s into the run on an error that is not a device failure ({}): \
+             the run itself went wrong, so nothing it measured counts",
+            l.run, end.error
+        )));
+    }
     if later > 0 {
         return Err(Failure(format!(
             "run {}: writes were acknowledged after its device error at {at:.3} s into the run ({}): \

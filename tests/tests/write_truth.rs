@@ -427,8 +427,10 @@ fn a_filesystem_that_fills_up_mid_run_is_judged_with_the_error_named() {
 
 /// Item 3, the refusal: a ledger whose run acknowledged writes after its device error
 /// (an ack entry after the `DeviceError` entry, or an ack stamped later than the
-/// error) cannot be judged: verify exits 2 and says why. Built by speaking the wire
-/// protocol by hand to a real listener, as a faulty agent would.
+/// error), or whose writer stopped on an error that is not a device failure (EINVAL,
+/// EBADF, …: the run itself went wrong), cannot be judged: verify exits 2 and says
+/// why. Built by speaking the wire protocol by hand to a real listener, as a faulty
+/// agent would.
 #[test]
 fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
     use plugpull::ledger::AckBatch;
@@ -452,13 +454,41 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         issued: 4,
         acknowledged: 3,
         last_seq: 3,
+        device: true,
     };
-    // (acks before the error entry, acks after it)
+    let not_device = DeviceError {
+        error: "pwrite of block 4 at byte 16384: Invalid argument (os error 22)".into(),
+        device: false,
+        ..end.clone()
+    };
+    let after_error = "writes were acknowledged after its device error at 0.010 s into the run \
+         (fdatasync after block 3: Input/output error (os error 5)): a success after a failed write or \
+         durability call cannot be trusted, so nothing this run measured counts";
+    let not_a_device_failure = "the writer stopped at 0.010 s into the run on an error that is not a \
+         device failure (pwrite of block 4 at byte 16384: Invalid argument (os error 22)): the run itself \
+         went wrong, so nothing it measured counts";
+    // (acks before the error entry, the error entry, acks after it, the refusal)
     let cases = [
-        (vec![ack(1, 5), ack(2, 6), ack(3, 10)], vec![ack(4, 9)]),
-        (vec![ack(1, 5), ack(2, 6), ack(3, 11)], vec![]),
+        (
+            vec![ack(1, 5), ack(2, 6), ack(3, 10)],
+            &end,
+            vec![ack(4, 9)],
+            after_error,
+        ),
+        (
+            vec![ack(1, 5), ack(2, 6), ack(3, 11)],
+            &end,
+            vec![],
+            after_error,
+        ),
+        (
+            vec![ack(1, 5), ack(2, 6), ack(3, 10)],
+            &not_device,
+            vec![],
+            not_a_device_failure,
+        ),
     ];
-    for (before, after) in cases {
+    for (before, end, after, refusal) in cases {
         let mut c = RawConn::connect(l.addr());
         assert_eq!(
             c.handshake(&plugpull::auth::Secret::default()),
@@ -481,7 +511,7 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         });
         c.send(&Request::DeviceError {
             run,
-            end: end.clone(),
+            end: (*end).clone(),
         });
         let mut n = 2;
         if !after.is_empty() {
@@ -497,13 +527,6 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         let (code, v, err) = verify_json(&l, &["--run", &run.to_string()]);
         assert_eq!(code, 2, "{v}");
         assert_eq!(v["ok"], json!(false));
-        assert_eq!(
-            err.trim(),
-            format!(
-                "plugpull: run {run}: writes were acknowledged after its device error at 0.010 s into the run \
-                 (fdatasync after block 3: Input/output error (os error 5)): a success after a failed write or \
-                 durability call cannot be trusted, so nothing this run measured counts"
-            )
-        );
+        assert_eq!(err.trim(), format!("plugpull: run {run}: {refusal}"));
     }
 }
