@@ -78,10 +78,11 @@ impl Drop for Loop {
     }
 }
 
-/// A mount; unmounted (lazily if busy) on drop.
+/// A mount; unmounted (lazily if busy) on drop, unless [`Mount::umount`] did it.
 pub struct Mount {
     /// The mountpoint.
     pub at: PathBuf,
+    mounted: bool,
 }
 
 impl Mount {
@@ -93,12 +94,25 @@ impl Mount {
         run("mount", &a);
         Mount {
             at: at.to_path_buf(),
+            mounted: true,
+        }
+    }
+
+    /// Unmounts now, panicking if `umount` fails (a test that needs the filesystem
+    /// gone must not go on with it still mounted).
+    pub fn umount(&mut self) {
+        if self.mounted {
+            run("umount", &[self.at.to_str().unwrap()]);
+            self.mounted = false;
         }
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
+        if !self.mounted {
+            return;
+        }
         let ok = Command::new("umount").arg(&self.at).status();
         if !ok.is_ok_and(|s| s.success()) {
             let _ = Command::new("umount").arg("-l").arg(&self.at).status();

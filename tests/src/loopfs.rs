@@ -1,14 +1,15 @@
 //! A small ext4 filesystem on a loop device, mounted in a temporary directory: the
 //! full disk of the witness tests. Unmounted and detached on drop.
 
+use crate::blockdev::{have, run, Loop, Mount};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// A mounted loop filesystem; unmounted and its loop device detached on drop.
 pub struct LoopFs {
+    // Field order is drop order: unmount, then detach, then remove the image.
+    mount: Mount,
+    _dev: Loop,
     image: PathBuf,
-    dev: String,
-    mnt: PathBuf,
 }
 
 impl LoopFs {
@@ -19,40 +20,36 @@ impl LoopFs {
         if !crate::is_root() {
             return Err("not root: cannot attach loop devices".into());
         }
+        for tool in ["mkfs.ext4", "losetup"] {
+            if !have(tool) {
+                return Err(format!("{tool} is missing (scripts/deps installs it)"));
+            }
+        }
         let image = dir.join("loopfs.img");
         let f = std::fs::File::create(&image).map_err(|e| e.to_string())?;
         f.set_len(size_kib * 1024).map_err(|e| e.to_string())?;
         drop(f);
-        run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0"])
-            .arg(&image))?;
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&image)
-            .output()
-            .map_err(|e| format!("losetup: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "losetup: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let mnt = dir.join("mnt");
-        std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
-        let fs = LoopFs { image, dev, mnt };
-        run(Command::new("mount").arg(&fs.dev).arg(&fs.mnt))?;
-        Ok(fs)
+        run(
+            "mkfs.ext4",
+            &["-q", "-F", "-m", "0", image.to_str().unwrap()],
+        );
+        let dev = Loop::attach(&image, &[]);
+        let mount = Mount::new(&[&dev.dev], &dir.join("mnt"));
+        Ok(LoopFs {
+            mount,
+            _dev: dev,
+            image,
+        })
     }
 
     /// Where it is mounted.
     pub fn mnt(&self) -> &Path {
-        &self.mnt
+        &self.mount.at
     }
 
     /// Free bytes (statvfs `f_bavail` × `f_frsize`).
     pub fn free_bytes(&self) -> u64 {
-        let c = std::ffi::CString::new(self.mnt.as_os_str().as_encoded_bytes()).unwrap();
+        let c = std::ffi::CString::new(self.mnt().as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
         unsafe {
             let mut s: libc::statvfs = std::mem::zeroed();
@@ -62,22 +59,10 @@ impl LoopFs {
     }
 }
 
-fn run(c: &mut Command) -> Result<(), String> {
-    let o = c.output().map_err(|e| format!("{c:?}: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{c:?}: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
 impl Drop for LoopFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        // The loop device keeps the unlinked image open; then the mount and loop
+        // guards undo themselves, in field order.
         let _ = std::fs::remove_file(&self.image);
     }
 }

@@ -7,6 +7,7 @@
 mod verify_common;
 
 use plugpull::record::Encoder;
+use plugpull_tests::blockdev::{skip_without_loop, Loop, Mount};
 use plugpull_tests::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::FileExt;
@@ -21,13 +22,13 @@ use verify_common::*;
 #[test]
 fn verify_reads_the_medium_not_the_page_cache() {
     let name = "verify_reads_the_medium_not_the_page_cache";
-    if !loop_devices_available(name) {
+    if skip_without_loop(name, &[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let img = backing(dir.path(), "medium.img", 8 << 20);
-    let dev = Loop::attach(&img);
+    let dev = Loop::attach(&img, &[]);
     let run = write_run(&l, Path::new(&dev.dev), "8MiB", &strs(&sequential(3000)));
     // Hold the device open so its page cache outlives the writer.
     let held = std::fs::File::open(&dev.dev).unwrap();
@@ -149,20 +150,20 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
 #[test]
 fn an_unmounted_filesystem_is_could_not_verify_and_a_gone_file_is_a_finding() {
     let name = "an_unmounted_filesystem_is_could_not_verify_and_a_gone_file_is_a_finding";
-    if !loop_devices_available(name) {
+    if skip_without_loop(name, &[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let img = backing(dir.path(), "fs.img", 32 << 20);
-    let dev = Loop::attach(&img);
+    let dev = Loop::attach(&img, &[]);
     let ok = Command::new("mkfs.ext4")
         .args(["-q", "-F", &dev.dev])
         .status()
         .unwrap();
     assert!(ok.success(), "mkfs.ext4");
     let mnt = dir.path().join("mnt");
-    let mut m = Mount::new(&dev.dev, &mnt);
+    let mut m = Mount::new(&[&dev.dev], &mnt);
     let target = mnt.join("t.dat");
     let run = write_run(&l, &target, "256KiB", &strs(&sequential(64)));
     m.umount();
@@ -186,7 +187,7 @@ fn an_unmounted_filesystem_is_could_not_verify_and_a_gone_file_is_a_finding() {
         "{err}"
     );
     // Mounted again, the run verifies.
-    let mut m = Mount::new(&dev.dev, &mnt);
+    let mut m = Mount::new(&[&dev.dev], &mnt);
     let (code, v, err) = verify_json(&l, &["--run", &run]);
     assert_eq!(code, 0, "{err} {v}");
     assert_eq!(v["verdicts"], verdicts(&[("intact", 64)]));
@@ -247,13 +248,13 @@ fn a_target_still_being_written_is_refused() {
 #[test]
 fn a_shrunken_device_is_a_finding_and_coverage_never_rounds_up() {
     let name = "a_shrunken_device_is_a_finding_and_coverage_never_rounds_up";
-    if !loop_devices_available(name) {
+    if skip_without_loop(name, &[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let img = backing(dir.path(), "dev.img", 16 << 20);
-    let dev = Loop::attach(&img);
+    let dev = Loop::attach(&img, &[]);
     let o = plugpull(&[
         "write",
         "file",
@@ -307,14 +308,14 @@ fn a_shrunken_device_is_a_finding_and_coverage_never_rounds_up() {
 #[test]
 fn the_device_is_found_by_identity_and_another_device_is_refused() {
     let name = "the_device_is_found_by_identity_and_another_device_is_refused";
-    if !loop_devices_available(name) {
+    if skip_without_loop(name, &[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let img = backing(dir.path(), "a.img", 4 << 20);
     let other_img = backing(dir.path(), "b.img", 4 << 20);
-    let a = Loop::attach(&img);
+    let a = Loop::attach(&img, &[]);
     // Written through a stable name (as /dev/disk/by-id/… would be): stored as given.
     let link = dir.path().join("by-id-disk");
     std::os::unix::fs::symlink(&a.dev, &link).unwrap();
@@ -323,8 +324,8 @@ fn the_device_is_found_by_identity_and_another_device_is_refused() {
     let a_dev = a.dev.clone();
     drop(a);
     // Another disk now has the old name; the run's disk comes back under a new one.
-    let b = Loop::attach(&other_img);
-    let a2 = Loop::attach(&img);
+    let b = Loop::attach(&other_img, &[]);
+    let a2 = Loop::attach(&img, &[]);
     assert_ne!(a2.dev, a_dev);
     let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

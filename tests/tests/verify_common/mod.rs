@@ -1,6 +1,6 @@
 //! Helpers shared by the verifier's end-to-end tests (`verify_truth.rs`,
-//! `verify_evidence.rs`): runs, exact verdict objects, loop devices and mounts with
-//! drop guards, loud skips.
+//! `verify_evidence.rs`): runs, exact verdict objects, backing files (loop devices
+//! and mounts come from `plugpull_tests::blockdev`).
 #![allow(dead_code)] // each test crate uses a part of it
 
 use plugpull_tests::*;
@@ -51,100 +51,6 @@ pub fn sequential(n: u64) -> Vec<String> {
 
 pub fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// A loop device over a backing file, detached on drop.
-pub struct Loop {
-    pub dev: String,
-}
-
-impl Loop {
-    pub fn attach(backing: &Path) -> Loop {
-        let o = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(backing)
-            .output()
-            .expect("run losetup");
-        assert!(
-            o.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Loop {
-            dev: String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        }
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
-}
-
-/// A mounted filesystem, unmounted on drop.
-pub struct Mount {
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl Mount {
-    pub fn new(dev: &str, dir: &Path) -> Mount {
-        std::fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount").arg(dev).arg(dir).status().unwrap();
-        assert!(ok.success(), "mount {dev}");
-        Mount {
-            dir: dir.to_path_buf(),
-            mounted: true,
-        }
-    }
-    pub fn umount(&mut self) {
-        if self.mounted {
-            let ok = Command::new("umount").arg(&self.dir).status().unwrap();
-            assert!(ok.success(), "umount");
-            self.mounted = false;
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.dir).status();
-        }
-    }
-}
-
-/// True when loop devices can be used here; otherwise logs the skip loudly.
-pub fn loop_devices_available(test: &str) -> bool {
-    if !is_root() {
-        skipped(test, "loop devices need root");
-        return false;
-    }
-    let probe = tempfile::NamedTempFile::new().unwrap();
-    probe.as_file().set_len(1 << 20).unwrap();
-    let o = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(probe.path())
-        .output();
-    match o {
-        Ok(o) if o.status.success() => {
-            let dev = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            let _ = Command::new("losetup").args(["-d", &dev]).status();
-            true
-        }
-        Ok(o) => {
-            skipped(
-                test,
-                &format!("losetup failed: {}", String::from_utf8_lossy(&o.stderr)),
-            );
-            false
-        }
-        Err(e) => {
-            skipped(test, &format!("no losetup: {e}"));
-            false
-        }
-    }
 }
 
 pub fn backing(dir: &Path, name: &str, size: u64) -> PathBuf {
