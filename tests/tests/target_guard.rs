@@ -262,7 +262,11 @@ fn bad_targets_and_arguments_are_refused_before_anything_is_created() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let (code, _, err) = verify_json(&l, &["--target", f]);
     assert_eq!(code, 2);
-    assert_eq!(err.trim(), refusal);
+    // First the run verify chose (no --run given), then the refusal.
+    let lines: Vec<&str> = err.trim().lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].starts_with("verifying run "), "{err}");
+    assert_eq!(lines[1], refusal);
     assert!(t0.elapsed() < Duration::from_secs(20), "the FIFO blocked");
     let runs = || std::fs::read_dir(l.data_dir.join("runs")).unwrap().count();
     assert_eq!(runs(), 1);
