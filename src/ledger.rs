@@ -136,8 +136,13 @@ pub struct TargetIdentity {
     pub serial: String,
     /// Block device: model from sysfs.
     pub model: String,
-    /// Loop device: its backing file.
+    /// Loop device: its backing file (a partition's: its disk's).
     pub loop_backing: String,
+    /// Block device: its partition number (sysfs `partition`); 0 for a whole device.
+    pub partition: u32,
+    /// Block device partition: its first sector on the disk, in 512-byte units
+    /// (sysfs `start`); 0 for a whole device.
+    pub part_start: u64,
 }
 
 impl FileManifest {

@@ -25,7 +25,10 @@
 //! **unserializable**, where `W` is the highest acknowledged watermark carried by any
 //! surviving sector of this run — a write issued after `A` had been acknowledged
 //! survived while `A` did not, so the device reordered across a flush — unless the
-//! block holds another run's record (overwritten by that run, and named as such).
+//! block holds the record of a run that was not on the target before this one (it was
+//! overwritten by that later run, and named as such). A record of a run that was there
+//! before (the previous cut's run, when the target is reused) is the older version the
+//! device kept: it does not excuse the reordering.
 //! A block with `A = 0` and no sector of this run was never written and is not
 //! checked. Blocks with `A = 0` cannot fail except by rule 2.
 //!
@@ -648,14 +651,21 @@ impl Tally {
         }
     }
 
+    /// The other runs whose records were found so far, in the order first seen.
+    pub fn other_runs(&self) -> &[RunId] {
+        &self.other_runs
+    }
+
     /// Runs the misdirection and unserializable passes and returns the outcome.
     ///
     /// A lost write whose acknowledged version (or a newer one) was found at another
     /// block stays `lost_write` and names that block. Otherwise a lost write with
     /// `A ≤ W` becomes `unserializable` (naming the surviving write that proves it),
-    /// except where the block holds another run's record: it was overwritten by
-    /// another run, which proves nothing about this device's ordering.
-    pub fn finish(mut self) -> Outcome {
+    /// except where the block holds the record of a run not in `prior` (the runs whose
+    /// records were on the target before this run started): it was overwritten by a
+    /// later run, which proves nothing about this device's ordering. A `prior` run's
+    /// record there is the block's old contents, and the reordering stands.
+    pub fn finish(mut self, prior: &[RunId]) -> Outcome {
         for f in &mut self.findings {
             if matches!(f.verdict, Verdict::LostWrite | Verdict::TornAcknowledged) {
                 if let Some(&(_, _, at)) = self
@@ -670,10 +680,10 @@ impl Tally {
                 }
             }
             if f.verdict == Verdict::LostWrite && f.expected_seq <= self.max_watermark {
-                let overwritten = f
-                    .sectors
-                    .iter()
-                    .any(|s| matches!(s.content, Content::OtherRun { .. }));
+                let overwritten = f.sectors.iter().any(|s| match &s.content {
+                    Content::OtherRun { run, .. } => !prior.iter().any(|p| p.to_string() == *run),
+                    _ => false,
+                });
                 if !overwritten {
                     f.verdict = Verdict::Unserializable;
                     f.proof = self.witness.clone();
@@ -784,7 +794,7 @@ mod tests {
             classify_block(RUN, 2, B, 12, &block(&enc, 2, 2, 1), true).unwrap(),
             &acks,
         );
-        let o = t.finish();
+        let o = t.finish(&[]);
         assert_eq!(
             o.counts,
             VerdictCounts {
@@ -804,7 +814,7 @@ mod tests {
             classify_block(RUN, 1, B, 11, &block(&enc, 1, 11, 10), true).unwrap(),
             &acks,
         );
-        let o = t.finish();
+        let o = t.finish(&[]);
         assert_eq!(
             o.counts,
             VerdictCounts {
@@ -898,7 +908,7 @@ mod tests {
             classify_block(RUN, 3, B, 9, &shorn, true).unwrap(),
             &acks,
         );
-        let o = t.finish();
+        let o = t.finish(&[]);
         assert_eq!(o.counts.torn_acknowledged, 1);
         assert_eq!(
             o.findings[0].evidence(),
@@ -931,7 +941,7 @@ mod tests {
             classify_block(RUN, 2, B, 12, &block(&enc, 0, 10, 9), true).unwrap(),
             &acks,
         );
-        let o = t.finish();
+        let o = t.finish(&[]);
         assert_eq!(
             o.counts,
             VerdictCounts {
@@ -962,7 +972,7 @@ mod tests {
     }
 
     #[test]
-    fn unserializable_names_the_later_write_and_an_overwritten_block_is_not() {
+    fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it() {
         let enc = Encoder::new(RUN);
         let mut acks = AckTable::new(4);
         acks.add(2, 0, 100); // block 0: an earlier acknowledged write, seq 2
@@ -989,7 +999,7 @@ mod tests {
             classify_block(RUN, 2, B, 12, &other, true).unwrap(),
             &acks,
         );
-        let o = t.finish();
+        let o = t.finish(&[]);
         assert_eq!(
             o.counts,
             VerdictCounts {
@@ -1022,6 +1032,52 @@ mod tests {
             )
         );
         assert_eq!(o.other_runs, vec![RunId(0x55)]);
+        // Block 2 is not excused only because A = 12 > W = 10 there. With block 3's
+        // seq 13 (watermark 12) surviving, W = 12: run 0x55's record on block 2 is an
+        // overwrite by a later run when 0x55 was not on the target before this run
+        // (lost write), and block 2's old contents when it was (the previous cut's
+        // run on a reused target): then the reordering stands.
+        let fill = || {
+            let mut t = Tally::default();
+            for (b, data) in [
+                (0, block(&enc, 0, 2, 1)),
+                (1, block(&enc, 1, 11, 10)),
+                (2, other.clone()),
+                (3, block(&enc, 3, 13, 12)),
+            ] {
+                t.add(
+                    b,
+                    classify_block(RUN, b, B, acks.seq[b as usize], &data, true).unwrap(),
+                    &acks,
+                );
+            }
+            assert_eq!(t.other_runs(), &[RunId(0x55)]);
+            t
+        };
+        let later = fill().finish(&[]);
+        assert_eq!(
+            later.counts,
+            VerdictCounts {
+                intact: 2,
+                lost_write: 1,
+                unserializable: 1,
+                ..Default::default()
+            }
+        );
+        assert_eq!(later.findings[1].verdict, Verdict::LostWrite);
+        let prior = fill().finish(&[RunId(0x55)]);
+        assert_eq!(
+            prior.counts,
+            VerdictCounts {
+                intact: 2,
+                unserializable: 2,
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            prior.findings[1].evidence(),
+            "run 0000000000000055's record seq 40; block 3 holds seq 13, issued after seq 12 was acknowledged (watermark 12), acknowledged 0.000 s before the end"
+        );
         // Zeros there: still unserializable, and the evidence says zeros.
         let mut t = Tally::default();
         t.add(
@@ -1034,7 +1090,7 @@ mod tests {
             classify_block(RUN, 1, B, 11, &block(&enc, 1, 11, 10), true).unwrap(),
             &acks,
         );
-        let o = t.finish();
+        let o = t.finish(&[]);
         assert_eq!((o.counts.lost_write, o.counts.unserializable), (0, 1));
         assert!(o.findings[0]
             .evidence()

@@ -971,11 +971,11 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
     })
 }
 
-/// Verifies a file run with the verifier's own functions and prints its report.
+/// Verifies a file run with the verifier's own function (device-error rule included)
+/// and prints its report.
 async fn verify_file(ctx: &Ctx, run: plugpull::RunId) -> Result<FileOutcome, Failure> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(&ctx.addr, &secret, Some(run), "").await?;
-    crate::verify::device_error_rule(&l)?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
         return Err(Failure(format!("run {run} is not a file run")));
     };
@@ -986,7 +986,7 @@ async fn verify_file(ctx: &Ctx, run: plugpull::RunId) -> Result<FileOutcome, Fai
         json: false,
         show: 5,
     };
-    let report = crate::verify::verify_file(&l, fm, &vargs)?;
+    let report = crate::verify::verify_file_run(&l, fm, &vargs, &ctx.addr, &secret).await?;
     crate::verify::print_file_report(&report, 5);
     Ok(FileOutcome {
         ok: report.ok,
@@ -1067,7 +1067,7 @@ async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
         json: false,
         show: 10,
     };
-    let report = crate::verify::verify_file(&l, fm, &vargs)?;
+    let report = crate::verify::verify_file_run(&l, fm, &vargs, &ctx_addr, &secret).await?;
     crate::verify::print_file_report(&report, 10);
     println!();
     println!(

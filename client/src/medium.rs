@@ -120,19 +120,16 @@ pub fn open_target(path: &Path) -> Result<Opened, Failure> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let shown = path.display();
-    // A FIFO or other non-file would block the open or mean nothing: refused at once.
-    crate::guard::target_kind(path)?;
+    // A FIFO or other non-file would block the open or mean nothing: refused at once,
+    // before the open, by the writer's own guard.
+    let Some(meta) = crate::guard::target_kind(path)? else {
+        return Err(Failure(format!(
+            "cannot read target {shown}: it does not exist"
+        )));
+    };
+    let is_block = meta.file_type().is_block_device();
     let plain =
         File::open(path).map_err(|e| Failure(format!("cannot read target {shown}: {e}")))?;
-    let meta = plain
-        .metadata()
-        .map_err(|e| Failure(format!("cannot examine target {shown}: {e}")))?;
-    let is_block = meta.file_type().is_block_device();
-    if !is_block && !meta.file_type().is_file() {
-        return Err(Failure(format!(
-            "target {shown} is neither a regular file nor a block device"
-        )));
-    }
     // The writer holds an exclusive flock(2) for the whole run.
     if let Err(std::fs::TryLockError::WouldBlock) = plain.try_lock_shared() {
         return Err(Failure(format!(

@@ -8,11 +8,13 @@
 //!   `st_dev` + inode (informative only: FUSE and some others renumber both at
 //!   remount).
 //! * A **block device** by what sysfs says of it (`/sys/dev/block/MAJ:MIN`): WWN
-//!   (`wwid`), serial, model, a loop device's backing file, and its capacity.
+//!   (`wwid`), serial, model, a loop device's backing file, and its capacity. A
+//!   partition carries its disk's WWN, serial and backing file, so it is told apart by
+//!   its partition number and first sector (sysfs `partition`, `start`).
 //!
 //! Only a difference in a stable, known identifier (a filesystem UUID, a WWN, a
-//! serial, a loop backing file) proves that a target is not the run's; everything
-//! else is reported but decides nothing.
+//! serial, a loop backing file, a partition's number or first sector) proves that a
+//! target is not the run's; everything else is reported but decides nothing.
 
 use plugpull::ledger::TargetIdentity;
 use plugpull::record::{decode_sector, Sector, SECTOR};
@@ -200,8 +202,10 @@ pub fn identify(path: &Path) -> std::io::Result<TargetIdentity> {
             libc::major(rdev),
             libc::minor(rdev)
         ));
-        // A partition's device attributes are its parent's.
-        let disk = if sys.join("partition").exists() {
+        // A partition's device attributes (and a loop partition's backing file) are
+        // its disk's; its number and first sector are its own.
+        let partition = sysfs_read(&sys.join("partition")).parse().unwrap_or(0);
+        let disk = if partition > 0 {
             sys.join("..")
         } else {
             sys.clone()
@@ -225,7 +229,13 @@ pub fn identify(path: &Path) -> std::io::Result<TargetIdentity> {
             wwn: first(&["wwid", "device/wwid"]),
             serial: first(&["serial", "device/serial"]),
             model: first(&["device/model"]),
-            loop_backing: sysfs_read(&sys.join("loop/backing_file")),
+            loop_backing: sysfs_read(&disk.join("loop/backing_file")),
+            partition,
+            part_start: if partition > 0 {
+                sysfs_read(&sys.join("start")).parse().unwrap_or(0)
+            } else {
+                0
+            },
             ..Default::default()
         })
     } else {
@@ -245,7 +255,8 @@ pub fn identify(path: &Path) -> std::io::Result<TargetIdentity> {
 }
 
 /// One line describing a block device's identity, e.g.
-/// `model X, serial Y, WWN Z, 16.0 MiB` or `loop device backed by /tmp/img, 16.0 MiB`.
+/// `model X, serial Y, WWN Z, 16.0 MiB` or `loop device backed by /tmp/img, 16.0 MiB`;
+/// a partition adds `partition 2 from sector 8192`.
 pub fn describe_device(id: &TargetIdentity) -> String {
     let mut parts = Vec::new();
     if !id.model.is_empty() {
@@ -263,12 +274,25 @@ pub fn describe_device(id: &TargetIdentity) -> String {
     if parts.is_empty() {
         parts.push("no serial, WWN or backing file known".into());
     }
+    if id.partition > 0 {
+        parts.push(describe_partition(id));
+    }
     parts.push(crate::common::human_bytes(id.size));
     parts.join(", ")
 }
 
+/// `partition N from sector S`, or `the whole device`.
+fn describe_partition(id: &TargetIdentity) -> String {
+    if id.partition == 0 {
+        "the whole device".into()
+    } else {
+        format!("partition {} from sector {}", id.partition, id.part_start)
+    }
+}
+
 /// Why block device identity `actual` is provably not `expected` (a known identifier
-/// differs), or `None`.
+/// differs, or it is another partition of the disk, or the whole disk where the run
+/// wrote a partition, or the reverse), or `None`.
 pub fn device_mismatch(expected: &TargetIdentity, actual: &TargetIdentity) -> Option<String> {
     let fields = [
         ("WWN", &expected.wwn, &actual.wwn),
@@ -279,7 +303,7 @@ pub fn device_mismatch(expected: &TargetIdentity, actual: &TargetIdentity) -> Op
             &actual.loop_backing,
         ),
     ];
-    fields
+    let id = fields
         .iter()
         .find(|(_, e, a)| !e.is_empty() && e != a)
         .map(|(what, e, a)| {
@@ -287,7 +311,20 @@ pub fn device_mismatch(expected: &TargetIdentity, actual: &TargetIdentity) -> Op
                 "its {what} is {} where the run's device had {e}",
                 if a.is_empty() { "unknown" } else { a.as_str() }
             )
-        })
+        });
+    // Partitions of one disk share its identifiers: the region read must be the
+    // run's, or its blocks are read at other offsets of the disk.
+    id.or_else(|| {
+        ((expected.partition, expected.part_start) != (actual.partition, actual.part_start)).then(
+            || {
+                format!(
+                    "it is {} where the run wrote {}",
+                    describe_partition(actual),
+                    describe_partition(expected)
+                )
+            },
+        )
+    })
 }
 
 /// True when two runs' identities name the same target: for block devices a known
@@ -307,8 +344,9 @@ pub fn device_has_identity(id: &TargetIdentity) -> bool {
     !(id.wwn.is_empty() && id.serial.is_empty() && id.loop_backing.is_empty())
 }
 
-/// The block device under `/dev` whose identity matches `expected` (WWN, serial or
-/// loop backing file), if exactly one does.
+/// The block device or partition under `/dev` whose identity matches `expected`
+/// (WWN, serial or loop backing file, and partition number and first sector), if
+/// exactly one does.
 pub fn find_device(expected: &TargetIdentity) -> Option<PathBuf> {
     if !device_has_identity(expected) {
         return None;
@@ -316,7 +354,7 @@ pub fn find_device(expected: &TargetIdentity) -> Option<PathBuf> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/sys/class/block").ok()?.flatten() {
         let dev = Path::new("/dev").join(e.file_name());
-        if !dev.exists() || e.path().join("partition").exists() {
+        if !dev.exists() {
             continue;
         }
         if let Ok(id) = identify(&dev) {
@@ -377,4 +415,18 @@ fn read_at_full(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone_also_at_the_very_end() {
+        assert_eq!(unescape_mountinfo("/mnt/a\\040"), "/mnt/a ");
+        assert_eq!(unescape_mountinfo("/mnt/a\\040b\\011"), "/mnt/a b\t");
+        assert_eq!(unescape_mountinfo("/mnt/a\\134"), "/mnt/a\\");
+        // A backslash not followed by three digits stays as it is.
+        assert_eq!(unescape_mountinfo("/mnt/a\\04"), "/mnt/a\\04");
+    }
 }

@@ -209,35 +209,9 @@ pub async fn verify(
             plugpull::units::utc(l.manifest.started_unix_ms)
         );
     }
-    let device_error = device_error_rule(&l)?;
     match &l.manifest.workload {
         Workload::File(fm) => {
-            // A run whose records are on the target but that the start-of-run scan did
-            // not see (a sampled scan of a large target) counts as earlier when the
-            // listener created it before this run, on the same target.
-            let order = l.manifest.listener_order;
-            let earlier = |r: RunId| -> bool {
-                let (listener, secret) = (listener.to_string(), secret.clone());
-                let other = std::thread::spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .ok()?;
-                    rt.block_on(fetch(&listener, &secret, Some(r), "")).ok()
-                })
-                .join()
-                .ok()
-                .flatten();
-                other.is_some_and(|o| {
-                    let same = match &o.manifest.workload {
-                        Workload::File(ofm) => target_id::same_target(&ofm.identity, &fm.identity),
-                        Workload::Pgbench(_) => false,
-                    };
-                    same && o.manifest.listener_order > 0 && o.manifest.listener_order < order
-                })
-            };
-            let mut report = verify_file_with(&l, fm, args, &earlier)?;
-            report.device_error = device_error;
+            let report = verify_file_run(&l, fm, args, listener, secret).await?;
             if args.json {
                 println!(
                     "{}",
@@ -249,6 +223,7 @@ pub async fn verify(
             Ok(report.ok)
         }
         Workload::Pgbench(pm) => {
+            device_error_rule(&l)?;
             let report =
                 crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg).await?;
             if args.json {
@@ -269,30 +244,70 @@ pub async fn verify(
     }
 }
 
-/// Reads the target of a file run and classifies every block.
+/// Verifies a file run: the device-error rule, then reads its target and classifies
+/// every block. Used by `plugpull verify` and by `plugpull demo`.
 ///
-/// Errors (exit 2): nothing was acknowledged ("not measured"); the target is not the
-/// run's (a block device with another identity; only records of runs that were not
-/// on it when the run started); its filesystem is not mounted; a writer still holds
-/// it; it exists but cannot be read. A file gone from the right filesystem is a
-/// finding: every acknowledged block is then missing.
-pub fn verify_file(
+/// Runs whose records are on the target are the target's prior contents when the
+/// manifest's `prior_runs` lists them, or when the listener created them before this
+/// run on the same target (a sampled start-of-run scan of a large target can miss
+/// them; their ledgers are fetched from `listener` to tell). Any other run's record
+/// is a later run's: it excuses a lost write from `unserializable`, and a target
+/// holding only such records is refused as the wrong one.
+///
+/// Errors (exit 2): writes acknowledged after a device error; nothing was acknowledged
+/// ("not measured"); the target is not the run's (a block device with another
+/// identity; only records of runs that were not on it when the run started); its
+/// filesystem is not mounted; a writer still holds it; it exists but cannot be read.
+/// A file gone from the right filesystem is a finding: every acknowledged block is
+/// then missing.
+pub async fn verify_file_run(
     l: &RunLedger,
     fm: &FileManifest,
     args: &VerifyArgs,
+    listener: &str,
+    secret: &Secret,
 ) -> Result<FileReport, Failure> {
-    verify_file_with(l, fm, args, &|_| false)
+    let device_error = device_error_rule(l)?;
+    let read = read_file_target(l, fm, args)?;
+    let mut prior = fm.prior_runs.clone();
+    for &r in read.tally.other_runs() {
+        if prior.contains(&r) {
+            continue;
+        }
+        let Ok(o) = fetch(listener, secret, Some(r), "").await else {
+            continue;
+        };
+        let same = match &o.manifest.workload {
+            Workload::File(ofm) => target_id::same_target(&ofm.identity, &fm.identity),
+            Workload::Pgbench(_) => false,
+        };
+        let order = o.manifest.listener_order;
+        if same && order > 0 && order < l.manifest.listener_order {
+            prior.push(r);
+        }
+    }
+    let mut report = judge_file(l, fm, read, &prior)?;
+    report.device_error = device_error;
+    Ok(report)
 }
 
-/// [`verify_file`], where `earlier(r)` says whether run `r`, whose records are on the
-/// target although the manifest's `prior_runs` does not list it, was created before
-/// this run (its records are then prior contents, not a sign of a later reuse).
-pub fn verify_file_with(
+/// What reading a file run's target found, before the other runs' records on it are
+/// placed as earlier or later than the run.
+struct TargetRead {
+    acks: AckTable,
+    tally: Tally,
+    target_findings: Vec<TargetFinding>,
+    shown_path: PathBuf,
+    read_mode: &'static str,
+    read_note: String,
+}
+
+/// Reads the target of a file run (or finds it gone) and adds every block's check.
+fn read_file_target(
     l: &RunLedger,
     fm: &FileManifest,
     args: &VerifyArgs,
-    earlier: &dyn Fn(RunId) -> bool,
-) -> Result<FileReport, Failure> {
+) -> Result<TargetRead, Failure> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
     let mut acks = AckTable::new(blocks);
@@ -363,12 +378,42 @@ pub fn verify_file_with(
             (read_mode, read_note) = (mode, note);
         }
     }
-    let outcome = tally.finish();
+    Ok(TargetRead {
+        acks,
+        tally,
+        target_findings,
+        shown_path,
+        read_mode,
+        read_note,
+    })
+}
+
+/// Classifies what [`read_file_target`] found, `prior` being the runs whose records
+/// were on the target before this run, and makes the report.
+///
+/// Errors (exit 2): the target holds no record of the run but records of runs not in
+/// `prior`.
+fn judge_file(
+    l: &RunLedger,
+    fm: &FileManifest,
+    read: TargetRead,
+    prior: &[RunId],
+) -> Result<FileReport, Failure> {
+    let TargetRead {
+        acks,
+        tally,
+        mut target_findings,
+        shown_path,
+        read_mode,
+        read_note,
+    } = read;
+    let blocks = fm.blocks();
+    let outcome = tally.finish(prior);
     if read_mode != "none" && outcome.run_data_blocks == 0 {
         let unknown: Vec<String> = outcome
             .other_runs
             .iter()
-            .filter(|r| !fm.prior_runs.contains(r) && !earlier(**r))
+            .filter(|r| !prior.contains(r))
             .map(|r| r.to_string())
             .collect();
         if !unknown.is_empty() {

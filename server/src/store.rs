@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -102,6 +103,9 @@ pub struct Store {
     dir: PathBuf,
     token_key: [u8; 32],
     runs: Mutex<HashMap<RunId, RunMeta>>,
+    /// The highest creation order given so far (recovered ledgers included): each new
+    /// run takes the next one atomically, so concurrent creations never share one.
+    last_order: AtomicU64,
     live: Mutex<HashMap<RunId, Arc<RunHandle>>>,
     /// Extra sleep before each `fdatasync` (tests only: a slow ledger disk).
     sync_delay: Duration,
@@ -156,11 +160,13 @@ impl Store {
         }
         let token_key = token_key(dir)?;
         tracing::info!(runs = runs.len(), dir = %dir.display(), "data directory opened");
+        let last_order = runs.values().map(|m: &RunMeta| m.order).max().unwrap_or(0);
         Ok(Store {
             _lock: lock,
             dir: runs_dir,
             token_key,
             runs: Mutex::new(runs),
+            last_order: AtomicU64::new(last_order),
             live: Mutex::new(HashMap::new()),
             sync_delay,
         })
@@ -189,11 +195,9 @@ impl Store {
     /// Errors: the ledger cannot be created or synced.
     pub fn create(self: &Arc<Self>, mut manifest: Manifest) -> Result<Arc<RunHandle>, String> {
         // The listener's own record of when and in which order runs were created: verify
-        // picks "the latest run" by it, never by the agent's clock.
-        manifest.listener_order = {
-            let runs = self.runs.lock().unwrap();
-            runs.values().map(|m| m.order).max().unwrap_or(0) + 1
-        };
+        // picks "the latest run" by it, never by the agent's clock. Taken before the
+        // ledger is written (a creation that then fails leaves a gap, never a repeat).
+        manifest.listener_order = self.last_order.fetch_add(1, Ordering::SeqCst) + 1;
         manifest.listener_created_unix_ms = now_ms();
         loop {
             let run = RunId(rand::random::<u64>() | 1);
