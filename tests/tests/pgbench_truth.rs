@@ -322,6 +322,24 @@ fn postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding(
     let run1 = run(&l, &pg, "20");
     let data = pg.data.to_str().unwrap().to_string();
     let log = pg.log.to_str().unwrap().to_string();
+    // Right after a cut, before PostgreSQL was started again: no postmaster, the
+    // cluster "in production", ordinary FATAL lines in the log's tail. That is not
+    // yet started, not stopped: could not verify (exit 2), never a finding.
+    let refused = pg.try_psql_in("nope", "SELECT 1").unwrap_err();
+    assert!(refused.contains("does not exist"), "{refused}");
+    pg.stop_immediate();
+    assert!(
+        pg.log_tail(40)
+            .contains("FATAL:  database \"nope\" does not exist"),
+        "{}",
+        pg.log_tail(40)
+    );
+    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "2s", "--pgdata", &data]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert_eq!(v["ok"], json!(false), "{v:#}");
+    assert!(err.contains("is PostgreSQL running?"), "{err}");
+    assert!(err.contains("cluster state \"in production\""), "{err}");
+    pg.start();
     pg.stop();
     // Cleanly stopped and not started: could not verify, exit 2, naming the state.
     let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "1s", "--pgdata", &data]);
@@ -412,3 +430,4 @@ fn a_server_still_in_recovery_is_waited_for_then_checked() {
     assert_eq!(counts(&v), expect(&[]), "{v:#}");
     assert_eq!(v["acknowledged_commits"], json!(40));
 }
+

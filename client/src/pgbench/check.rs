@@ -391,7 +391,7 @@ pub async fn verify(
     };
 
     // Connect, waiting for crash recovery (see ready.rs for the rule).
-    let client = match ready::wait(&cfg, &conninfo, opts).await? {
+    let client = match ready::wait(&cfg, &conninfo, opts, manifest.started_unix_ms).await? {
         ready::Ready::Up(c) => c,
         ready::Ready::Stopped(detail) => {
             unreachable(&mut rep, detail);
