@@ -339,7 +339,12 @@ fn postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding(
         "{}",
         pg.log_tail(40)
     );
-    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "2s", "--pgdata", &data]);
+    let (code, v, err) = verify(
+        &l,
+        &run1,
+        &dsn,
+        &["--pg-wait", "2s", "--pgdata", &data, "--pg-log", &log],
+    );
     assert_eq!(code, 2, "{err}\n{v:#}");
     assert_eq!(v["ok"], json!(false), "{v:#}");
     assert!(err.contains("is PostgreSQL running?"), "{err}");
