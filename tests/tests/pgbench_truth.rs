@@ -129,6 +129,9 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
     ) else {
         return;
     };
+    // No autovacuum: only verify's own reads meet the damaged page, so the failure
+    // counter is exact.
+    pg.set("autovacuum", "off");
     let dsn = pg.conninfo_db("bench");
     let run1 = run(&l, &pg, "300");
     let file = pg.psql_in("bench", "SELECT pg_relation_filepath('pgbench_history')");
