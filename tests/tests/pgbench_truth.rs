@@ -369,6 +369,17 @@ fn postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding(
             std::fs::remove_file(p).unwrap();
         }
     }
+    // A line that is not UTF-8 (a client's latin-1 application_name, say) must not
+    // cost the log its evidence.
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&pg.log)
+            .unwrap();
+        f.write_all(b"2000-01-01 00:00:00.000 UTC [1] LOG:  connection authorized: user=caf\xe9\n")
+            .unwrap();
+    }
     let started = pg.try_start();
     assert!(started.is_err(), "PostgreSQL started without its WAL");
     let (code, v, err) = verify(
