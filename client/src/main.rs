@@ -28,11 +28,13 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Only parse the command line: print `arguments OK` and exit 0 without doing
-    /// anything (the test that runs every documented example uses it).
-    #[arg(long, global = true, hide = true)]
-    check_args: bool,
 }
+
+/// With this environment variable set to `1`, `plugpull` only parses its command line:
+/// it prints `arguments OK` and exits 0 without doing anything. The test that runs
+/// every documented example sets it. It is no flag on purpose: a flag could be typed
+/// into a real `plugpull verify` line and make it exit 0 without verifying anything.
+const CHECK_ARGS_ENV: &str = "PLUGPULL_CHECK_ARGS";
 
 /// Where the listener is and how to prove ourselves to it.
 #[derive(clap::Args, Debug, Clone)]
@@ -98,7 +100,7 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
-    if cli.check_args {
+    if std::env::var_os(CHECK_ARGS_ENV).is_some_and(|v| v == "1") {
         println!("arguments OK");
         return ExitCode::SUCCESS;
     }

@@ -1,11 +1,22 @@
 //! Every example command line the user is shown — in `plugpull --help`, in each
 //! subcommand's `--help`, in the README and in `docs/` — must be accepted by the
-//! real `plugpull` binary. Each example is run with the hidden `--check-args` flag,
-//! which parses the whole command line with the real parser and exits 0 with
+//! real `plugpull` binary. Each example is run with `PLUGPULL_CHECK_ARGS=1` in its
+//! environment, which makes `plugpull` parse the whole command line with the real parser and exits 0 with
 //! `arguments OK` without doing anything; a usage error exits 2 with clap's message.
 
 use plugpull_tests::*;
 use std::path::Path;
+use std::process::{Command, Output};
+
+/// `plugpull ARGS` with `PLUGPULL_CHECK_ARGS=1`: only the command line is parsed.
+fn check_args(args: &[&str]) -> Output {
+    Command::new(bin("plugpull"))
+        .args(args)
+        .env_remove("PLUGPULL_SECRET")
+        .env("PLUGPULL_CHECK_ARGS", "1")
+        .output()
+        .expect("run plugpull")
+}
 
 /// The `--help` text of `plugpull SUB…`.
 fn help(sub: &[&str]) -> String {
@@ -178,9 +189,8 @@ fn every_documented_example_parses() {
         for ex in examples_in(text) {
             let w = words(&ex);
             assert_eq!(w[0], "plugpull", "{source}: {ex}");
-            let mut args: Vec<&str> = w[1..].iter().map(String::as_str).collect();
-            args.push("--check-args");
-            let o = plugpull(&args);
+            let args: Vec<&str> = w[1..].iter().map(String::as_str).collect();
+            let o = check_args(&args);
             checked += 1;
             if o.status.code() != Some(0) || stdout(&o).trim() != "arguments OK" {
                 bad.push(format!("{source}: `{ex}`\n{}", stderr(&o)));
@@ -199,19 +209,28 @@ fn every_documented_example_parses() {
 
 #[test]
 fn check_args_rejects_what_the_parser_rejects() {
-    // The flag is not a rubber stamp: a usage error still exits 2 with clap's message.
-    let o = plugpull(&[
+    // The variable is not a rubber stamp: a usage error still exits 2 with clap's message.
+    let o = check_args(&[
         "write",
         "pgbench",
         "--listener",
         "witness:7458",
         "--scale",
         "0",
-        "--check-args",
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--scale"), "{}", stderr(&o));
     assert!(stdout(&o).is_empty());
+    // And no flag can make a real verify exit 0 without verifying: `--check-args` is
+    // an unknown argument (usage error, exit 2).
+    let o = plugpull(&["verify", "--listener", "127.0.0.1:1", "--check-args"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unexpected argument '--check-args'"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     assert_eq!(
         words("plugpull write pgbench --dsn 'host=/tmp dbname=bench' -s 10 &   # x"),
         [

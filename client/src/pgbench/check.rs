@@ -391,7 +391,7 @@ pub async fn verify(
     };
 
     // Connect, waiting for crash recovery (see ready.rs for the rule).
-    let client = match ready::wait(&cfg, &conninfo, opts).await? {
+    let client = match ready::wait(&cfg, &conninfo, opts, manifest.started_unix_ms).await? {
         ready::Ready::Up(c) => c,
         ready::Ready::Stopped(detail) => {
             unreachable(&mut rep, detail);
@@ -779,6 +779,9 @@ pub async fn verify(
     }
     pages.sort();
     pages.dedup();
+    // Pages unreadable now: the run's data is damage; FSM/VM pages PostgreSQL
+    // rebuilds by design; any other main-fork page (a system catalog, another table
+    // of this database) is damage outside the run's data, a failure of the stack too.
     let mut repaired = 0u64;
     for p in &pages {
         if p.is_data() {
@@ -800,13 +803,21 @@ pub async fn verify(
                 ),
                 page: Some(p.clone()),
             });
-        } else {
+        } else if p.is_rebuilt_by_design() {
             repaired += 1;
             expected.push(by_design(p));
+        } else {
+            rep.damaged_pages += 1;
+            failures.push(outside(
+                p,
+                "cannot be read now: PostgreSQL rejects the page (checksum or header)",
+            ));
         }
     }
-    // Pages the server log names that are not unreadable now: FSM/VM pages PostgreSQL
-    // zeroed and rebuilt, or pages that read clean again.
+    // Pages the server log names, in lines written since the run started, in this
+    // database: FSM/VM pages PostgreSQL zeroed and rebuilt, pages of the run's data
+    // that read clean again, or damage outside the run's data.
+    let mut clean_again = 0u64;
     let log_text = opts
         .pg_log
         .clone()
@@ -815,54 +826,98 @@ pub async fn verify(
             ready::log_tail(
                 opts.pgdata.as_deref().unwrap_or(&p),
                 opts.pg_log.as_deref(),
-                100_000,
+                LOG_LINES,
             )
         })
         .unwrap_or_default();
-    for (path, block, _) in damage::log_pages(&log_text) {
-        let p = damage::resolve(&client, &path, block).await;
-        if pages.contains(&p) || !p.relation.starts_with("pgbench_") {
+    let (mut since_run, mut undated) = (String::new(), 0u64);
+    for line in log_text.lines() {
+        match ready::line_time_ms(line) {
+            Some(t) if t >= manifest.started_unix_ms => {
+                since_run.push_str(line);
+                since_run.push('\n');
+            }
+            Some(_) => {}
+            None => undated += u64::from(damage::parse_invalid_page(line).is_some()),
+        }
+    }
+    if undated > 0 {
+        rep.notes.push(format!(
+            "{undated} \"invalid page\" lines of the server log carry no timestamp verify can read \
+             (log_line_prefix with %m or %t, log_timezone UTC or a numeric offset): not attributed"
+        ));
+    }
+    let db_oid: Option<u32> = client
+        .query_one(
+            "SELECT oid FROM pg_database WHERE datname = current_database()",
+            &[],
+        )
+        .await
+        .ok()
+        .map(|r| r.get(0));
+    for (path, block, _) in damage::log_pages(&since_run) {
+        // Another database's files have the same filenodes when it was copied from
+        // this one (CREATE DATABASE … TEMPLATE): only this database's paths count.
+        if db_oid.is_none() || damage::database_of(&path) != db_oid {
             continue;
         }
-        if p.fork == "main" {
+        let p = damage::resolve(&client, &path, block).await;
+        if pages.contains(&p) {
+            continue;
+        }
+        if p.is_rebuilt_by_design() {
+            repaired += 1;
+            expected.push(by_design(&p));
+        } else if p.is_data() {
+            clean_again += 1;
             rep.notes.push(format!(
-                "the server log names {} ({} fork) block {} as damaged once; it reads clean now",
+                "the server log names {} ({} fork) block {} as damaged since the run started; it reads clean now",
                 p.relation, p.fork, p.block
             ));
         } else {
-            repaired += 1;
-            expected.push(by_design(&p));
+            rep.damaged_pages += 1;
+            failures.push(outside(
+                &p,
+                "failed verification since the run started (the server log names it)",
+            ));
         }
         pages.push(p);
     }
-    if rise > 0 && rep.damaged_pages == 0 {
+    // Every failure the counter shows must be explained by a page: an FSM/VM page
+    // does not excuse the others.
+    let attributed = repaired + rep.damaged_pages + clean_again;
+    let unattributed = rise.saturating_sub(attributed);
+    if rise > 0 {
         let clean = scanned && rep.amcheck.ran && rep.amcheck.note.is_none();
-        rep.notes.push(format!(
-            "{rise} checksum failures since the run started{}; {}",
-            if repaired > 0 {
-                format!(", {repaired} of them pages PostgreSQL zeroes and rebuilds by design")
-            } else {
-                String::new()
-            },
-            if clean {
-                "every heap page of the pgbench tables reads clean and amcheck checked every index: \
-                 no page of the run's data is damaged"
-            } else {
-                "not every page of the run's data could be checked (amcheck did not check every index)"
-            }
-        ));
-        if !clean && repaired == 0 {
-            rep.unattributed_checksum_failures = rise;
+        if unattributed > 0 && !clean {
+            rep.unattributed_checksum_failures = unattributed;
             failures.push(PgFinding {
                 kind: "checksum_failures".into(),
                 client: None,
                 seq: None,
                 detail: format!(
-                    "{rise} checksum failures in this database since the run started, not attributed to a page \
-                     (give --pg-log or --pgdata, and let amcheck run)"
+                    "{unattributed} of the {rise} checksum failures in this database since the run started \
+                     are attributed to no page ({attributed} pages named), and not every page of the run's \
+                     data could be checked (amcheck did not check every index); give --pg-log or --pgdata, \
+                     and let amcheck run"
                 ),
                 page: None,
             });
+        } else if rep.damaged_pages == 0 {
+            rep.notes.push(format!(
+                "{rise} checksum failures since the run started{}; {}",
+                if repaired > 0 {
+                    format!(", {repaired} of them pages PostgreSQL zeroes and rebuilds by design")
+                } else {
+                    String::new()
+                },
+                if clean {
+                    "every heap page of the pgbench tables reads clean and amcheck checked every index: \
+                     no page of the run's data is damaged"
+                } else {
+                    "each of them is attributed to a page named above"
+                }
+            ));
         }
     }
     rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
@@ -884,6 +939,7 @@ pub async fn verify(
             "ordering_violation",
             "amcheck",
             "damaged_page",
+            "damaged_page_outside_run",
             "checksum_failures",
             "missing_table",
             "invariant",
@@ -922,7 +978,26 @@ pub async fn verify(
     Ok(rep)
 }
 
-/// The finding for an FSM or VM page (or any page outside the run's data) that failed.
+/// How many lines of the server log verify reads for "invalid page" lines.
+const LOG_LINES: usize = 100_000;
+
+/// The failure for a main-fork page outside the run's data (a system catalog,
+/// another table of this database): not the run's commits, but damage the stack did.
+fn outside(p: &damage::Page, what: &str) -> PgFinding {
+    PgFinding {
+        kind: "damaged_page_outside_run".into(),
+        client: None,
+        seq: None,
+        detail: format!(
+            "{} ({} fork) block {} {what}: damage outside the run's data (not a page PostgreSQL \
+             rebuilds by design)",
+            p.relation, p.fork, p.block
+        ),
+        page: Some(p.clone()),
+    }
+}
+
+/// The finding for an FSM or VM page that failed.
 fn by_design(p: &damage::Page) -> PgFinding {
     PgFinding {
         kind: "repaired_by_design".into(),

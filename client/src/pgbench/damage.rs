@@ -13,10 +13,13 @@
 //!   log (`--pg-log`, or `--pgdata`'s `log/`), which name pages PostgreSQL read,
 //!   failed and, for free-space-map and visibility-map forks, zeroed and rebuilt.
 //!
-//! Only main-fork pages of the pgbench tables and their indexes count as damage.
-//! FSM and VM pages are not fully WAL-logged: PostgreSQL zeroes a damaged one when it
-//! reads it and rebuilds it, by design; those are reported as such, never as a
-//! failure.
+//! Main-fork pages of the pgbench tables and their indexes are damage to the run's
+//! data; main-fork pages of anything else in the database (a system catalog, another
+//! table) are damage outside the run's data, a failure of the stack as well. FSM and
+//! VM pages are not fully WAL-logged: PostgreSQL zeroes a damaged one when it reads
+//! it and rebuilds it, by design; those are reported as such, never as a failure.
+//! Log lines count only when written since the run started and naming a file of the
+//! run's database (`base/D/…` with D its OID).
 
 use super::conn::describe;
 use serde::Serialize;
@@ -40,6 +43,12 @@ impl Page {
     /// or of one of their indexes.
     pub fn is_data(&self) -> bool {
         self.fork == "main" && self.relation.starts_with("pgbench_")
+    }
+
+    /// Whether PostgreSQL zeroes and rebuilds a damaged page of this kind by design:
+    /// a free-space-map or visibility-map page (these forks are not fully WAL-logged).
+    pub fn is_rebuilt_by_design(&self) -> bool {
+        self.fork == "fsm" || self.fork == "vm"
     }
 }
 
@@ -80,6 +89,18 @@ fn split_path(path: &str) -> Option<(u32, u32, &'static str)> {
         None => (file, "main"),
     };
     Some((spc, node.parse().ok()?, fork))
+}
+
+/// The database OID in a relation file path: `D` of `base/D/…` or
+/// `pg_tblspc/T/VERSION/D/…`; `None` for `global/…` (shared catalogs, read by the
+/// sessions of every database) and anything else.
+pub fn database_of(path: &str) -> Option<u32> {
+    let parts: Vec<&str> = path.split('/').collect();
+    match *parts.first()? {
+        "base" => parts.get(1)?.parse().ok(),
+        "pg_tblspc" => parts.get(3)?.parse().ok(),
+        _ => None,
+    }
 }
 
 /// The page a path and block name, with the relation's name looked up.
@@ -211,6 +232,9 @@ mod tests {
             Some((9, 77, "vm"))
         );
         assert_eq!(split_path("global/1262"), Some((1664, 1262, "main")));
+        assert_eq!(database_of("base/5/16400_fsm"), Some(5));
+        assert_eq!(database_of("pg_tblspc/9/PG_15_1/5/77_vm"), Some(5));
+        assert_eq!(database_of("global/1262"), None);
     }
 
     #[test]
