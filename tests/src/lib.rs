@@ -441,3 +441,33 @@ pub fn progress_acknowledged(line: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// The `verdicts` object of a file report with `counts` set and every other verdict 0.
+pub fn verdicts(counts: &[(&str, u64)]) -> serde_json::Value {
+    let mut v = serde_json::json!({"intact": 0, "lost_write": 0, "torn_in_flight": 0,
+        "torn_acknowledged": 0, "corrupt": 0, "misdirected": 0, "unserializable": 0, "missing": 0});
+    for (k, n) in counts {
+        v[*k] = serde_json::json!(n);
+    }
+    v
+}
+
+/// Runs `plugpull write file` against `l` on `target` of `size` (as the command line
+/// takes it) with `extra` arguments to the end; panics unless it exits 0. Returns the
+/// run id.
+pub fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        size,
+    ];
+    args.extend_from_slice(extra);
+    let o = plugpull(&args);
+    assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
+    run_id(&o)
+}

@@ -6,38 +6,10 @@ use plugpull::RunId;
 use plugpull_tests::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 const BS: u64 = 4096;
-
-/// The verdict object with `counts` set and every other verdict 0.
-fn verdicts(counts: &[(&str, u64)]) -> Value {
-    let mut v = json!({"intact": 0, "lost_write": 0, "torn_in_flight": 0, "torn_acknowledged": 0,
-        "corrupt": 0, "misdirected": 0, "unserializable": 0, "missing": 0});
-    for (k, n) in counts {
-        v[*k] = json!(n);
-    }
-    v
-}
-
-fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> String {
-    let mut args = vec![
-        "write",
-        "file",
-        "--listener",
-        l.addr(),
-        "--target",
-        target.to_str().unwrap(),
-        "--size",
-        size,
-    ];
-    args.extend_from_slice(extra);
-    let o = plugpull(&args);
-    assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
-    run_id(&o)
-}
 
 #[test]
 fn a_clean_run_verifies_ok_with_every_written_block_intact() {

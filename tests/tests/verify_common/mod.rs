@@ -3,39 +3,11 @@
 //! and mounts come from `plugpull_tests::blockdev`).
 #![allow(dead_code)] // each test crate uses a part of it
 
-use plugpull_tests::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const BS: u64 = 4096;
-
-/// The verdict object with `counts` set and every other verdict 0.
-pub fn verdicts(counts: &[(&str, u64)]) -> Value {
-    let mut v = json!({"intact": 0, "lost_write": 0, "torn_in_flight": 0, "torn_acknowledged": 0,
-        "corrupt": 0, "misdirected": 0, "unserializable": 0, "missing": 0});
-    for (k, n) in counts {
-        v[*k] = json!(n);
-    }
-    v
-}
-
-pub fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> String {
-    let mut args = vec![
-        "write",
-        "file",
-        "--listener",
-        l.addr(),
-        "--target",
-        target.to_str().unwrap(),
-        "--size",
-        size,
-    ];
-    args.extend_from_slice(extra);
-    let o = plugpull(&args);
-    assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
-    run_id(&o)
-}
 
 /// `n` sequential writes by one job: write `s` goes to block `(s-1) % blocks`.
 pub fn sequential(n: u64) -> Vec<String> {
