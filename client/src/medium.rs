@@ -85,6 +85,13 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
         }
         return Ok(Some(path));
     }
+    if given {
+        // A path the user named that is not there says nothing about the run's data.
+        return Err(Failure(format!(
+            "target {shown} (given with --target) does not exist; the run wrote {}",
+            fm.target
+        )));
+    }
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

@@ -270,6 +270,7 @@ pub async fn verify_file_run(
     let device_error = device_error_rule(l)?;
     let read = read_file_target(l, fm, args)?;
     let mut prior = fm.prior_runs.clone();
+    let mut reused_by = Vec::new();
     for &r in read.tally.other_runs() {
         if prior.contains(&r) {
             continue;
@@ -278,15 +279,19 @@ pub async fn verify_file_run(
             continue;
         };
         let same = match &o.manifest.workload {
-            Workload::File(ofm) => target_id::same_target(&ofm.identity, &fm.identity),
+            Workload::File(ofm) => {
+                ofm.target == fm.target || target_id::same_target(&ofm.identity, &fm.identity)
+            }
             Workload::Pgbench(_) => false,
         };
         let order = o.manifest.listener_order;
         if same && order > 0 && order < l.manifest.listener_order {
             prior.push(r);
+        } else if same && order > l.manifest.listener_order {
+            reused_by.push(r);
         }
     }
-    let mut report = judge_file(l, fm, read, &prior)?;
+    let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
     report.device_error = device_error;
     Ok(report)
 }
@@ -300,6 +305,10 @@ struct TargetRead {
     shown_path: PathBuf,
     read_mode: &'static str,
     read_note: String,
+    /// A file given with `--target` that is provably not the file the run wrote
+    /// (another inode or filesystem): what it is, for the refusal when it holds
+    /// nothing of the run.
+    other_file: Option<String>,
 }
 
 /// Reads the target of a file run (or finds it gone) and adds every block's check.
@@ -333,6 +342,7 @@ fn read_file_target(
         .clone()
         .unwrap_or_else(|| PathBuf::from(&fm.target));
     let (mut read_mode, mut read_note) = ("none", String::new());
+    let mut other_file = None;
     match locate(fm, args.target.as_deref())? {
         None => {
             target_findings.push(TargetFinding {
@@ -353,6 +363,16 @@ fn read_file_target(
         Some(path) => {
             let o = open_target(&path)?;
             shown_path = o.path.clone();
+            if args.target.is_some() && fm.identity.kind == "file" {
+                if let Ok(have) = target_id::identify(&path) {
+                    if !target_id::same_target(&have, &fm.identity) {
+                        other_file = Some(format!(
+                            "inode {} on device {}, where the run wrote {} (inode {} on device {})",
+                            have.inode, have.dev, fm.target, fm.identity.inode, fm.identity.dev
+                        ));
+                    }
+                }
+            }
             if o.is_block && fm.identity.size > 0 && o.len != fm.identity.size {
                 target_findings.push(TargetFinding {
                     kind: "capacity_changed".into(),
@@ -385,6 +405,7 @@ fn read_file_target(
         shown_path,
         read_mode,
         read_note,
+        other_file,
     })
 }
 
@@ -398,6 +419,7 @@ fn judge_file(
     fm: &FileManifest,
     read: TargetRead,
     prior: &[RunId],
+    reused_by: &[RunId],
 ) -> Result<FileReport, Failure> {
     let TargetRead {
         acks,
@@ -406,9 +428,30 @@ fn judge_file(
         shown_path,
         read_mode,
         read_note,
+        other_file,
     } = read;
     let blocks = fm.blocks();
     let outcome = tally.finish(prior);
+    // Records of a run the listener created later on this same target mean the target
+    // was reused before this run was verified: the blocks it overwrote cannot be
+    // judged. (A later run's record from another target is evidence of a misdirected
+    // write and stays a finding.)
+    let later: Vec<String> = outcome
+        .other_runs
+        .iter()
+        .filter(|r| reused_by.contains(r))
+        .map(|r| r.to_string())
+        .collect();
+    if !later.is_empty() && outcome.run_data_blocks > 0 {
+        return Err(Failure(format!(
+            "target {} holds records of run {} but also of later runs on the same target ({}): \
+             the target was reused before run {} was verified, and the blocks they overwrote cannot be judged",
+            shown_path.display(),
+            l.run,
+            later.join(", "),
+            l.run
+        )));
+    }
     if read_mode != "none" && outcome.run_data_blocks == 0 {
         let unknown: Vec<String> = outcome
             .other_runs
@@ -427,6 +470,13 @@ fn judge_file(
                 unknown.join(", "),
                 l.run
             )));
+        }
+        if let (Some(what), 0) = (&other_file, outcome.run_data_blocks) {
+            return Err(Failure(format!(
+                        "target {} holds no record of run {} and is not the file the run wrote ({what}): wrong --target?",
+                        shown_path.display(),
+                        l.run
+                )));
         }
         let earlier = if outcome.other_runs.is_empty() {
             String::new()

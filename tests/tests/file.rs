@@ -286,13 +286,32 @@ fn doctored_files_give_exact_verdicts() {
         verdicts(&[("intact", 40), ("missing", N - 40)])
     );
 
-    // The file gone altogether: every acknowledged block is missing.
-    let (code, v, _) = verify_json(
-        &d.l,
-        &["--target", d.dir.join("no-such-file").to_str().unwrap()],
+    // A --target that does not exist names nothing of the run: could not verify.
+    // (The run's own file gone from its filesystem is a finding: verify_truth.rs.)
+    let gone = d.dir.join("no-such-file");
+    let run = d.run.to_string();
+    let (code, v, err) = verify_json(&d.l, &["--run", &run, "--target", gone.to_str().unwrap()]);
+    assert_eq!(code, 2, "{v}");
+    assert_eq!(
+        err.trim(),
+        format!(
+            "plugpull: target {} (given with --target) does not exist; the run wrote {}",
+            gone.display(),
+            d.target.display()
+        )
     );
-    assert_eq!(code, 1);
-    assert_eq!(v["verdicts"], verdicts(&[("missing", N)]));
+    // Another file, holding nothing of the run: a wrong --target, not a total loss.
+    let other = d.dir.join("zeros.dat");
+    std::fs::write(&other, vec![0u8; (N * BS) as usize]).unwrap();
+    let (code, v, err) = verify_json(&d.l, &["--run", &run, "--target", other.to_str().unwrap()]);
+    assert_eq!(code, 2, "{v}");
+    let prefix = format!(
+        "plugpull: target {} holds no record of run {} and is not the file the run wrote (inode ",
+        other.display(),
+        d.run
+    );
+    assert!(err.trim().starts_with(&prefix), "{err}");
+    assert!(err.trim().ends_with("): wrong --target?"), "{err}");
 }
 
 #[test]

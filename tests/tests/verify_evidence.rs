@@ -469,6 +469,21 @@ fn a_lost_block_holding_a_prior_runs_record_is_unserializable() {
     let d_block0 = std::fs::read(&elsewhere).unwrap()[..BS as usize].to_vec();
     cut(&target, &d_block0);
     check(&run_c, ("lost_write", &run_d, 1));
+    // E, a later run on C's own target that wrote blocks 0–9 before C was verified:
+    // the target was reused, and the blocks E overwrote cannot be judged (exit 2).
+    let run_e = write_run(&l, &target, "256KiB", &strs(&sequential(10)));
+    let (code, v, err) = verify_json(&l, &["--run", &run_c]);
+    assert_eq!(code, 2, "{v}");
+    assert_eq!(v["ok"], json!(false));
+    assert_eq!(
+        err.trim(),
+        format!(
+            "plugpull: target {} holds records of run {run_c} but also of later runs on the same target \
+             ({run_e}): the target was reused before run {run_c} was verified, and the blocks they \
+             overwrote cannot be judged",
+            target.display()
+        )
+    );
 }
 
 /// Review finding 6: runs started at the same moment get distinct creation orders
