@@ -772,8 +772,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         eprintln!(
             "plugpull: run {run} ended by a device error {:.3} s into the run: {}; no acknowledgement was made after it; \
              {confirmed} acknowledgements were confirmed by the listener before it. The device lost power, went away or \
-             filled up: this is the cut. Verify the run with `plugpull verify --run {run}` once the device is back \
-             (if it came back under a new name, give --target)",
+             filled up: this is the cut. Verify the run with `plugpull verify --listener {listener} --run {run}` (and the same secret) once the \
+             device is back (if it came back under a new name, give --target)",
             end.ms as f64 / 1000.0,
             end.error
         );

@@ -16,10 +16,10 @@ use std::process::ExitCode;
 /// on the machine under test; pull the plug; reboot; run `plugpull verify`.
 ///
 /// Examples:
-///   plugpull write file --listener witness:7458 --target /mnt/test/pp.dat --size 1GiB --jobs 4 --duration 5m -P 5
-///   plugpull write pgbench --listener witness:7458 --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
-///   plugpull verify --listener witness:7458
-///   plugpull verify --listener witness:7458 --run 3f9c0e12a4b5d678 --target /dev/sdb --json
+///   plugpull write file --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/pp.dat --size 1GiB --jobs 4 --duration 5m -P 5
+///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
+///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
+///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
 ///   plugpull demo            # the whole procedure on this machine, no hardware needed
 ///
 /// Exit codes: 0 nothing acknowledged lost or damaged, 1 findings, 2 could not do the job.
@@ -77,7 +77,7 @@ enum WriteCmd {
     /// Exit 1: the run ended by a device error (a write or durability call failed:
     /// the drive lost power, went away or filled up); that is the cut: verify the run.
     ///
-    /// Example: plugpull write file --listener witness:7458 --target /mnt/test/pp.dat --size 1GiB -j 4 -T 5m -P 5
+    /// Example: plugpull write file --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/pp.dat --size 1GiB -j 4 -T 5m -P 5
     File {
         #[command(flatten)]
         listener: ListenerArgs,
@@ -86,7 +86,7 @@ enum WriteCmd {
     },
     /// Run pgbench's TPC-B transactions; each successful COMMIT is an acknowledgement.
     ///
-    /// Example: plugpull write pgbench --listener witness:7458 --dsn 'host=/tmp dbname=bench' --init -s 10 -c 8 -T 10m -P 5
+    /// Example: plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init -s 10 -c 8 -T 10m -P 5
     Pgbench {
         #[command(flatten)]
         listener: ListenerArgs,

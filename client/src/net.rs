@@ -177,7 +177,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
     }
     if !secret.check_listener_proof(&nonce, &theirs, &proof) {
         return Err(Failure(format!(
-            "listener at {addr} could not prove it holds our secret (the secrets differ, or only one side has one)"
+            "listener at {addr} could not prove it holds our secret (the secrets differ, or only one side has one: give both the same --secret-file or PLUGPULL_SECRET)"
         )));
     }
     w.send(&Request::Auth {
