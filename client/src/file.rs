@@ -660,6 +660,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         .map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
     let mut last = (Instant::now(), 0u64, 0u64, 0u64);
     let mut interrupted = false;
+    let interrupt = crate::common::interrupted();
+    tokio::pin!(interrupt);
     let outs = loop {
         tokio::select! {
             r = &mut joined => break r.expect("join writers"),
@@ -678,7 +680,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
                 );
                 last = (now, n, s1, s2);
             }
-            _ = tokio::signal::ctrl_c(), if !interrupted => {
+            _ = &mut interrupt, if !interrupted => {
                 interrupted = true;
                 eprintln!("interrupted: finishing the writes in flight");
                 sh.stop.store(true, Ordering::Relaxed);

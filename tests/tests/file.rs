@@ -646,3 +646,47 @@ fn a_target_of_another_run_is_refused_not_judged() {
         "{err}"
     );
 }
+
+/// SIGTERM (`kill`, `systemctl stop`) stops a writer like Ctrl-C: the run is finished
+/// properly (exit 0, a summary), and verify finds every acknowledged write.
+#[test]
+fn sigterm_finishes_the_run_like_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "1MiB",
+        "-T",
+        "60s",
+        "-P",
+        "1",
+    ]);
+    w.wait_acknowledged(1);
+    let run = w.run.clone();
+    // SAFETY: kill(2) with a valid pid and signal number.
+    unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
+    let (status, out, err) = w.finish();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("interrupted: finishing the writes in flight"),
+        "{err}"
+    );
+    let acknowledged: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("writes acknowledged: "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["acknowledged"], json!(acknowledged));
+    assert_eq!(v["finished"], json!(true));
+}

@@ -277,20 +277,20 @@ impl Prepared {
                 }
             })
         });
-        // SIGINT: the first stops the clients after their current transaction (the
+        // SIGINT or SIGTERM: the first stops the clients after their current transaction (the
         // run then finishes normally); a second one quits at once. The task stays
         // for the rest of the process, since tokio keeps the handler installed.
         {
             let shared = self.shared.clone();
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if crate::common::interrupted().await.is_ok() {
                     eprintln!(
                         "interrupted: stopping the clients after their current transaction \
                          (interrupt again to quit at once)"
                     );
                     shared.stop.store(true, Ordering::SeqCst);
                 }
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if crate::common::interrupted().await.is_ok() {
                     eprintln!("interrupted again: quitting");
                     std::process::exit(130);
                 }
