@@ -189,6 +189,9 @@ pub enum ErrorKind {
     Busy,
     /// A frame after the handshake failed its authentication tag.
     Mac,
+    /// A verifier asked for the ledger of a run still being written (its agent is
+    /// connected and appending).
+    Live,
 }
 
 /// What went wrong reading or decoding a frame.

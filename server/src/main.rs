@@ -550,6 +550,18 @@ async fn requests<R: tokio::io::AsyncRead + Unpin>(
                         format!("no run of host {host:?} in this listener's ledger"),
                     );
                 };
+                // A run still being written is not judged (whatever path the verifier
+                // reads its target by); a writer that just died is waited out.
+                let since = std::time::Instant::now();
+                while let Some(ago) = shared.store.still_written(run) {
+                    if since.elapsed() > store::LIVE_APPEND {
+                        return refuse(
+                            ErrorKind::Live,
+                            format!("run {run} is still being written: its agent is connected and its last acknowledgement arrived {ago} ms ago; verify after the writer has ended (or the machine was cut)"),
+                        );
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
                 match shared.store.read(run) {
                     Ok((bytes, torn)) => {
                         let _ = out.send(Pending::Ledger(run, bytes, torn));

@@ -36,6 +36,10 @@ use tokio::sync::{mpsc, oneshot};
 /// How long a run's writer stays registered with no connection and nothing queued.
 pub const WRITER_IDLE: Duration = Duration::from_secs(2);
 
+/// A run whose agent is connected and appended less than this long ago is still being
+/// written: the listener does not serve its ledger to a verifier.
+pub const LIVE_APPEND: Duration = Duration::from_secs(2);
+
 /// What the store knows of a run without reading its ledger.
 #[derive(Clone, Debug)]
 pub struct RunMeta {
@@ -279,6 +283,21 @@ impl Store {
             return Err(format!("ledger of run {run} is damaged: {d}"));
         }
         Ok(meta.clone())
+    }
+
+    /// How long ago (ms) `run` last appended, if it is still being written: not
+    /// ended, an agent connection holds its writer, and its last append was less than
+    /// [`LIVE_APPEND`] ago. `None` otherwise: a SIGKILLed agent's connection closes at
+    /// once, and a cut machine's dead connection may stay open for minutes but
+    /// appends nothing.
+    pub fn still_written(&self, run: RunId) -> Option<u64> {
+        let live = self.live.lock().unwrap();
+        let held = live.get(&run).is_some_and(|h| Arc::strong_count(h) > 1);
+        drop(live);
+        let runs = self.runs.lock().unwrap();
+        let m = runs.get(&run)?;
+        let ago = now_ms().saturating_sub(m.last_append_unix_ms);
+        (held && !m.ended && ago < LIVE_APPEND.as_millis() as u64).then_some(ago)
     }
 
     /// The newest run of `host` by the listener's own record (creation order), if any.
