@@ -457,6 +457,26 @@ pub fn check_record(
     Ok(RecordCheck { acks, duplicates })
 }
 
+/// Checks a run that a device error ended against the agent's own count: `acks`
+/// (the ledger's acknowledgements, from [`check_record`]) must not be fewer than the
+/// `acknowledged` the agent handed over before the error, since it sends every one of
+/// them before the [`DeviceError`] entry. More is the device-error rule's business
+/// (acknowledged after the error), not a loss.
+///
+/// Errors: [`WitnessLoss`] with the number missing.
+pub fn check_device_error_count(acks: u64, end: &DeviceError) -> Result<(), WitnessLoss> {
+    match end.acknowledged.checked_sub(acks).filter(|&n| n > 0) {
+        None => Ok(()),
+        Some(n) => Err(WitnessLoss {
+            lost: Some(n),
+            evidence: format!(
+                "the agent handed over {} acknowledgements before its device error, the ledger holds {acks}",
+                end.acknowledged
+            ),
+        }),
+    }
+}
+
 /// Why a ledger cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LedgerError {
@@ -922,6 +942,23 @@ mod record_tests {
 mod proptests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_device_error_run_holding_fewer_acks_than_the_agent_handed_over_lost_some() {
+        let end = DeviceError {
+            acknowledged: 3,
+            device: true,
+            ..Default::default()
+        };
+        assert_eq!(check_device_error_count(3, &end), Ok(()));
+        assert_eq!(check_device_error_count(4, &end), Ok(()));
+        let e = check_device_error_count(1, &end).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the witness lost 2 acknowledged writes: this run cannot be judged \
+             (the agent handed over 3 acknowledgements before its device error, the ledger holds 1)"
+        );
+    }
 
     #[test]
     fn a_ledger_of_another_format_version_is_named_as_such() {

@@ -127,8 +127,12 @@ pub async fn fetch(
     if let Some(e) = invalid {
         return Err(Failure(format!("run {run} cannot be judged: {e}")));
     }
-    ledger::check_record(&mut batches, finished.as_ref(), &torn)
+    let record = ledger::check_record(&mut batches, finished.as_ref(), &torn)
         .map_err(|e| Failure(format!("run {run}: {e}")))?;
+    if let Some(end) = &device_error {
+        ledger::check_device_error_count(record.acks, end)
+            .map_err(|e| Failure(format!("run {run}: {e}")))?;
+    }
     Ok(RunLedger {
         run,
         manifest: manifest.expect("scan guarantees a manifest"),

@@ -467,6 +467,9 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
     let not_a_device_failure = "the writer stopped at 0.010 s into the run on an error that is not a \
          device failure (pwrite of block 4 at byte 16384: Invalid argument (os error 22)): the run itself \
          went wrong, so nothing it measured counts";
+    let witness_lost =
+        "the witness lost 1 acknowledged writes: this run cannot be judged (the agent \
+         handed over 3 acknowledgements before its device error, the ledger holds 2)";
     // (acks before the error entry, the error entry, acks after it, the refusal)
     let cases = [
         (
@@ -487,6 +490,8 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
             vec![],
             not_a_device_failure,
         ),
+        // The agent handed over 3 before the error; the witness kept 2.
+        (vec![ack(1, 5), ack(2, 6)], &end, vec![], witness_lost),
     ];
     for (before, end, after, refusal) in cases {
         let mut c = RawConn::connect(l.addr());
