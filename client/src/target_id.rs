@@ -385,7 +385,7 @@ pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
     let mut buf = vec![0u8; CHUNK as usize];
     for at in offsets {
         let want = (size - at).min(CHUNK) as usize;
-        let got = match read_at_full(f, &mut buf[..want], at) {
+        let got = match crate::medium::read_full_at(f, &mut buf[..want], at) {
             Ok(n) => n,
             Err(_) => return (runs, true),
         };
@@ -402,19 +402,6 @@ pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
         }
     }
     (runs, foreign)
-}
-
-fn read_at_full(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 #[cfg(test)]
