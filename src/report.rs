@@ -1,7 +1,7 @@
 //! The verification report of a file run: one model for the human report and for
 //! `--json` (one JSON object; field names are a stable interface for scripts).
 
-use crate::verdict::{Finding, Outcome, Verdict, VerdictCounts};
+use crate::verdict::{Classification, Finding, Verdict, VerdictCounts};
 use serde::{Deserialize, Serialize};
 
 /// How many findings a report lists at most.
@@ -99,7 +99,7 @@ pub fn percent_floor(n: u64, d: u64) -> f64 {
 
 impl FileReport {
     /// Builds the report from the verdict engine's outcome.
-    pub fn new(head: ReportHead, outcome: Outcome) -> Self {
+    pub fn new(head: ReportHead, outcome: Classification) -> Self {
         let failures = outcome.counts.failures();
         let ok = failures == 0 && head.target_findings.is_empty();
         let summary = if ok {

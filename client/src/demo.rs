@@ -28,7 +28,7 @@
 //! Ctrl-C at the terminal reaches only the demo, which then tears down in order:
 //! writers, PostgreSQL, the mount, the listener.
 
-use crate::Failure;
+use crate::Error;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -80,14 +80,13 @@ impl Drop for Guard {
 }
 
 /// A binary installed beside this one (`plugpull-listener`, `plugpull-simfs`).
-pub fn sibling(name: &str) -> Result<PathBuf, Failure> {
-    let me =
-        std::env::current_exe().map_err(|e| Failure(format!("cannot locate plugpull: {e}")))?;
+pub fn sibling(name: &str) -> Result<PathBuf, Error> {
+    let me = std::env::current_exe().map_err(|e| Error(format!("cannot locate plugpull: {e}")))?;
     let p = me.with_file_name(name);
     if p.exists() {
         Ok(p)
     } else {
-        Err(Failure(format!(
+        Err(Error(format!(
             "{} not found beside {}: build the workspace (cargo build --release --workspace)",
             name,
             me.display()
@@ -122,12 +121,12 @@ fn lines(r: impl Read + Send + 'static) -> UnboundedReceiver<String> {
 
 /// Runs a command to completion without blocking the runtime; the child is
 /// SIGKILLed if the demo is interrupted meanwhile.
-async fn run_to_end(mut cmd: Command, what: &str) -> Result<Output, Failure> {
+async fn run_to_end(mut cmd: Command, what: &str) -> Result<Output, Error> {
     let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| Failure(format!("cannot run {what}: {e}")))?;
+        .map_err(|e| Error(format!("cannot run {what}: {e}")))?;
     struct KillOnDrop(Option<u32>);
     impl Drop for KillOnDrop {
         fn drop(&mut self) {
@@ -140,30 +139,28 @@ async fn run_to_end(mut cmd: Command, what: &str) -> Result<Output, Failure> {
     let mut armed = KillOnDrop(Some(child.id()));
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
-        .map_err(|e| Failure(format!("{what}: {e}")))?
-        .map_err(|e| Failure(format!("{what}: {e}")))?;
+        .map_err(|e| Error(format!("{what}: {e}")))?
+        .map_err(|e| Error(format!("{what}: {e}")))?;
     armed.0 = None;
     Ok(out)
 }
 
-fn start_listener(dir: &Path) -> Result<(Guard, String), Failure> {
+fn start_listener(dir: &Path) -> Result<(Guard, String), Error> {
     let mut child = command(sibling("plugpull-listener")?)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.join("listener-data"))
         .stdout(Stdio::piped())
-        .stderr(
-            std::fs::File::create(dir.join("listener.log")).map_err(|e| Failure(e.to_string()))?,
-        )
+        .stderr(std::fs::File::create(dir.join("listener.log")).map_err(|e| Error(e.to_string()))?)
         .spawn()
-        .map_err(|e| Failure(format!("cannot start plugpull-listener: {e}")))?;
+        .map_err(|e| Error(format!("cannot start plugpull-listener: {e}")))?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
-        .map_err(|e| Failure(e.to_string()))?;
+        .map_err(|e| Error(e.to_string()))?;
     let addr = line
         .trim()
         .strip_prefix("listening on ")
-        .ok_or_else(|| Failure(format!("listener said {line:?}")))?
+        .ok_or_else(|| Error(format!("listener said {line:?}")))?
         .to_string();
     Ok((Guard(Some(child)), addr))
 }
@@ -190,15 +187,15 @@ fn fuse_unavailable() -> Option<String> {
 }
 
 /// Runs the demo; `Ok(true)` when every verdict came out as expected.
-pub async fn demo(args: &DemoArgs) -> Result<bool, Failure> {
+pub async fn demo(args: &DemoArgs) -> Result<bool, Error> {
     let dir = std::env::temp_dir().join(format!("plugpull-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
-        .map_err(|e| Failure(format!("cannot create {}: {e}", dir.display())))?;
+        .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
     let result = tokio::select! {
         r = run(&dir, args) => r,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("\ninterrupted: stopping the writers and PostgreSQL, unmounting the simulator");
-            Err(Failure("interrupted".into()))
+            Err(Error("interrupted".into()))
         }
     };
     // Guards inside `run` are dropped by now: nothing is left running or mounted.
@@ -210,7 +207,7 @@ pub async fn demo(args: &DemoArgs) -> Result<bool, Failure> {
     result
 }
 
-async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
+async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     if let Some(why) = fuse_unavailable() {
         println!("== FUSE is not available: {why}.");
         println!("== Without the power-cut simulator the demo can only SIGKILL the writer on the local disk.");
@@ -240,7 +237,7 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
     let ctx = Ctx {
         dir: dir.to_path_buf(),
         addr,
-        me: std::env::current_exe().map_err(|e| Failure(e.to_string()))?,
+        me: std::env::current_exe().map_err(|e| Error(e.to_string()))?,
         simfs: sibling("plugpull-simfs")?,
         pg,
         args: args.clone(),
@@ -319,12 +316,16 @@ fn pg_setup() -> Result<PgSetup, String> {
 }
 
 /// `plugpull verify` options for a pgbench run, parsed as the command line would be.
-fn pg_verify_args(dsn: &str, log: &Path, wait: &str) -> Result<crate::pgbench::VerifyArgs, String> {
+fn pg_verify_args(
+    dsn: &str,
+    log: &Path,
+    wait: &str,
+) -> Result<crate::pgbench::PgVerifyArgs, String> {
     use clap::Parser;
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
-        pg: crate::pgbench::VerifyArgs,
+        pg: crate::pgbench::PgVerifyArgs,
     }
     let log = log.display().to_string();
     Cli::try_parse_from([
@@ -353,12 +354,12 @@ struct Mount {
 
 impl Mount {
     /// Mounts `dir/mnt` over `dir/backing` in `mode`.
-    async fn start(simfs: &Path, dir: &Path, mode: &str, seed: u64) -> Result<Mount, Failure> {
+    async fn start(simfs: &Path, dir: &Path, mode: &str, seed: u64) -> Result<Mount, Error> {
         let backing = dir.join("backing");
         let mnt = dir.join("mnt");
         for d in [&backing, &mnt] {
             std::fs::create_dir_all(d)
-                .map_err(|e| Failure(format!("cannot create {}: {e}", d.display())))?;
+                .map_err(|e| Error(format!("cannot create {}: {e}", d.display())))?;
         }
         let mut m = Mount {
             simfs: simfs.to_path_buf(),
@@ -373,12 +374,12 @@ impl Mount {
         Ok(m)
     }
 
-    async fn mount(&mut self, mode: &str) -> Result<(), Failure> {
+    async fn mount(&mut self, mode: &str) -> Result<(), Error> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .map_err(|e| Failure(e.to_string()))?;
+            .map_err(|e| Error(e.to_string()))?;
         let mut child = command(&self.simfs)
             .arg("mount")
             .arg("--backing")
@@ -389,7 +390,7 @@ impl Mount {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .map_err(|e| Failure(format!("cannot start plugpull-simfs: {e}")))?;
+            .map_err(|e| Error(format!("cannot start plugpull-simfs: {e}")))?;
         let mut out = lines(child.stdout.take().unwrap());
         self.child = Some(child);
         let first = tokio::time::timeout(Duration::from_secs(30), out.recv())
@@ -399,7 +400,7 @@ impl Mount {
             .unwrap_or_default();
         self.stdout = Some(out);
         if first != format!("mounted {}", self.mnt.display()) {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "plugpull-simfs did not mount {} (it said {first:?}); log: {}",
                 self.mnt.display(),
                 self.log.display()
@@ -409,12 +410,12 @@ impl Mount {
     }
 
     /// Pulls the plug; returns the summary line.
-    async fn cut(&self) -> Result<String, Failure> {
+    async fn cut(&self) -> Result<String, Error> {
         let mut c = command(&self.simfs);
         c.arg("cut").arg("--mountpoint").arg(&self.mnt);
         let o = run_to_end(c, "plugpull-simfs cut").await?;
         if !o.status.success() {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "plugpull-simfs cut failed: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
             )));
@@ -423,7 +424,7 @@ impl Mount {
     }
 
     /// Unmounts (lazily if busy) and waits for the mount process.
-    async fn umount(&mut self) -> Result<(), Failure> {
+    async fn umount(&mut self) -> Result<(), Error> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -434,7 +435,7 @@ impl Mount {
         if !ok {
             self.child = Some(child);
             self.force_down();
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "plugpull-simfs umount failed: {}",
                 match o {
                     Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
@@ -448,7 +449,7 @@ impl Mount {
     }
 
     /// Unmounts and mounts the same backing directory again in `mode`.
-    async fn remount(&mut self, mode: &str) -> Result<(), Failure> {
+    async fn remount(&mut self, mode: &str) -> Result<(), Error> {
         self.umount().await?;
         self.mount(mode).await
     }
@@ -499,21 +500,21 @@ struct Pg {
 impl Pg {
     /// `initdb` in `<mount>/pg/data` (with its fsyncs: what it wrote must survive a
     /// cut on an honest device); socket and log under `dir`.
-    async fn init(setup: &PgSetup, mnt: &Path, dir: &Path) -> Result<Pg, Failure> {
+    async fn init(setup: &PgSetup, mnt: &Path, dir: &Path) -> Result<Pg, Error> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
-            .map_err(|e| Failure(format!("no free port: {e}")))?;
+            .map_err(|e| Error(format!("no free port: {e}")))?;
         let pgdir = mnt.join("pg");
         // Socket and log outside the mount, in a directory the server's user owns.
         let own = dir.join("pg");
         let sock = own.join("sock");
         for d in [&pgdir, &own, &sock] {
             std::fs::create_dir_all(d)
-                .map_err(|e| Failure(format!("cannot create {}: {e}", d.display())))?;
+                .map_err(|e| Error(format!("cannot create {}: {e}", d.display())))?;
             if let Some((uid, gid)) = setup.owner {
                 std::os::unix::fs::chown(d, Some(uid), Some(gid))
-                    .map_err(|e| Failure(format!("cannot chown {}: {e}", d.display())))?;
+                    .map_err(|e| Error(format!("cannot chown {}: {e}", d.display())))?;
             }
         }
         let pg = Pg {
@@ -536,7 +537,7 @@ impl Pg {
         ]);
         let o = run_to_end(c, "initdb").await?;
         if !o.status.success() {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "initdb failed: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
             )));
@@ -550,7 +551,7 @@ impl Pg {
             .append(true)
             .open(pg.data.join("postgresql.conf"))
             .and_then(|mut f| f.write_all(conf.as_bytes()).and_then(|_| f.sync_all()))
-            .map_err(|e| Failure(format!("cannot write postgresql.conf: {e}")))?;
+            .map_err(|e| Error(format!("cannot write postgresql.conf: {e}")))?;
         Ok(pg)
     }
 
@@ -679,7 +680,7 @@ fn stat_of(pid: u32) -> Option<(char, u32)> {
 }
 
 /// A `plugpull write …` child: its run id, and its output lines.
-struct Workload {
+struct WriterChild {
     guard: Guard,
     run: plugpull::RunId,
     stderr: UnboundedReceiver<String>,
@@ -688,15 +689,15 @@ struct Workload {
     last: String,
 }
 
-impl Workload {
+impl WriterChild {
     /// Starts `plugpull ARGS` and waits for its `run id:` line.
-    async fn start(me: &Path, args: &[&str], what: &str) -> Result<Workload, Failure> {
+    async fn start(me: &Path, args: &[&str], what: &str) -> Result<WriterChild, Error> {
         let mut child = command(me)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| Failure(format!("cannot start the {what}: {e}")))?;
+            .map_err(|e| Error(format!("cannot start the {what}: {e}")))?;
         let mut stdout = lines(child.stdout.take().unwrap());
         let mut stderr = lines(child.stderr.take().unwrap());
         let guard = Guard(Some(child));
@@ -704,7 +705,7 @@ impl Workload {
             match stdout.recv().await {
                 Some(l) => {
                     if let Some(r) = l.strip_prefix("run id: ") {
-                        break r.parse().map_err(Failure)?;
+                        break r.parse().map_err(Error)?;
                     }
                 }
                 None => {
@@ -713,11 +714,11 @@ impl Workload {
                         err.push_str(&l);
                         err.push('\n');
                     }
-                    return Err(Failure(format!("the {what} ended early: {err}")));
+                    return Err(Error(format!("the {what} ended early: {err}")));
                 }
             }
         };
-        Ok(Workload {
+        Ok(WriterChild {
             guard,
             run,
             stderr,
@@ -728,22 +729,17 @@ impl Workload {
 
     /// Waits for a progress line whose last number (`acknowledged N` / `N confirmed`)
     /// is positive: acknowledgements are flowing to the listener.
-    async fn wait_acks(&mut self, what: &str) -> Result<(), Failure> {
+    async fn wait_acks(&mut self, what: &str) -> Result<(), Error> {
         while let Some(l) = self.stderr.recv().await {
-            if !l.starts_with("progress:") {
+            let Some(n) = crate::progress::acknowledged(&l) else {
                 continue;
-            }
-            self.last = l.clone();
-            let n = l
-                .split(|c: char| !c.is_ascii_digit() && c != '.')
-                .rfind(|w| !w.is_empty())
-                .and_then(|w| w.parse::<u64>().ok())
-                .unwrap_or(0);
+            };
+            self.last = l;
             if n > 0 {
                 return Ok(());
             }
         }
-        Err(Failure(format!(
+        Err(Error(format!(
             "the {what} ended before acknowledging anything"
         )))
     }
@@ -751,7 +747,7 @@ impl Workload {
     /// The latest progress line seen so far.
     fn progress(&mut self) -> &str {
         while let Ok(l) = self.stderr.try_recv() {
-            if l.starts_with("progress:") {
+            if l.starts_with(crate::progress::PREFIX) {
                 self.last = l;
             }
         }
@@ -851,7 +847,7 @@ fn side_by_side(a: &DeviceResult, b: &DeviceResult) {
 }
 
 /// One simulated device: mount, load, cut, remount, recover, verify.
-async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> {
+async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Error> {
     let ddir = ctx.dir.join(mode);
     let seed = ctx.args.seed;
     println!();
@@ -872,7 +868,7 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
         let mut p = Pg::init(setup, &mount.mnt, &ddir).await?;
         p.start()
             .await
-            .map_err(|t| Failure(format!("PostgreSQL did not start:\n{t}")))?;
+            .map_err(|t| Error(format!("PostgreSQL did not start:\n{t}")))?;
         let dsn = p.conninfo();
         pg = Some(p);
         println!("== plugpull write pgbench --init --scale 1 --clients 4");
@@ -895,7 +891,7 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
             "--progress",
             "1",
         ];
-        let mut w = Workload::start(&ctx.me, &args, "pgbench writer").await?;
+        let mut w = WriterChild::start(&ctx.me, &args, "pgbench writer").await?;
         w.wait_acks("pgbench writer").await?;
         pgw = Some(w);
     }
@@ -921,7 +917,7 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
         "--progress",
         "0.5",
     ];
-    let mut fw = Workload::start(&ctx.me, &args, "file writer").await?;
+    let mut fw = WriterChild::start(&ctx.me, &args, "file writer").await?;
     fw.wait_acks("file writer").await?;
     tokio::time::sleep(Duration::from_secs_f64(ctx.args.cut_after)).await;
     println!("   file writer: {}", fw.progress());
@@ -958,7 +954,7 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
         println!("== verify: pgbench workload (run {})", w.run);
         // When PostgreSQL did not start, say so at once instead of waiting for it.
         let wait = if pg_start_err.is_some() { "1s" } else { "30s" };
-        let opts = pg_verify_args(&p.conninfo(), &p.log, wait).map_err(Failure)?;
+        let opts = pg_verify_args(&p.conninfo(), &p.log, wait).map_err(Error)?;
         pg_report = Some(verify_pg(ctx, w.run, &opts).await?);
         p.stop().await;
     }
@@ -973,11 +969,11 @@ async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult, Failure> 
 
 /// Verifies a file run with the verifier's own function (device-error rule included)
 /// and prints its report.
-async fn verify_file(ctx: &Ctx, run: plugpull::RunId) -> Result<FileOutcome, Failure> {
+async fn verify_file(ctx: &Ctx, run: plugpull::RunId) -> Result<FileOutcome, Error> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(&ctx.addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
-        return Err(Failure(format!("run {run} is not a file run")));
+        return Err(Error(format!("run {run} is not a file run")));
     };
     let vargs = crate::verify::VerifyArgs {
         run: Some(run),
@@ -1000,29 +996,29 @@ async fn verify_file(ctx: &Ctx, run: plugpull::RunId) -> Result<FileOutcome, Fai
 async fn verify_pg(
     ctx: &Ctx,
     run: plugpull::RunId,
-    opts: &crate::pgbench::VerifyArgs,
-) -> Result<serde_json::Value, Failure> {
+    opts: &crate::pgbench::PgVerifyArgs,
+) -> Result<serde_json::Value, Error> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(&ctx.addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::Pgbench(pm) = &l.manifest.workload else {
-        return Err(Failure(format!("run {run} is not a pgbench run")));
+        return Err(Error(format!("run {run} is not a pgbench run")));
     };
     let report =
         crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts).await?;
     report.print_human(10);
-    serde_json::to_value(&report).map_err(|e| Failure(e.to_string()))
+    serde_json::to_value(&report).map_err(|e| Error(e.to_string()))
 }
 
 /// The demo without FUSE: SIGKILL of the writer mid-run on the local disk (the page
 /// cache survives, so nothing acknowledged may be lost), then verify.
-async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
+async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     let (_listener, addr) = start_listener(dir)?;
     println!(
         "== listener on {addr} (ledger in {})",
         dir.join("listener-data").display()
     );
     let target = dir.join("target.dat");
-    let me = std::env::current_exe().map_err(|e| Failure(e.to_string()))?;
+    let me = std::env::current_exe().map_err(|e| Error(e.to_string()))?;
     println!(
         "== writing checksummed blocks to {} with 4 jobs; the cut comes after {} s",
         target.display(),
@@ -1045,7 +1041,7 @@ async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
         "--target",
         &t,
     ];
-    let mut w = Workload::start(&me, &wargs, "writer").await?;
+    let mut w = WriterChild::start(&me, &wargs, "writer").await?;
     w.wait_acks("writer").await?;
     tokio::time::sleep(Duration::from_secs_f64(args.cut_after)).await;
     println!("   {}", w.progress());
@@ -1056,7 +1052,7 @@ async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Failure> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(&ctx_addr, &secret, Some(w.run), "").await?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
-        return Err(Failure(
+        return Err(Error(
             "the listener returned a run of another workload".into(),
         ));
     };

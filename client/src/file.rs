@@ -10,7 +10,7 @@
 use crate::common::{human_bytes, make_manifest, LatencyStats, LatencySummary};
 use crate::guard::{self, target_kind};
 use crate::reporter::{AckSink, Reporter};
-use crate::Failure;
+use crate::Error;
 use clap::ValueEnum;
 use plugpull::auth::Secret;
 use plugpull::ledger::{DeviceError, FileAck, FileManifest, RunSummary, Workload};
@@ -115,7 +115,7 @@ pub const MAX_JOBS: u32 = 1024;
 
 /// Validates the arguments and returns the number of blocks (durations are bounded
 /// by the parser, `plugpull::units::MAX_DURATION`).
-fn check_args(a: &WriteArgs) -> Result<u64, Failure> {
+fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     if a.block_size == 0 || !a.block_size.is_multiple_of(SECTOR as u64) || a.block_size > (64 << 20)
     {
         return Err(format!(
@@ -162,7 +162,7 @@ pub struct LockedTarget {
 /// smaller than `size`; a filesystem without `size` bytes free (checked before
 /// allocating; a file this call created is removed again). A filesystem whose
 /// `statfs` reports 0 bytes in all has an unknown size: a warning, not an error.
-pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarget, Failure> {
+pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarget, Error> {
     let shown = path.display();
     let meta = target_kind(path)?;
     let block_device = meta
@@ -178,13 +178,13 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
             .create(created)
             .truncate(false)
             .open(path)
-            .map_err(|e| Failure(format!("cannot open target {shown}: {e}")))?
+            .map_err(|e| Error(format!("cannot open target {shown}: {e}")))?
     };
     let fail = |msg: String| {
         if created {
             let _ = std::fs::remove_file(path);
         }
-        Err(Failure(msg))
+        Err(Error(msg))
     };
     // An exclusive flock(2), held until the run ends.
     if f.try_lock().is_err() {
@@ -202,9 +202,9 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
     }
     if block_device {
         let have =
-            device_size(&f).map_err(|e| Failure(format!("cannot size target {shown}: {e}")))?;
+            device_size(&f).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
         if have < size {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "target {shown} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
                 human_bytes(have),
                 human_bytes(size)
@@ -240,26 +240,26 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         ));
     }
     f.sync_all()
-        .map_err(|e| Failure(format!("fsync of target {shown}: {e}")))?;
+        .map_err(|e| Error(format!("fsync of target {shown}: {e}")))?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| Failure(format!("fsync of directory {}: {e}", dir.display())))?;
+        .map_err(|e| Error(format!("fsync of directory {}: {e}", dir.display())))?;
     Ok(LockedTarget { _lock: f })
 }
 
 /// Refuses `--sync direct-dsync` when `--block-size` is not a multiple of the target's
 /// `O_DIRECT` alignment ([`guard::direct_alignment`]); where the kernel does not say,
 /// probes with one `O_DIRECT` read of a block at offset 0.
-fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Failure> {
+fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Error> {
     let shown = path.display();
     let block_device = f.metadata().is_ok_and(|m| m.file_type().is_block_device());
     if let Some((align, source)) = guard::direct_alignment(f, block_device) {
         if !bs.is_multiple_of(align) {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "--sync direct-dsync: --block-size {bs} is not a multiple of {align} bytes, {source} of target {shown}, \
                  so O_DIRECT writes would fail; give --block-size {} (or a multiple of it), or --sync dsync",
                 align.max(4096)
@@ -272,13 +272,13 @@ fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Failure>
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .map_err(|e| {
-            Failure(format!(
+            Error(format!(
                 "--sync direct-dsync: cannot open target {shown} with O_DIRECT: {e}"
             ))
         })?;
     let mut buf = AlignedBuf::new(bs as usize);
     match probe.read_at(buf.as_mut(), 0) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Failure(format!(
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error(format!(
             "--sync direct-dsync: target {shown} refused an O_DIRECT read of one --block-size {bs} block ({e}): \
              its alignment is larger than {bs} bytes; give a larger --block-size, or --sync dsync"
         ))),
@@ -507,7 +507,7 @@ fn worker(
     }
 }
 
-fn open_for_writes(path: &Path, sync: SyncMode) -> Result<File, Failure> {
+fn open_for_writes(path: &Path, sync: SyncMode) -> Result<File, Error> {
     let mut o = OpenOptions::new();
     o.write(true);
     match sync {
@@ -520,7 +520,7 @@ fn open_for_writes(path: &Path, sync: SyncMode) -> Result<File, Failure> {
         SyncMode::Fdatasync | SyncMode::Fsync => {}
     }
     o.open(path).map_err(|e| {
-        Failure(format!(
+        Error(format!(
             "cannot open target {} for writing ({}): {e}",
             path.display(),
             sync.name()
@@ -559,7 +559,7 @@ struct Summary {
 /// Errors (exit 2): bad arguments, a target of the wrong kind, too small or that
 /// cannot be opened, an unreachable listener or a wrong secret (all found before the
 /// target is created), a listener that cannot be reached at the end.
-pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<bool, Failure> {
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<bool, Error> {
     let blocks = check_args(args)?;
     let existed = target_kind(&args.target)?.is_some();
     // An unreachable listener or a wrong secret is found before the target is created.
@@ -582,7 +582,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     // identity, and what it held before the first write.
     let target = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
     let identity = crate::target_id::identify(&target)
-        .map_err(|e| Failure(format!("cannot identify target {}: {e}", target.display())))?;
+        .map_err(|e| Error(format!("cannot identify target {}: {e}", target.display())))?;
     let (prior_runs, prior_foreign) = File::open(&target)
         .map(|f| crate::target_id::scan_prior(&f, size))
         .unwrap_or((Vec::new(), true));
@@ -674,10 +674,16 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
                     let var = ((s2 - last.3) as f64 / dn - m * m).max(0.0);
                     (m / 1000.0, var.sqrt() / 1000.0)
                 } else { (0.0, 0.0) };
-                eprintln!(
-                    "progress: {:.1} s, {:.1} writes/s, lat {:.3} ms stddev {:.3}, {} acknowledged",
-                    start.elapsed().as_secs_f64(), dn / (now - last.0).as_secs_f64(), mean, sd, sink.confirmed()
-                );
+                let line = crate::progress::Progress {
+                    elapsed_s: start.elapsed().as_secs_f64(),
+                    rate: dn / (now - last.0).as_secs_f64(),
+                    unit: "writes/s",
+                    lat_ms: mean,
+                    stddev_ms: sd,
+                    failed: None,
+                    acknowledged: sink.confirmed(),
+                };
+                eprintln!("{line}");
                 last = (now, n, s1, s2);
             }
             _ = &mut interrupt, if !interrupted => {
@@ -763,7 +769,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         );
     }
     if let Some(end) = device_error.as_ref().filter(|e| !e.device) {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "run {run} stopped at {:.3} s into the run on an error that is not a device failure: {}; \
              the run itself went wrong (not the device), so `verify` will refuse it",
             end.ms as f64 / 1000.0,

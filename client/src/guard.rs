@@ -8,7 +8,7 @@
 //! 4 KiB, 64 KiB, end-of-device backups: ext*, xfs, btrfs, LVM, MD, GPT/MBR, swap,
 //! ZFS, …) without writing anything.
 
-use crate::Failure;
+use crate::Error;
 use std::fs::{File, Metadata};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -21,11 +21,11 @@ use std::process::Command;
 /// Errors: it exists but is neither a regular file nor a block device (a FIFO,
 /// socket, character device or directory: reading or writing one could block
 /// forever or mean nothing), or it cannot be looked up.
-pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Failure> {
+pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Error> {
     let shown = path.display();
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Failure(format!("cannot look up target {shown}: {e}"))),
+        Err(e) => Err(Error(format!("cannot look up target {shown}: {e}"))),
         Ok(m) => {
             let t = m.file_type();
             if t.is_file() || t.is_block_device() {
@@ -42,7 +42,7 @@ pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Failure> {
             } else {
                 "neither a regular file nor a block device"
             };
-            Err(Failure(format!(
+            Err(Error(format!(
                 "target {shown} is {kind}: give a regular file or a block device"
             )))
         }
@@ -139,7 +139,7 @@ pub fn signatures(path: &Path) -> Result<Vec<Signature>, String> {
 /// while it is mounted or held by device-mapper, LVM, MD or another exclusive opener.
 ///
 /// Errors: busy (named as such), or cannot be opened.
-pub fn open_block_exclusive(path: &Path) -> Result<File, Failure> {
+pub fn open_block_exclusive(path: &Path) -> Result<File, Error> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)
@@ -148,13 +148,13 @@ pub fn open_block_exclusive(path: &Path) -> Result<File, Failure> {
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
-                Failure(format!(
+                Error(format!(
                     "target {} is in use: it is mounted, or held by LVM, MD RAID, device-mapper or \
                      another program (the kernel refused an exclusive open: {e}); unmount or release it first",
                     path.display()
                 ))
             } else {
-                Failure(format!("cannot open target {}: {e}", path.display()))
+                Error(format!("cannot open target {}: {e}", path.display()))
             }
         })
 }

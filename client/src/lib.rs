@@ -1,7 +1,7 @@
 //! The library behind the `plugpull` command: the agent's workloads and reporter,
 //! the verifier, the demo. The binary (`main.rs`) only parses the command line.
 //! Exit codes everywhere: 0 = nothing acknowledged was lost or damaged (or the job
-//! succeeded), 1 = findings, 2 = could not do the job (a [`Failure`]).
+//! succeeded), 1 = findings, 2 = could not do the job (a [`Error`]).
 
 pub mod common;
 pub mod demo;
@@ -10,28 +10,29 @@ pub mod guard;
 pub mod medium;
 pub mod net;
 pub mod pgbench;
+pub mod progress;
 pub mod reporter;
 pub mod target_id;
 pub mod verify;
 
 /// "Could not do the job": bad arguments, unreachable listener, damaged ledger,
-/// unreadable target. Exit code 2. Findings are never a `Failure`.
+/// unreadable target. Exit code 2. Findings are never an `Error`; "failure" means acknowledged data lost.
 #[derive(Debug)]
-pub struct Failure(pub String);
+pub struct Error(pub String);
 
-impl From<String> for Failure {
+impl From<String> for Error {
     fn from(s: String) -> Self {
-        Failure(s)
+        Error(s)
     }
 }
 
-impl From<&str> for Failure {
+impl From<&str> for Error {
     fn from(s: &str) -> Self {
-        Failure(s.to_string())
+        Error(s.to_string())
     }
 }
 
-impl std::fmt::Display for Failure {
+impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }

@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
-use plugpull_client::{demo, file, pgbench, verify, Failure};
+use plugpull_client::{demo, file, pgbench, verify, Error};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -66,7 +66,7 @@ enum Cmd {
         #[command(flatten)]
         args: verify::VerifyArgs,
         #[command(flatten)]
-        pg: pgbench::VerifyArgs,
+        pg: pgbench::PgVerifyArgs,
     },
 }
 
@@ -128,11 +128,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn secret(l: &ListenerArgs) -> Result<Secret, Failure> {
-    Secret::load(l.secret_file.as_deref()).map_err(Failure)
+fn secret(l: &ListenerArgs) -> Result<Secret, Error> {
+    Secret::load(l.secret_file.as_deref()).map_err(Error)
 }
 
-async fn run(cli: Cli) -> Result<bool, Failure> {
+async fn run(cli: Cli) -> Result<bool, Error> {
     match cli.cmd {
         Cmd::Write {
             workload: WriteCmd::File { listener, args },

@@ -7,7 +7,7 @@
 //! would still hold what the device lost.
 
 use crate::target_id::{self, FsInfo};
-use crate::Failure;
+use crate::Error;
 use plugpull::ledger::FileManifest;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ pub struct Opened {
 /// directory is gone or on another filesystem is "not mounted?".
 ///
 /// Returns `Ok(None)` when the file is gone from the right filesystem.
-pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf>, Failure> {
+pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf>, Error> {
     let id = &fm.identity;
     let given = target.is_some();
     let path = target
@@ -64,7 +64,7 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
                 return Ok(Some(found));
             }
         }
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "target {shown} is not the device run's data was written to ({problem}); the run wrote {}; \
              give --target with the device that has this identity",
             target_id::describe_device(id)
@@ -75,7 +75,7 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
             let want = FsInfo::of_identity(id);
             if let Ok(have) = target_id::fs_of(&path) {
                 if !want.same_as(&have) {
-                    return Err(Failure(format!(
+                    return Err(Error(format!(
                         "target {shown} is on {} but the run's target was on {}: is that filesystem mounted?",
                         have.describe(),
                         want.describe()
@@ -87,7 +87,7 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
     }
     if given {
         // A path the user named that is not there says nothing about the run's data.
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "target {shown} (given with --target) does not exist; the run wrote {}",
             fm.target
         )));
@@ -98,7 +98,7 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
         .unwrap_or(Path::new("."));
     let want = FsInfo::of_identity(id);
     if !dir.is_dir() {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "cannot verify: directory {} of target {shown} does not exist; the run's filesystem was {} — not mounted?",
             dir.display(),
             want.describe()
@@ -106,9 +106,9 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
     }
     if !given && !id.fs_type.is_empty() {
         let have = target_id::fs_of(dir)
-            .map_err(|e| Failure(format!("cannot examine directory {}: {e}", dir.display())))?;
+            .map_err(|e| Error(format!("cannot examine directory {}: {e}", dir.display())))?;
         if !want.same_as(&have) {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "cannot verify: directory {} of target {shown} is on {}, but the run's target was on {} — not mounted?",
                 dir.display(),
                 have.describe(),
@@ -123,23 +123,22 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
 /// holds (exit 2 "still being written"), drops its cached pages (`BLKFLSBUF` for a
 /// block device, `posix_fadvise(DONTNEED)` for a file) and opens it `O_DIRECT`,
 /// falling back to a buffered read, said in the report, where `O_DIRECT` is refused.
-pub fn open_target(path: &Path) -> Result<Opened, Failure> {
+pub fn open_target(path: &Path) -> Result<Opened, Error> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let shown = path.display();
     // A FIFO or other non-file would block the open or mean nothing: refused at once,
     // before the open, by the writer's own guard.
     let Some(meta) = crate::guard::target_kind(path)? else {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "cannot read target {shown}: it does not exist"
         )));
     };
     let is_block = meta.file_type().is_block_device();
-    let plain =
-        File::open(path).map_err(|e| Failure(format!("cannot read target {shown}: {e}")))?;
+    let plain = File::open(path).map_err(|e| Error(format!("cannot read target {shown}: {e}")))?;
     // The writer holds an exclusive flock(2) for the whole run.
     if let Err(std::fs::TryLockError::WouldBlock) = plain.try_lock_shared() {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "target {shown} is still being written: a plugpull writer holds its lock; \
              verify after the writer has ended (or the machine was cut and rebooted)"
         )));
@@ -169,7 +168,7 @@ pub fn open_target(path: &Path) -> Result<Opened, Failure> {
         use std::io::{Seek, SeekFrom};
         let mut f = &plain;
         f.seek(SeekFrom::End(0))
-            .map_err(|e| Failure(format!("cannot size target {shown}: {e}")))?
+            .map_err(|e| Error(format!("cannot size target {shown}: {e}")))?
     };
     let (file, mode) = match std::fs::OpenOptions::new()
         .read(true)

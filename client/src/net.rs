@@ -2,7 +2,7 @@
 //! HMAC proof, see `plugpull::auth`), then framed requests and responses, every one
 //! sealed with the session's MAC in both directions.
 
-use crate::Failure;
+use crate::Error;
 use plugpull::auth::{Direction, Secret};
 use plugpull::wire::{self, ErrorKind, FrameError, Request, Response, MAX_FRAME, PROTOCOL_VERSION};
 use std::time::Duration;
@@ -35,17 +35,17 @@ pub struct Writer {
 #[derive(Debug)]
 pub enum NetError {
     /// The connection broke or closed: a new one may work.
-    Lost(Failure),
+    Lost(Error),
     /// The listener answered with an `Error` of this kind.
-    Refused(ErrorKind, Failure),
+    Refused(ErrorKind, Error),
     /// A frame failed authentication: something between us and the listener forged
     /// or altered it (a witness fault; reconnecting proves nothing).
-    Forged(Failure),
+    Forged(Error),
 }
 
 impl NetError {
     /// The message, whatever the kind.
-    pub fn failure(self) -> Failure {
+    pub fn failure(self) -> Error {
         match self {
             NetError::Lost(f) | NetError::Refused(_, f) | NetError::Forged(f) => f,
         }
@@ -55,7 +55,7 @@ impl NetError {
 impl Reader {
     /// The next response. A listener `Error`, a forged frame and a closed connection
     /// are failures.
-    pub async fn recv(&mut self) -> Result<Response, Failure> {
+    pub async fn recv(&mut self) -> Result<Response, Error> {
         self.recv_checked().await.map_err(NetError::failure)
     }
 
@@ -71,35 +71,35 @@ impl Reader {
         .await
         {
             Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) if self.first => {
-                Err(NetError::Lost(Failure(format!(
+                Err(NetError::Lost(Error(format!(
                     "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",
                     self.addr
                 ))))
             }
-            Err(FrameError::Mac(e)) => Err(NetError::Forged(Failure(format!(
+            Err(FrameError::Mac(e)) => Err(NetError::Forged(Error(format!(
                 "witness fault: {e}; something between this agent and listener {} forged or altered it, so nothing it said can be trusted",
                 self.addr
             )))),
             Ok(Some(Response::Error { kind, message })) => Err(NetError::Refused(
                 kind,
-                Failure(format!("listener {} refused: {message}", self.addr)),
+                Error(format!("listener {} refused: {message}", self.addr)),
             )),
             Ok(Some(r)) => {
                 self.first = false;
                 Ok(r)
             }
-            Ok(None) => Err(NetError::Lost(Failure(format!(
+            Ok(None) => Err(NetError::Lost(Error(format!(
                 "listener {} closed the connection",
                 self.addr
             )))),
-            Err(e) => Err(NetError::Lost(Failure(format!("listener {}: {e}", self.addr)))),
+            Err(e) => Err(NetError::Lost(Error(format!("listener {}: {e}", self.addr)))),
         }
     }
 }
 
 impl Writer {
     /// Queues a request (call [`Writer::flush`] to send).
-    pub async fn send(&mut self, req: &Request) -> Result<(), Failure> {
+    pub async fn send(&mut self, req: &Request) -> Result<(), Error> {
         let frame = match &mut self.seal {
             Some(s) => wire::encode_sealed(req, s),
             None => wire::encode(req),
@@ -107,15 +107,15 @@ impl Writer {
         self.wr
             .write_all(&frame)
             .await
-            .map_err(|e| Failure(format!("sending to listener: {e}")))
+            .map_err(|e| Error(format!("sending to listener: {e}")))
     }
 
     /// Sends everything queued.
-    pub async fn flush(&mut self) -> Result<(), Failure> {
+    pub async fn flush(&mut self) -> Result<(), Error> {
         self.wr
             .flush()
             .await
-            .map_err(|e| Failure(format!("sending to listener: {e}")))
+            .map_err(|e| Error(format!("sending to listener: {e}")))
     }
 }
 
@@ -123,16 +123,16 @@ impl Writer {
 ///
 /// Errors: unreachable listener, protocol version mismatch (both versions named),
 /// failed proof on either side, timeouts.
-pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Failure> {
+pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Error> {
     let sock = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| {
-            Failure(format!(
+            Error(format!(
                 "cannot reach listener at {addr}: timed out after {} s",
                 CONNECT_TIMEOUT.as_secs()
             ))
         })?
-        .map_err(|e| Failure(format!("cannot reach listener at {addr}: {e}")))?;
+        .map_err(|e| Error(format!("cannot reach listener at {addr}: {e}")))?;
     let _ = sock.set_nodelay(true);
     let (rd, wr) = sock.into_split();
     let mut r = Reader {
@@ -154,7 +154,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
     .await?;
     w.flush().await?;
     let step = |what: &'static str| {
-        Failure(format!(
+        Error(format!(
             "listener at {addr} did not answer the handshake ({what}) within {} s",
             CONNECT_TIMEOUT.as_secs()
         ))
@@ -168,15 +168,15 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
         proof,
     } = challenge
     else {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "listener at {addr} answered Hello with {challenge:?}"
         )));
     };
     if version != PROTOCOL_VERSION {
-        return Err(Failure(format!("protocol version mismatch: listener speaks {version}, this plugpull speaks {PROTOCOL_VERSION}")));
+        return Err(Error(format!("protocol version mismatch: listener speaks {version}, this plugpull speaks {PROTOCOL_VERSION}")));
     }
     if !secret.check_listener_proof(&nonce, &theirs, &proof) {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "listener at {addr} could not prove it holds our secret (the secrets differ, or only one side has one: give both the same --secret-file or PLUGPULL_SECRET)"
         )));
     }
@@ -195,7 +195,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Fa
             w.seal = Some(session.send);
             Ok((r, w))
         }
-        other => Err(Failure(format!(
+        other => Err(Error(format!(
             "listener at {addr} answered Auth with {other:?}"
         ))),
     }

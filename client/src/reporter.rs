@@ -24,7 +24,7 @@
 //! to be confirmed, then gives up with a failure.
 
 use crate::net::{self, NetError, Reader, Writer};
-use crate::Failure;
+use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{AckBatch, Acks, DeviceError, FileAck, Manifest, PgAckRange, RunSummary};
 use plugpull::wire::{Request, Response};
@@ -207,8 +207,8 @@ impl AckSink {
 }
 
 enum Ctrl {
-    Finish(RunSummary, oneshot::Sender<Result<u64, Failure>>),
-    DeviceError(DeviceError, oneshot::Sender<Result<u64, Failure>>),
+    Finish(RunSummary, oneshot::Sender<Result<u64, Error>>),
+    DeviceError(DeviceError, oneshot::Sender<Result<u64, Error>>),
 }
 
 /// A running reporter for one run.
@@ -255,10 +255,10 @@ impl Reporter {
         secret: &Secret,
         manifest: Manifest,
         opts: &ReporterOptions,
-    ) -> Result<(Reporter, RunId), Failure> {
+    ) -> Result<(Reporter, RunId), Error> {
         let ack_log = match &opts.ack_log {
             Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-                |e| Failure(format!("cannot create ack log {}: {e}", p.display())),
+                |e| Error(format!("cannot create ack log {}: {e}", p.display())),
             )?)),
             None => None,
         };
@@ -278,11 +278,7 @@ impl Reporter {
         w.flush().await?;
         let (run, token) = match r.recv().await? {
             Response::RunStarted { run, token } => (run, token),
-            other => {
-                return Err(Failure(format!(
-                    "listener answered StartRun with {other:?}"
-                )))
-            }
+            other => return Err(Error(format!("listener answered StartRun with {other:?}"))),
         };
         let shared = Arc::new(Shared {
             start: Instant::now(),
@@ -332,7 +328,7 @@ impl Reporter {
     /// all of them, and returns how many acks it confirmed.
     ///
     /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
-    pub async fn finish(self, summary: RunSummary) -> Result<u64, Failure> {
+    pub async fn finish(self, summary: RunSummary) -> Result<u64, Error> {
         let (tx, rx) = oneshot::channel();
         let _ = self.ctrl.send(Ctrl::Finish(summary, tx));
         self.wait(rx).await
@@ -342,24 +338,24 @@ impl Reporter {
     /// queued ack (all were handed over before the error); returns the confirmed count.
     ///
     /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
-    pub async fn device_error(self, end: DeviceError) -> Result<u64, Failure> {
+    pub async fn device_error(self, end: DeviceError) -> Result<u64, Error> {
         let (tx, rx) = oneshot::channel();
         let _ = self.ctrl.send(Ctrl::DeviceError(end, tx));
         self.wait(rx).await
     }
 
-    async fn wait(self, rx: oneshot::Receiver<Result<u64, Failure>>) -> Result<u64, Failure> {
+    async fn wait(self, rx: oneshot::Receiver<Result<u64, Error>>) -> Result<u64, Error> {
         let shared = self.sink.shared.clone();
         drop(self.sink);
         tokio::pin!(rx);
         let r = loop {
             tokio::select! {
-                r = &mut rx => break r.unwrap_or_else(|_| Err(Failure("the reporter stopped unexpectedly".into()))),
+                r = &mut rx => break r.unwrap_or_else(|_| Err(Error("the reporter stopped unexpectedly".into()))),
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {
                     let since = *shared.interrupted.lock().unwrap();
                     if since.is_some_and(|t| t.elapsed() >= INTERRUPT_GRACE) {
                         self.task.abort();
-                        return Err(Failure(format!(
+                        return Err(Error(format!(
                             "interrupted: the listener did not confirm the end of the run within {} s; {} acknowledgements were never confirmed",
                             INTERRUPT_GRACE.as_secs_f64(),
                             shared.waiting()
@@ -499,9 +495,9 @@ fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, NetEr
 enum Step {
     Continue,
     Done,
-    Lost(Failure),
+    Lost(Error),
     /// A witness fault: the run ends, no reconnect.
-    Fault(Failure),
+    Fault(Error),
 }
 
 /// Sorts a failure from the connection: lost (reconnect) or a witness fault.
@@ -511,9 +507,9 @@ fn step_of(e: NetError) -> Step {
         // A refusal for a protocol slip (e.g. an idle timeout) or a full listener: a new
         // connection may work. Ledger, token, run and MAC refusals are faults.
         NetError::Lost(f) | NetError::Refused(Busy | Protocol, f) => Step::Lost(f),
-        NetError::Refused(plugpull::wire::ErrorKind::Io, Failure(m)) => Step::Fault(Failure(
-            format!("the witness could not record acknowledgements: {m}"),
-        )),
+        NetError::Refused(plugpull::wire::ErrorKind::Io, Error(m)) => Step::Fault(Error(format!(
+            "the witness could not record acknowledgements: {m}"
+        ))),
         NetError::Refused(_, f) | NetError::Forged(f) => Step::Fault(f),
     }
 }
@@ -528,7 +524,7 @@ impl Task {
     ) {
         let mut conn: Option<Conn> = Some((spawn_reader(r), w));
         let mut gather = Gather::default();
-        let mut ending: Option<(Request, oneshot::Sender<Result<u64, Failure>>)> = None;
+        let mut ending: Option<(Request, oneshot::Sender<Result<u64, Error>>)> = None;
         let mut ending_sent = false;
         let mut lost_since: Option<Instant> = None;
         let mut acks_open = true;
@@ -542,7 +538,7 @@ impl Task {
                 if ending.is_some() && since.elapsed() > FINISH_DEADLINE {
                     let unconfirmed: u64 = self.pending.iter().map(|b| b.acks.count()).sum();
                     let (_, reply) = ending.take().unwrap();
-                    let _ = reply.send(Err(Failure(format!(
+                    let _ = reply.send(Err(Error(format!(
                         "listener {} unreachable for {} s: {unconfirmed} acknowledgements were never confirmed",
                         self.addr,
                         FINISH_DEADLINE.as_secs()
@@ -633,9 +629,9 @@ impl Task {
                         Some(Ok(Response::Confirmed { batch: 0, .. })) if ending_sent && self.pending.is_empty() => Ok(Step::Done),
                         Some(Ok(Response::Confirmed { batch: 0, .. })) => Ok(Step::Continue),
                         Some(Ok(Response::Confirmed { batch, .. })) => Ok(self.told(batch, "Confirmed").map_or_else(Step::Fault, |_| Step::Continue)),
-                        Some(Ok(other)) => Err(Failure(format!("unexpected answer from listener: {other:?}"))),
+                        Some(Ok(other)) => Err(Error(format!("unexpected answer from listener: {other:?}"))),
                         Some(Err(e)) => Ok(step_of(e)),
-                        None => Err(Failure("listener connection closed".into())),
+                        None => Err(Error("listener connection closed".into())),
                     }
                 }
             }
@@ -664,15 +660,15 @@ impl Task {
 
     /// Checks a `Confirmed`/`Resumed` for `batch` against what the listener said
     /// before and what was sent, and counts the newly confirmed acks.
-    fn told(&mut self, batch: u64, what: &str) -> Result<(), Failure> {
+    fn told(&mut self, batch: u64, what: &str) -> Result<(), Error> {
         if batch < self.told {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, after it had confirmed batch {}: it lost acknowledgements it had made durable",
                 self.addr, self.run, self.told
             )));
         }
         if batch >= self.next_batch {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, but only batches up to {} were sent",
                 self.addr, self.run, self.next_batch - 1
             )));
@@ -688,7 +684,7 @@ impl Task {
     async fn fault(
         &mut self,
         step: Step,
-        reply: Option<oneshot::Sender<Result<u64, Failure>>>,
+        reply: Option<oneshot::Sender<Result<u64, Error>>>,
         ctrl: &mut mpsc::UnboundedReceiver<Ctrl>,
     ) {
         let (Step::Fault(f) | Step::Lost(f)) = step else {
@@ -746,7 +742,7 @@ impl Task {
         c: Ctrl,
         rx: &mut mpsc::UnboundedReceiver<Msg>,
         gather: &mut Gather,
-    ) -> (Request, oneshot::Sender<Result<u64, Failure>>) {
+    ) -> (Request, oneshot::Sender<Result<u64, Error>>) {
         // Every ack handed over before the end goes into the ledger first.
         while let Ok(m) = rx.try_recv() {
             gather.add(m);
@@ -784,7 +780,7 @@ impl Task {
     }
 
     /// Sends, on the current connection, every pending batch not yet sent on it.
-    async fn send_unsent(&mut self, w: &mut Writer) -> Result<(), Failure> {
+    async fn send_unsent(&mut self, w: &mut Writer) -> Result<(), Error> {
         for b in &self.pending {
             if b.batch > self.sent_upto {
                 w.send(&Request::Acks {
@@ -847,7 +843,7 @@ impl Task {
                 );
                 Ok((spawn_reader(r), w))
             }
-            other => Err(NetError::Lost(Failure(format!(
+            other => Err(NetError::Lost(Error(format!(
                 "listener answered ResumeRun with {other:?}"
             )))),
         }

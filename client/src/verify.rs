@@ -6,7 +6,7 @@ use crate::common::{hostname, human_bytes};
 use crate::medium::{aligned, locate, open_target, read_full_at, Opened};
 use crate::net;
 use crate::target_id;
-use crate::Failure;
+use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{
     self, AckBatch, Acks, DeviceError, Entry, FileManifest, Manifest, Tail, Workload,
@@ -66,7 +66,7 @@ pub async fn fetch(
     secret: &Secret,
     run: Option<RunId>,
     host: &str,
-) -> Result<RunLedger, Failure> {
+) -> Result<RunLedger, Error> {
     let (mut r, mut w) = net::connect(listener, secret).await?;
     w.send(&Request::FetchLedger {
         run,
@@ -89,7 +89,7 @@ pub async fn fetch(
                 }
             }
             other => {
-                return Err(Failure(format!(
+                return Err(Error(format!(
                     "listener answered FetchLedger with {other:?}"
                 )))
             }
@@ -113,25 +113,25 @@ pub async fn fetch(
         Entry::DeviceError(d) => device_error = Some(d),
         Entry::Invalid { error } => invalid = Some(error),
     })
-    .map_err(|e| Failure(format!("cannot verify run {run}: {e}")))?;
+    .map_err(|e| Error(format!("cannot verify run {run}: {e}")))?;
     if id != run {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "listener sent the ledger of run {id} when asked for run {run}"
         )));
     }
     if let Tail::Torn { valid_len, .. } = tail {
-        return Err(Failure(format!("cannot verify run {run}: the ledger the listener sent ends in a torn entry at byte {valid_len}")));
+        return Err(Error(format!("cannot verify run {run}: the ledger the listener sent ends in a torn entry at byte {valid_len}")));
     }
     // The witness's record must be whole (issue 9): gap-free, the agent's own count
     // matched, torn tails accounted for; a witness fault the agent recorded is final.
     if let Some(e) = invalid {
-        return Err(Failure(format!("run {run} cannot be judged: {e}")));
+        return Err(Error(format!("run {run} cannot be judged: {e}")));
     }
     let record = ledger::check_record(&mut batches, finished.as_ref(), &torn)
-        .map_err(|e| Failure(format!("run {run}: {e}")))?;
+        .map_err(|e| Error(format!("run {run}: {e}")))?;
     if let Some(end) = &device_error {
         ledger::check_device_error_count(record.acks, end)
-            .map_err(|e| Failure(format!("run {run}: {e}")))?;
+            .map_err(|e| Error(format!("run {run}: {e}")))?;
     }
     Ok(RunLedger {
         run,
@@ -150,7 +150,7 @@ pub async fn fetch(
 /// can be trusted. Returns the line the report shows, if a device error ended the run.
 ///
 /// Errors (exit 2): acknowledgements after the device error.
-pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Failure> {
+pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Error> {
     let Some(end) = &l.device_error else {
         return Ok(None);
     };
@@ -164,14 +164,14 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Failure> {
             .sum::<u64>();
     let at = end.ms as f64 / 1000.0;
     if !end.device {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "run {}: the writer stopped at {at:.3} s into the run on an error that is not a device failure ({}): \
              the run itself went wrong, so nothing it measured counts",
             l.run, end.error
         )));
     }
     if later > 0 {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "run {}: writes were acknowledged after its device error at {at:.3} s into the run ({}): \
              a success after a failed write or durability call cannot be trusted, so nothing this run measured counts",
             l.run, end.error
@@ -184,7 +184,7 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Failure> {
     )))
 }
 
-/// Set when verify printed its report and still ends with a [`Failure`] (a pgbench run
+/// Set when verify printed its report and still ends with a [`Error`] (a pgbench run
 /// that measured nothing): `main` then prints no second JSON object.
 pub static REPORT_PRINTED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
@@ -194,8 +194,8 @@ pub async fn verify(
     args: &VerifyArgs,
     listener: &str,
     secret: &Secret,
-    pg: &crate::pgbench::VerifyArgs,
-) -> Result<bool, Failure> {
+    pg: &crate::pgbench::PgVerifyArgs,
+) -> Result<bool, Error> {
     let host = args.host.clone().unwrap_or_else(hostname);
     let mut l = fetch(listener, secret, args.run, &host).await?;
     l.chosen = match args.run {
@@ -241,7 +241,7 @@ pub async fn verify(
             if report.not_measured {
                 // Exit 2 with the report already printed (one JSON object with --json).
                 REPORT_PRINTED.store(true, std::sync::atomic::Ordering::SeqCst);
-                return Err(Failure(report.summary));
+                return Err(Error(report.summary));
             }
             Ok(report.ok)
         }
@@ -270,7 +270,7 @@ pub async fn verify_file_run(
     args: &VerifyArgs,
     listener: &str,
     secret: &Secret,
-) -> Result<FileReport, Failure> {
+) -> Result<FileReport, Error> {
     let device_error = device_error_rule(l)?;
     let read = read_file_target(l, fm, args)?;
     let mut prior = fm.prior_runs.clone();
@@ -320,7 +320,7 @@ fn read_file_target(
     l: &RunLedger,
     fm: &FileManifest,
     args: &VerifyArgs,
-) -> Result<TargetRead, Failure> {
+) -> Result<TargetRead, Error> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
     let mut acks = AckTable::new(blocks);
@@ -328,13 +328,13 @@ fn read_file_target(
         if let Acks::File(v) = &b.acks {
             for a in v {
                 if !acks.add(a.seq, a.block, a.ms) {
-                    return Err(Failure(format!("ledger of run {} acknowledges block {} beyond the target's {blocks} blocks", l.run, a.block)));
+                    return Err(Error(format!("ledger of run {} acknowledges block {} beyond the target's {blocks} blocks", l.run, a.block)));
                 }
             }
         }
     }
     if acks.acknowledged == 0 {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "not measured: run {} has no acknowledged writes in the ledger",
             l.run
         )));
@@ -424,7 +424,7 @@ fn judge_file(
     read: TargetRead,
     prior: &[RunId],
     reused_by: &[RunId],
-) -> Result<FileReport, Failure> {
+) -> Result<FileReport, Error> {
     let TargetRead {
         acks,
         tally,
@@ -447,7 +447,7 @@ fn judge_file(
         .map(|r| r.to_string())
         .collect();
     if !later.is_empty() && outcome.run_data_blocks > 0 {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "target {} holds records of run {} but also of later runs on the same target ({}): \
              the target was reused before run {} was verified, and the blocks they overwrote cannot be judged",
             shown_path.display(),
@@ -464,7 +464,7 @@ fn judge_file(
             .map(|r| r.to_string())
             .collect();
         if !unknown.is_empty() {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "target {} holds no record of run {} but records of other plugpull runs in {} blocks \
                  (runs {}, which were not on the target when run {} started): \
                  wrong --target, or a later run reused this target",
@@ -476,7 +476,7 @@ fn judge_file(
             )));
         }
         if let (Some(what), 0) = (&other_file, outcome.run_data_blocks) {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                         "target {} holds no record of run {} and is not the file the run wrote ({what}): wrong --target?",
                         shown_path.display(),
                         l.run
@@ -534,7 +534,7 @@ fn read_blocks(
     args: &VerifyArgs,
     o: Opened,
     tally: &mut Tally,
-) -> Result<(&'static str, String), Failure> {
+) -> Result<(&'static str, String), Error> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
     let (mut mode, mut note) = (o.read_mode, o.read_note);
@@ -555,7 +555,7 @@ fn read_blocks(
                 Err(e) if mode == "o_direct" && e.raw_os_error() == Some(libc::EINVAL) => {
                     // O_DIRECT refused at read time (alignment, some FUSE): read buffered.
                     let plain = File::open(&o.path).map_err(|e| {
-                        Failure(format!("cannot read target {}: {e}", o.path.display()))
+                        Error(format!("cannot read target {}: {e}", o.path.display()))
                     })?;
                     let n = if note.is_empty() { "" } else { "; " };
                     note = format!("O_DIRECT read refused ({e}){n}{note}");
@@ -566,7 +566,7 @@ fn read_blocks(
                 r => r,
             }
             .map_err(|e| {
-                Failure(format!(
+                Error(format!(
                     "reading target {} at byte {at}: {e}",
                     o.path.display()
                 ))

@@ -42,7 +42,7 @@ use fuser::{
 };
 use serde::Serialize;
 
-use crate::sim::{Fate, Mode, Outcome, Sim, SimConfig, Store};
+use crate::sim::{Fate, Mode, Sim, SimConfig, Store, TruthEntry};
 
 /// How long the kernel may cache attributes and directory entries.
 const TTL: Duration = Duration::from_secs(1);
@@ -563,7 +563,7 @@ impl Shared {
 
     /// Writes the ground truth (one line per outcome, then `last`) and fsyncs it and
     /// its directory.
-    fn write_truth(&self, st: &State, outcomes: &[Outcome], last: &str) -> io::Result<()> {
+    fn write_truth(&self, st: &State, outcomes: &[TruthEntry], last: &str) -> io::Result<()> {
         let mut out = Vec::new();
         for o in outcomes {
             let file = st.rel_path(o.ino, &self.backing);

@@ -12,7 +12,7 @@
 //! * to **destage** a write is to copy it to the backing store and forget it;
 //! * a write is **fsynced** once an fsync/fdatasync on its inode that started after
 //!   the write arrived has returned success to the application;
-//! * the **cut** empties the cache by the mode's rule and reports one [`Outcome`] per
+//! * the **cut** empties the cache by the mode's rule and reports one [`TruthEntry`] per
 //!   write that was still cached, plus one per write misdirected earlier.
 //!
 //! Invariant (asserted): two cached writes of one inode that overlap reach the store
@@ -148,7 +148,7 @@ pub enum Fate {
 
 /// One ground-truth line, without the file name (the filesystem adds it).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
+pub struct TruthEntry {
     /// Order of arrival, from 1.
     pub write_id: u64,
     /// Inode the write was made to.
@@ -204,7 +204,7 @@ pub struct Sim {
     /// Next write_id to hand out.
     next_id: u64,
     /// Misdirected writes so far, in order.
-    misdirected: Vec<Outcome>,
+    misdirected: Vec<TruthEntry>,
 }
 
 impl Sim {
@@ -262,7 +262,7 @@ impl Sim {
     }
 
     /// Misdirected writes so far.
-    pub fn misdirected(&self) -> &[Outcome] {
+    pub fn misdirected(&self) -> &[TruthEntry] {
         &self.misdirected
     }
 
@@ -450,7 +450,7 @@ impl Sim {
     ///
     /// Writes misdirected earlier are reported too (fate `misdirected`). Store
     /// errors while writing torn prefixes are ignored: the power is already off.
-    pub fn cut(&mut self, store: &mut dyn Store) -> Vec<Outcome> {
+    pub fn cut(&mut self, store: &mut dyn Store) -> Vec<TruthEntry> {
         let mut out = self.misdirected.clone();
         let writes = std::mem::take(&mut self.writes);
         self.by_ino.clear();
@@ -477,7 +477,7 @@ impl Sim {
             } else {
                 (Fate::Dropped, None)
             };
-            out.push(Outcome {
+            out.push(TruthEntry {
                 write_id: id,
                 ino: w.ino,
                 offset: w.offset,
@@ -504,7 +504,7 @@ impl Sim {
         let len = w.data.len() as u64;
         if let Some(target) = self.misdirect_target(&w, store)? {
             store.write_at(w.ino, target, &w.data)?;
-            self.misdirected.push(Outcome {
+            self.misdirected.push(TruthEntry {
                 write_id: id,
                 ino: w.ino,
                 offset: w.offset,
@@ -899,7 +899,7 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(
             out[0],
-            Outcome {
+            TruthEntry {
                 write_id: 1,
                 ino: 1,
                 offset: 4096,

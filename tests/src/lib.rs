@@ -434,12 +434,7 @@ impl Writer {
 
 /// N from a progress line ending `, N acknowledged`.
 pub fn progress_acknowledged(line: &str) -> Option<u64> {
-    line.strip_prefix("progress:")?
-        .strip_suffix(" acknowledged")?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
+    plugpull_client::progress::acknowledged(line)
 }
 
 /// The `verdicts` object of a file report with `counts` set and every other verdict 0.

@@ -27,7 +27,7 @@ use super::report::{Amcheck, Invariant, PgFinding, PgReport, RunSettings};
 use super::schema;
 use super::tag;
 use super::{damage, ready};
-use crate::Failure;
+use crate::Error;
 use plugpull::ledger::{AckBatch, Acks, Manifest, PgManifest};
 use plugpull::RunId;
 use std::collections::BTreeMap;
@@ -40,7 +40,7 @@ pub const MAX_FINDINGS: usize = 1000;
 
 /// Options of `plugpull verify` for a pgbench run.
 #[derive(clap::Args, Debug, Clone)]
-pub struct VerifyArgs {
+pub struct PgVerifyArgs {
     /// PostgreSQL connection to check, overriding the one the run recorded (a
     /// conninfo string or `postgresql://` URL; PG* environment variables fill in
     /// what it leaves out, and the password always comes from them or from here).
@@ -72,9 +72,9 @@ pub struct VerifyArgs {
     pub pgdata: Option<PathBuf>,
 }
 
-impl Default for VerifyArgs {
+impl Default for PgVerifyArgs {
     fn default() -> Self {
-        VerifyArgs {
+        PgVerifyArgs {
             dsn: None,
             pg_wait: Duration::from_secs(300),
             no_amcheck: false,
@@ -352,11 +352,11 @@ pub async fn verify(
     pg: &PgManifest,
     batches: &[AckBatch],
     finished: bool,
-    opts: &VerifyArgs,
-) -> Result<PgReport, Failure> {
+    opts: &PgVerifyArgs,
+) -> Result<PgReport, Error> {
     let t_all = Instant::now();
     let dsn = opts.dsn.as_deref().unwrap_or(&pg.conninfo);
-    let cfg = conn::config(Some(dsn)).map_err(Failure)?;
+    let cfg = conn::config(Some(dsn)).map_err(Error)?;
     let conninfo = conn::redacted(&cfg);
     let acks = merge_acks(batches);
     let raw = raw_acks(batches);
@@ -403,12 +403,12 @@ pub async fn verify(
     rep.commits_checked = true;
     rep.timings.connect_ms = t_all.elapsed().as_millis() as u64;
     let q = |what: &'static str| {
-        move |e: tokio_postgres::Error| Failure(format!("{what}: {}", describe(&e)))
+        move |e: tokio_postgres::Error| Error(format!("{what}: {}", describe(&e)))
     };
 
     let mut failures: Vec<PgFinding> = Vec::new();
     let mut expected: Vec<PgFinding> = Vec::new();
-    let missing = schema::missing_tables(&client).await.map_err(Failure)?;
+    let missing = schema::missing_tables(&client).await.map_err(Error)?;
     for t in &missing {
         failures.push(PgFinding {
             kind: "missing_table".into(),
@@ -458,7 +458,7 @@ pub async fn verify(
             .map_err(q("cannot set work_mem"))?;
         let sql = count_sql(&tags);
         let client2 = conn::connect(&cfg).await.map_err(|e| {
-            Failure(format!(
+            Error(format!(
                 "cannot open a second connection to {conninfo}: {}",
                 describe(&e)
             ))
@@ -970,7 +970,7 @@ pub async fn verify(
     rep.lost_lag_histogram = plugpull::report::lag_histogram(&lags);
     rep.summary = super::report::summary(&rep, &missing);
     if rep.ok && rep.acknowledged_commits == 0 {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "not measured: run {run} has no acknowledged commits in the ledger (and PostgreSQL shows no damage)"
         )));
     }
@@ -1086,7 +1086,7 @@ async fn amcheck(
     missing: &[&str],
     findings: &mut Vec<PgFinding>,
     pages: &mut Vec<damage::Page>,
-) -> Result<Amcheck, Failure> {
+) -> Result<Amcheck, Error> {
     let mut am = Amcheck::default();
     if let Err(e) = client
         .batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
@@ -1152,7 +1152,7 @@ async fn amcheck(
                 // verify_heapam may be missing (amcheck < 1.3), or not ours to call.
                 notes.push(format!("verify_heapam({t}): {}", describe(&e)));
             }
-            Err(e) => return Err(Failure(format!("amcheck: {}", describe(&e)))),
+            Err(e) => return Err(Error(format!("amcheck: {}", describe(&e)))),
         }
     }
     let idx: Vec<String> = client
@@ -1165,7 +1165,7 @@ async fn amcheck(
             &[&tables],
         )
         .await
-        .map_err(|e| Failure(format!("cannot list the indexes: {}", describe(&e))))?
+        .map_err(|e| Error(format!("cannot list the indexes: {}", describe(&e))))?
         .iter()
         .map(|r| r.get(0))
         .collect();
@@ -1179,7 +1179,7 @@ async fn amcheck(
                 am.ran = true;
             }
             Err(e) if conn::is_connection_error(&e) => {
-                return Err(Failure(format!("amcheck: {}", describe(&e))))
+                return Err(Error(format!("amcheck: {}", describe(&e))))
             }
             Err(e) if damage::is_page_error(&e) => {
                 am.relations_checked += 1;

@@ -31,12 +31,12 @@ pub mod schema;
 pub mod tag;
 
 #[allow(unused_imports)] // PgReport is the type verify() returns
-pub use check::{verify, VerifyArgs};
+pub use check::{verify, PgVerifyArgs};
 pub use report::PgReport;
 
 use crate::common::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
-use crate::Failure;
+use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{PgManifest, RunSummary, Workload};
 use std::time::Duration;
@@ -149,26 +149,26 @@ pub struct WriteArgs {
 /// the listener unreachable. A server crash during the run is not an error: the run
 /// ends, the acknowledgements made stay valid, and the summary says how many clients
 /// were lost.
-pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Failure> {
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Error> {
     if args.jobs > args.clients {
-        return Err(Failure(format!(
+        return Err(Error(format!(
             "--jobs {} is more than --clients {}: each thread needs a client",
             args.jobs, args.clients
         )));
     }
     if args.pipeline && args.protocol != Protocol::Prepared {
-        return Err(Failure("--pipeline needs --protocol prepared".into()));
+        return Err(Error("--pipeline needs --protocol prepared".into()));
     }
-    let cfg = conn::config(args.dsn.as_deref()).map_err(Failure)?;
+    let cfg = conn::config(args.dsn.as_deref()).map_err(Error)?;
     let conninfo = conn::redacted(&cfg);
     let client = conn::connect(&cfg).await.map_err(|e| {
-        Failure(format!(
+        Error(format!(
             "cannot connect to PostgreSQL at {conninfo}: {}",
             conn::describe(&e)
         ))
     })?;
     let settings = conn::read_settings(&client).await.map_err(|e| {
-        Failure(format!(
+        Error(format!(
             "cannot read the server settings: {}",
             conn::describe(&e)
         ))
@@ -178,7 +178,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     if !promised {
         let list = unsafe_settings.join(", ");
         if !args.allow_unsafe_config {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "refusing to start: the server has {list}, so a successful COMMIT does not promise \
                  durability; fix the configuration, or pass --allow-unsafe-config to measure anyway \
                  (losses are then reported as unpromised)"
@@ -193,7 +193,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     } else {
         schema::check(&client).await
     }
-    .map_err(Failure)?;
+    .map_err(Error)?;
     let aid_big: bool = client
         .query_one(
             "SELECT atttypid = 'int8'::regtype FROM pg_attribute \
@@ -202,7 +202,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         )
         .await
         .map_err(|e| {
-            Failure(format!(
+            Error(format!(
                 "cannot read pgbench_accounts: {}",
                 conn::describe(&e)
             ))
@@ -212,16 +212,16 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     // may hold the tags of runs not yet verified).
     schema::vacuum(&client, &["pgbench_branches", "pgbench_tellers"], false)
         .await
-        .map_err(Failure)?;
+        .map_err(Error)?;
     let start_sums = schema::sums(&client).await.map_err(|e| {
-        Failure(format!(
+        Error(format!(
             "cannot read the balance sums: {}",
             conn::describe(&e)
         ))
     })?;
     let (checksum_failures_start, stats_reset_start) =
         damage::counter(&client).await.map_err(|e| {
-            Failure(format!(
+            Error(format!(
                 "cannot read pg_stat_database: {}",
                 conn::describe(&e)
             ))
@@ -246,7 +246,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         seed: args.random_seed.unwrap_or_else(rand::random),
         aid_big,
     };
-    let prepared = run::prepare(&params).await.map_err(Failure)?;
+    let prepared = run::prepare(&params).await.map_err(Error)?;
 
     let pg = PgManifest {
         conninfo: conninfo.clone(),
@@ -297,7 +297,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
 fn summary_json(
     run: plugpull::RunId,
     p: &run::Params,
-    o: &run::Outcome,
+    o: &run::RunStats,
     confirmed: u64,
 ) -> serde_json::Value {
     serde_json::json!({
@@ -351,7 +351,7 @@ fn mount_of(path: &str) -> String {
 fn print_summary(
     p: &run::Params,
     s: &plugpull::ledger::PgSettings,
-    o: &run::Outcome,
+    o: &run::RunStats,
     confirmed: u64,
 ) {
     println!(

@@ -25,9 +25,9 @@
 //! `pg_controldata` and the last lines of the server log (`--pg-log`, else the newest
 //! file in `PGDATA/log`).
 
-use super::check::VerifyArgs;
+use super::check::PgVerifyArgs;
 use super::conn::{self, describe};
-use crate::Failure;
+use crate::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
@@ -52,9 +52,9 @@ pub enum Ready {
 pub async fn wait(
     cfg: &Config,
     conninfo: &str,
-    opts: &VerifyArgs,
+    opts: &PgVerifyArgs,
     since_ms: u64,
-) -> Result<Ready, Failure> {
+) -> Result<Ready, Error> {
     let start = Instant::now();
     let deadline = start + opts.pg_wait;
     let mut seen_starting = false;
@@ -64,14 +64,14 @@ pub async fn wait(
             Err(e) => e,
         };
         if conn::is_not_postgres(&e) {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "{conninfo} answered, but not as a PostgreSQL server does ({}): is --dsn right?",
                 describe(&e)
             )));
         }
         let starting = e.code() == Some(&SqlState::CANNOT_CONNECT_NOW);
         if !starting && !conn::is_transient_connect_error(&e) {
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "cannot connect to PostgreSQL at {conninfo}: {}",
                 describe(&e)
             )));
@@ -91,7 +91,7 @@ pub async fn wait(
         if Instant::now() >= deadline {
             let waited = format!("{:.1} s", start.elapsed().as_secs_f64());
             if starting {
-                return Err(Failure(format!(
+                return Err(Error(format!(
                     "PostgreSQL at {conninfo} is still starting up after {waited} ({}): crash recovery \
                      can take minutes; run verify again, or give a longer --pg-wait{}",
                     describe(&e),
@@ -106,7 +106,7 @@ pub async fn wait(
                     evidence(opts)
                 )));
             }
-            return Err(Failure(format!(
+            return Err(Error(format!(
                 "nothing accepts connections at {conninfo} (waited {waited}): {}; is PostgreSQL \
                  running?{}",
                 describe(&e),
@@ -350,7 +350,7 @@ fn read_tail(path: &Path, n: usize) -> std::io::Result<String> {
 }
 
 /// The cluster state and the log's tail, for a message (empty without either).
-pub fn evidence(opts: &VerifyArgs) -> String {
+pub fn evidence(opts: &PgVerifyArgs) -> String {
     let mut s = String::new();
     if let Some(d) = &opts.pgdata {
         match controldata_state(d) {

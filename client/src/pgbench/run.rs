@@ -89,7 +89,7 @@ pub struct Params {
 }
 
 /// How the run went.
-pub struct Outcome {
+pub struct RunStats {
     /// Latency of committed transactions.
     pub stats: LatencyStats,
     /// Transactions started (committed, failed, and the last of lost or aborted clients).
@@ -233,7 +233,7 @@ impl Prepared {
     /// Starts the clients for `run`, reporting acknowledgements to `sink`; prints
     /// progress lines on stderr every `params.progress`; returns when every client
     /// stopped.
-    pub async fn go(self, run: RunId, sink: AckSink) -> Outcome {
+    pub async fn go(self, run: RunId, sink: AckSink) -> RunStats {
         let start = Instant::now();
         let deadline = match self.params.limit {
             Limit::Duration(d) => Some(start + d),
@@ -248,10 +248,8 @@ impl Prepared {
             let shared = self.shared.clone();
             let sink = sink.clone();
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval_at(
-                    tokio::time::Instant::from_std(start + every),
-                    every,
-                );
+                let mut tick =
+                    tokio::time::interval_at(tokio::time::Instant::from_std(start + every), every);
                 let mut last = start;
                 loop {
                     tick.tick().await;
@@ -265,15 +263,16 @@ impl Prepared {
                     } else {
                         (0.0, 0.0)
                     };
-                    eprintln!(
-                        "progress: {:.1} s, {:.1} tps, lat {:.3} ms stddev {:.3}, {} failed, {} acknowledged",
-                        now.duration_since(start).as_secs_f64(),
-                        iv.count as f64 / secs,
-                        mean,
-                        sd,
-                        iv.failed,
-                        sink.confirmed()
-                    );
+                    let line = crate::progress::Progress {
+                        elapsed_s: now.duration_since(start).as_secs_f64(),
+                        rate: iv.count as f64 / secs,
+                        unit: "tps",
+                        lat_ms: mean,
+                        stddev_ms: sd,
+                        failed: Some(iv.failed),
+                        acknowledged: sink.confirmed(),
+                    };
+                    eprintln!("{line}");
                 }
             })
         });
@@ -301,7 +300,7 @@ impl Prepared {
         if let Some(p) = progress {
             p.abort();
         }
-        let mut out = Outcome {
+        let mut out = RunStats {
             stats: LatencyStats::new(),
             attempts: 0,
             committed: 0,

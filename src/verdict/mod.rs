@@ -585,7 +585,7 @@ pub struct Tally {
 
 /// The result of checking every block.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Outcome {
+pub struct Classification {
     /// Blocks per verdict.
     pub counts: VerdictCounts,
     /// Blocks classified.
@@ -665,7 +665,7 @@ impl Tally {
     /// records were on the target before this run started): it was overwritten by a
     /// later run, which proves nothing about this device's ordering. A `prior` run's
     /// record there is the block's old contents, and the reordering stands.
-    pub fn finish(mut self, prior: &[RunId]) -> Outcome {
+    pub fn finish(mut self, prior: &[RunId]) -> Classification {
         for f in &mut self.findings {
             if matches!(f.verdict, Verdict::LostWrite | Verdict::TornAcknowledged) {
                 if let Some(&(_, _, at)) = self
@@ -691,7 +691,7 @@ impl Tally {
             }
             *self.counts.get_mut(f.verdict) += 1;
         }
-        Outcome {
+        Classification {
             counts: self.counts,
             checked: self.checked,
             in_flight_survived: self.in_flight_survived,
