@@ -96,10 +96,10 @@ pub struct FileManifest {
     pub block_size: u32,
     /// Number of concurrent writers.
     pub jobs: u32,
-    /// Durability call: `fdatasync`, `fsync`, `dsync` or `direct-dsync`.
-    pub sync: String,
-    /// `random` or `sequential`.
-    pub pattern: String,
+    /// Durability call.
+    pub sync: crate::modes::SyncMode,
+    /// Which block each worker writes next.
+    pub pattern: crate::modes::Pattern,
     /// What the target was when the run started (identity, size, device facts).
     pub identity: TargetIdentity,
     /// Other plugpull runs whose records were on the target when the run started
@@ -164,8 +164,8 @@ pub struct PgManifest {
     pub clients: u32,
     /// Number of threads the clients are spread over.
     pub jobs: u32,
-    /// `simple` or `prepared`.
-    pub protocol: String,
+    /// Query protocol (pgbench's `-M`).
+    pub protocol: crate::modes::Protocol,
     /// The server settings that decide durability (nested here; postcard encodes it
     /// as if its fields stood in its place).
     pub settings: PgSettings,
@@ -189,6 +189,8 @@ pub struct PgManifest {
     /// `pg_stat_database.stats_reset` of the run's database when the run started, as
     /// text (empty when NULL): the epoch of that counter.
     pub stats_reset_start: String,
+    /// Whether each transaction was sent as one pipeline (`--pipeline`).
+    pub pipeline: bool,
 }
 
 /// The PostgreSQL settings a pgbench run records, as `pg_settings` shows them.
@@ -677,8 +679,8 @@ mod tests {
                 size: 8192,
                 block_size: 4096,
                 jobs: 1,
-                sync: "fdatasync".into(),
-                pattern: "random".into(),
+                sync: crate::modes::SyncMode::Fdatasync,
+                pattern: crate::modes::Pattern::Random,
                 identity: Default::default(),
                 prior_runs: Vec::new(),
                 prior_foreign: false,

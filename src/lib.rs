@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod ledger;
+pub mod modes;
 pub mod record;
 pub mod report;
 pub mod units;

@@ -11,7 +11,6 @@ use crate::common::{human_bytes, make_manifest, LatencyStats, LatencySummary};
 use crate::guard::{self, target_kind};
 use crate::reporter::{AckSink, Reporter};
 use crate::Error;
-use clap::ValueEnum;
 use plugpull::auth::Secret;
 use plugpull::ledger::{DeviceError, FileAck, FileManifest, RunSummary, Workload};
 use plugpull::record::{Encoder, SECTOR};
@@ -25,47 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How each write is made durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SyncMode {
-    /// `pwrite` then `fdatasync`.
-    Fdatasync,
-    /// `pwrite` then `fsync`.
-    Fsync,
-    /// `pwrite` on a file opened `O_DSYNC`.
-    Dsync,
-    /// `pwrite` on a file opened `O_DIRECT | O_DSYNC` (bypasses the page cache).
-    DirectDsync,
-}
-
-impl SyncMode {
-    fn name(self) -> &'static str {
-        match self {
-            SyncMode::Fdatasync => "fdatasync",
-            SyncMode::Fsync => "fsync",
-            SyncMode::Dsync => "dsync",
-            SyncMode::DirectDsync => "direct-dsync",
-        }
-    }
-}
-
-/// Which block each worker writes next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Pattern {
-    /// Uniformly random among the worker's blocks.
-    Random,
-    /// The worker's blocks in order, wrapping around.
-    Sequential,
-}
-
-impl Pattern {
-    fn name(self) -> &'static str {
-        match self {
-            Pattern::Random => "random",
-            Pattern::Sequential => "sequential",
-        }
-    }
-}
+pub use plugpull::modes::{Pattern, SyncMode};
 
 /// Options of `plugpull write file`.
 #[derive(clap::Args, Debug, Clone)]
@@ -591,8 +550,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         size,
         block_size: bs as u32,
         jobs: args.jobs,
-        sync: args.sync.name().into(),
-        pattern: args.pattern.name().into(),
+        sync: args.sync,
+        pattern: args.pattern,
         identity,
         prior_runs,
         prior_foreign,

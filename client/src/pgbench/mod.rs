@@ -41,24 +41,7 @@ use plugpull::auth::Secret;
 use plugpull::ledger::{PgManifest, RunSummary, Workload};
 use std::time::Duration;
 
-/// Query protocol, as pgbench's `-M`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    /// Each statement as text with the values in it (simple query protocol).
-    Simple,
-    /// Statements prepared once per connection, then bound and executed.
-    Prepared,
-}
-
-impl Protocol {
-    /// `"simple"` or `"prepared"`, as pgbench prints it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Simple => "simple",
-            Protocol::Prepared => "prepared",
-        }
-    }
-}
+pub use plugpull::modes::Protocol;
 
 /// Options of `plugpull write pgbench` (the listener options come from the common
 /// listener arguments).
@@ -253,11 +236,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         scale,
         clients: args.clients,
         jobs: args.jobs,
-        protocol: format!(
-            "{}{}",
-            args.protocol.name(),
-            if args.pipeline { " (pipelined)" } else { "" }
-        ),
+        protocol: args.protocol,
         settings: settings.clone(),
         promised,
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
@@ -265,6 +244,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         data_mount: mount_of(&settings.data_directory),
         checksum_failures_start,
         stats_reset_start,
+        pipeline: args.pipeline,
     };
     let (reporter, run_id) = Reporter::start_with(
         listener,
