@@ -14,6 +14,24 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .map_err(|e| format!("{s:?} is not a size ({e}); try 4096, 64MiB or 1GiB"))
 }
 
+/// Formats a byte count the way the command line accepts it (`64 MiB`).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} bytes")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 /// Longest duration [`parse_duration`] accepts: 366 days. Longer is a typo, and
 /// "now + duration" would overflow the clock for absurd values.
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);

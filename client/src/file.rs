@@ -7,13 +7,15 @@
 //! has been acknowledged) at its issue, which lets the verifier prove reordering
 //! across a flush. See `plugpull::record` for the sector format.
 
-use crate::common::{human_bytes, make_manifest, LatencyStats, LatencySummary};
 use crate::guard::{self, target_kind};
+use crate::latency::{LatencyStats, LatencySummary};
+use crate::manifest::make_manifest;
 use crate::reporter::{AckSink, Reporter};
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{DeviceError, FileAck, FileManifest, RunSummary, Workload};
 use plugpull::record::{Encoder, SECTOR};
+use plugpull::units::human_bytes;
 use plugpull::units::{parse_duration, parse_size};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
@@ -619,7 +621,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         .map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
     let mut last = (Instant::now(), 0u64, 0u64, 0u64);
     let mut interrupted = false;
-    let interrupt = crate::common::interrupted();
+    let interrupt = crate::interrupt::interrupted();
     tokio::pin!(interrupt);
     let outs = loop {
         tokio::select! {

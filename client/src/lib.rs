@@ -3,10 +3,12 @@
 //! Exit codes everywhere: 0 = nothing acknowledged was lost or damaged (or the job
 //! succeeded), 1 = findings, 2 = could not do the job (a [`Error`]).
 
-pub mod common;
 pub mod demo;
 pub mod file;
 pub mod guard;
+pub mod interrupt;
+pub mod latency;
+pub mod manifest;
 pub mod medium;
 pub mod net;
 pub mod pgbench;

@@ -277,7 +277,7 @@ pub fn describe_device(id: &TargetIdentity) -> String {
     if id.partition > 0 {
         parts.push(describe_partition(id));
     }
-    parts.push(crate::common::human_bytes(id.size));
+    parts.push(plugpull::units::human_bytes(id.size));
     parts.join(", ")
 }
 

@@ -2,7 +2,7 @@
 //! classify it, report, and exit 0 (nothing acknowledged lost or damaged), 1
 //! (findings) or 2 (could not verify).
 
-use crate::common::{hostname, human_bytes};
+use crate::manifest::hostname;
 use crate::medium::{aligned, locate, open_target, read_full_at, Opened};
 use crate::net;
 use crate::target_id;
@@ -12,6 +12,7 @@ use plugpull::ledger::{
     self, AckBatch, Acks, DeviceError, Entry, FileManifest, Manifest, Tail, Workload,
 };
 use plugpull::report::{FileReport, ReportHead, TargetFinding};
+use plugpull::units::human_bytes;
 use plugpull::verdict::{classify_block, AckTable, Tally, Verdict};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;

@@ -34,7 +34,7 @@ pub mod tag;
 pub use check::{verify, PgVerifyArgs};
 pub use report::PgReport;
 
-use crate::common::make_manifest;
+use crate::manifest::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
 use crate::Error;
 use plugpull::auth::Secret;
@@ -291,7 +291,7 @@ fn summary_json(
         "transactions": o.committed,
         "failed": o.failed,
         "tps": o.committed as f64 / o.elapsed.as_secs_f64().max(1e-9),
-        "latency_ms": crate::common::LatencySummary::of(&o.stats),
+        "latency_ms": crate::latency::LatencySummary::of(&o.stats),
         "acknowledged": confirmed,
         "clients_lost": o.lost_clients,
         "in_flight_at_commit": o.in_flight,

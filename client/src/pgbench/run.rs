@@ -38,7 +38,7 @@
 use super::conn::{self, describe, is_connection_error};
 use super::tag;
 use super::Protocol;
-use crate::common::LatencyStats;
+use crate::latency::LatencyStats;
 use crate::reporter::AckSink;
 use plugpull::RunId;
 use rand::rngs::SmallRng;
@@ -282,14 +282,14 @@ impl Prepared {
         {
             let shared = self.shared.clone();
             tokio::spawn(async move {
-                if crate::common::interrupted().await.is_ok() {
+                if crate::interrupt::interrupted().await.is_ok() {
                     eprintln!(
                         "interrupted: stopping the clients after their current transaction \
                          (interrupt again to quit at once)"
                     );
                     shared.stop.store(true, Ordering::SeqCst);
                 }
-                if crate::common::interrupted().await.is_ok() {
+                if crate::interrupt::interrupted().await.is_ok() {
                     eprintln!("interrupted again: quitting");
                     std::process::exit(130);
                 }

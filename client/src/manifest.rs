@@ -1,0 +1,32 @@
+//! The run manifest's common fields: this host and the moment the run started.
+
+use plugpull::ledger::{Manifest, Workload};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// This machine's host name (as `gethostname(2)` gives it), or `"unknown"`.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A manifest for `workload` on this host, started now.
+pub fn make_manifest(workload: Workload) -> Manifest {
+    Manifest {
+        host: hostname(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        workload,
+        boot_id: crate::target_id::boot_id(),
+        listener_order: 0,
+        listener_created_unix_ms: 0,
+    }
+}
