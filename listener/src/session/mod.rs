@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 pub struct Context {
     /// The ledgers.
     pub store: Arc<Store>,
-    /// The shared secret (none: every proof passes).
+    /// The shared secret (when none, proofs use the empty key: agents without one pass).
     pub secret: Secret,
     /// Time a new connection has to complete its handshake.
     pub handshake_timeout: Duration,
