@@ -196,3 +196,38 @@ impl ConnectionCap {
             .map_err(|_| format!("listener busy: {} connections already", self.max))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_handshake_budget_evicts_its_oldest_handshake() {
+        let budget = Arc::new(HandshakeBudget::new(2));
+        let mut first = budget.enter();
+        let mut second = budget.enter();
+        let third = budget.enter();
+        let soon = Duration::from_millis(50);
+        assert!(tokio::time::timeout(soon, first.evicted()).await.is_ok());
+        assert!(tokio::time::timeout(soon, second.evicted()).await.is_err());
+        let open =
+            |b: &HandshakeBudget| b.open.lock().unwrap().1.keys().copied().collect::<Vec<_>>();
+        assert_eq!(open(&budget), [2, 3]);
+        second.leave();
+        assert_eq!(open(&budget), [3]);
+        drop(third);
+        assert_eq!(open(&budget), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn the_connection_cap_refuses_one_more_until_a_slot_is_freed() {
+        let cap = ConnectionCap::new(1);
+        let slot = cap.try_admit().unwrap();
+        assert_eq!(
+            cap.try_admit().unwrap_err(),
+            "listener busy: 1 connections already"
+        );
+        drop(slot);
+        assert!(cap.try_admit().is_ok());
+    }
+}

@@ -133,3 +133,53 @@ async fn send_ledger<W: AsyncWrite + Unpin>(
     }
     wr.flush().await.map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_writer_answer_becomes_confirmed_resumed_or_a_closing_io_error() {
+        let run = RunId(0x2a);
+        assert_eq!(
+            confirmation(run, Ok(Ok(7)), false, 5),
+            (Response::Confirmed { run, batch: 5 }, false)
+        );
+        assert_eq!(
+            confirmation(run, Ok(Ok(7)), true, 0),
+            (
+                Response::Resumed {
+                    run,
+                    confirmed_batch: 7
+                },
+                false
+            )
+        );
+        let failed = "cannot append to ledger /d/x.ledger: No space left on device (os error 28)";
+        assert_eq!(
+            confirmation(run, Ok(Err(StoreError::Failed(failed.into()))), false, 5),
+            (
+                Response::Error {
+                    kind: ErrorKind::Io,
+                    message: failed.into()
+                },
+                true
+            )
+        );
+        let (tx, rx) = oneshot::channel::<AppendResult>();
+        drop(tx);
+        let gone = rx.blocking_recv();
+        assert_eq!(
+            confirmation(run, gone, false, 5),
+            (
+                Response::Error {
+                    kind: ErrorKind::Io,
+                    message: "ledger writer of run 000000000000002a stopped after an I/O error"
+                        .into()
+                },
+                true
+            )
+        );
+    }
+}
