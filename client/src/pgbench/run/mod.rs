@@ -363,3 +363,49 @@ fn thread_main(
         out
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(committed: u64, failed: u64, end: ClientEnd) -> ClientResult {
+        let mut stats = LatencyStats::new();
+        for _ in 0..committed {
+            stats.record(Duration::from_millis(2));
+        }
+        ClientResult {
+            stats,
+            attempts: committed + failed + 1,
+            committed,
+            failed,
+            end,
+        }
+    }
+
+    #[test]
+    fn tally_adds_up_the_clients_and_counts_how_they_ended() {
+        let results = vec![
+            client(5, 1, ClientEnd::Done),
+            client(3, 0, ClientEnd::Lost { in_flight: true }),
+            client(2, 2, ClientEnd::Lost { in_flight: false }),
+            client(1, 0, ClientEnd::Aborted),
+        ];
+        let out = RunStats::tally(
+            results.into_iter(),
+            Duration::from_millis(7),
+            Duration::from_secs(3),
+            true,
+        );
+        assert_eq!(out.committed, 11);
+        assert_eq!(out.failed, 3);
+        assert_eq!(out.attempts, 18);
+        assert_eq!(out.stats.count(), 11);
+        assert_eq!(
+            (out.lost_clients, out.in_flight, out.aborted_clients),
+            (2, 1, 1)
+        );
+        assert_eq!(out.conn_time, Duration::from_millis(7));
+        assert_eq!(out.elapsed, Duration::from_secs(3));
+        assert!(out.interrupted);
+    }
+}
