@@ -4,12 +4,12 @@
 //! pgbench's own tables and reports every successful `COMMIT` to the listener;
 //! `plugpull verify` (for a pgbench run) then checks, after the cut and the reboot,
 //! that every acknowledged commit survived. See `docs/pgbench.md` for the user's
-//! guide and DESIGN.md ("PostgreSQL workload") for the rules.
+//! guide and the verifier's rules.
 //!
 //! * [`conn`] — libpq-style connection settings, error classification, server settings.
 //! * [`schema`] — `pgbench -i` compatible tables and the balance sums.
 //! * [`tag`] — the 22-character tag in `pgbench_history.filler`: run, client, seq.
-//! * [`run`] — the clients and their transaction.
+//! * [`run`] — the clients and their transaction; `summary` — what `write` prints after.
 //! * [`check`] — the verifier: set-based SQL over the tags, the balance invariant,
 //!   amcheck, checksum failures, and the report.
 //! * [`report`] — the verification report, its summary line and human rendering.
@@ -28,6 +28,7 @@ pub mod ready;
 pub mod report;
 pub mod run;
 pub mod schema;
+mod summary;
 pub mod tag;
 
 #[allow(unused_imports)] // PgReport is the type verify() returns
@@ -38,7 +39,7 @@ use crate::manifest::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{PgManifest, RunSummary, Workload};
+use plugpull::ledger::{PgManifest, PgSettings, RunSummary, Workload};
 use std::time::Duration;
 
 pub use plugpull::modes::Protocol;
@@ -133,6 +134,36 @@ pub struct WriteArgs {
 /// ends, the acknowledgements made stay valid, and the summary says how many clients
 /// were lost.
 pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Error> {
+    check_args(args)?;
+    let server = setup(args).await?;
+    let params = params(args, &server);
+    let prepared = run::prepare(&params).await.map_err(Error)?;
+    let settings = server.manifest.settings.clone();
+    let (reporter, run_id) = Reporter::start_with(
+        listener,
+        secret,
+        make_manifest(Workload::Pgbench(server.manifest)),
+        &args.reporter,
+    )
+    .await?;
+    if !args.json {
+        println!("run id: {run_id}");
+    }
+    let out = prepared.go(run_id, reporter.sink()).await;
+    let confirmed = reporter
+        .finish(RunSummary {
+            issued: out.attempts,
+            acknowledged: out.committed,
+            duration_ms: out.elapsed.as_millis() as u64,
+        })
+        .await?;
+    summary::print(args.json, run_id, &params, &settings, &out, confirmed);
+    Ok(())
+}
+
+/// Refuses option combinations clap cannot: more threads than clients, a pipeline
+/// without prepared statements.
+fn check_args(args: &WriteArgs) -> Result<(), Error> {
     if args.jobs > args.clients {
         return Err(Error(format!(
             "--jobs {} is more than --clients {}: each thread needs a client",
@@ -142,6 +173,23 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     if args.pipeline && args.protocol != Protocol::Prepared {
         return Err(Error("--pipeline needs --protocol prepared".into()));
     }
+    Ok(())
+}
+
+/// The server side of a run, read before it starts.
+struct Server {
+    /// Connection settings for the clients.
+    cfg: tokio_postgres::Config,
+    /// Whether `pgbench_accounts.aid` is `bigint`.
+    aid_big: bool,
+    /// What the ledger records of the run.
+    manifest: PgManifest,
+}
+
+/// Connects, reads the server settings (refusing an unsafe configuration unless
+/// `--allow-unsafe-config`), creates or checks the tables, and reads the balance
+/// sums and the checksum-failure counter the verifier starts from.
+async fn setup(args: &WriteArgs) -> Result<Server, Error> {
     let cfg = conn::config(args.dsn.as_deref()).map_err(Error)?;
     let conninfo = conn::redacted(&cfg);
     let client = conn::connect(&cfg).await.map_err(|e| {
@@ -156,7 +204,48 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             conn::describe(&e)
         ))
     })?;
-    let unsafe_settings = conn::unsafe_settings(&settings);
+    let promised = check_promised(args, &settings)?;
+    let (scale, aid_big) = tables(args, &client).await?;
+    let start_sums = schema::sums(&client).await.map_err(|e| {
+        Error(format!(
+            "cannot read the balance sums: {}",
+            conn::describe(&e)
+        ))
+    })?;
+    let (checksum_failures_start, stats_reset_start) =
+        damage::counter(&client).await.map_err(|e| {
+            Error(format!(
+                "cannot read pg_stat_database: {}",
+                conn::describe(&e)
+            ))
+        })?;
+    drop(client);
+    let manifest = PgManifest {
+        conninfo,
+        scale,
+        clients: args.clients,
+        jobs: args.jobs,
+        protocol: args.protocol,
+        data_mount: mount_of(&settings.data_directory),
+        settings,
+        promised,
+        max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
+        start_sums,
+        checksum_failures_start,
+        stats_reset_start,
+        pipeline: args.pipeline,
+    };
+    Ok(Server {
+        cfg,
+        aid_big,
+        manifest,
+    })
+}
+
+/// Whether a successful COMMIT promises durability with these settings. When it
+/// does not: an error, or with `--allow-unsafe-config` a warning on stderr.
+fn check_promised(args: &WriteArgs, settings: &PgSettings) -> Result<bool, Error> {
+    let unsafe_settings = conn::unsafe_settings(settings);
     let promised = unsafe_settings.is_empty();
     if !promised {
         let list = unsafe_settings.join(", ");
@@ -171,10 +260,16 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             "warning: {list}: COMMIT does not promise durability; acknowledgements are recorded as not promised"
         );
     }
+    Ok(promised)
+}
+
+/// Creates (`--init`) or checks the pgbench tables and vacuums the small ones;
+/// returns the scale and whether `aid` is `bigint`.
+async fn tables(args: &WriteArgs, client: &tokio_postgres::Client) -> Result<(u32, bool), Error> {
     let scale = if args.init {
-        schema::init(&client, args.scale).await
+        schema::init(client, args.scale).await
     } else {
-        schema::check(&client).await
+        schema::check(client).await
     }
     .map_err(Error)?;
     let aid_big: bool = client
@@ -193,32 +288,22 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         .get(0);
     // Like pgbench: vacuum the small tables (but never truncate the history, which
     // may hold the tags of runs not yet verified).
-    schema::vacuum(&client, &["pgbench_branches", "pgbench_tellers"], false)
+    schema::vacuum(client, &["pgbench_branches", "pgbench_tellers"], false)
         .await
         .map_err(Error)?;
-    let start_sums = schema::sums(&client).await.map_err(|e| {
-        Error(format!(
-            "cannot read the balance sums: {}",
-            conn::describe(&e)
-        ))
-    })?;
-    let (checksum_failures_start, stats_reset_start) =
-        damage::counter(&client).await.map_err(|e| {
-            Error(format!(
-                "cannot read pg_stat_database: {}",
-                conn::describe(&e)
-            ))
-        })?;
-    drop(client);
+    Ok((scale, aid_big))
+}
 
+/// What the clients need, from the options and the server.
+fn params(args: &WriteArgs, server: &Server) -> run::Params {
     let limit = match (args.duration, args.transactions) {
         (_, Some(n)) => run::Limit::Transactions(n),
         (Some(d), None) => run::Limit::Duration(d),
         (None, None) => run::Limit::Duration(Duration::from_secs(60)),
     };
-    let params = run::Params {
-        cfg,
-        scale,
+    run::Params {
+        cfg: server.cfg.clone(),
+        scale: server.manifest.scale,
         clients: args.clients,
         jobs: args.jobs,
         limit,
@@ -227,77 +312,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         progress: args.progress.map(Duration::from_secs),
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         seed: args.random_seed.unwrap_or_else(rand::random),
-        aid_big,
-    };
-    let prepared = run::prepare(&params).await.map_err(Error)?;
-
-    let pg = PgManifest {
-        conninfo: conninfo.clone(),
-        scale,
-        clients: args.clients,
-        jobs: args.jobs,
-        protocol: args.protocol,
-        settings: settings.clone(),
-        promised,
-        max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
-        start_sums,
-        data_mount: mount_of(&settings.data_directory),
-        checksum_failures_start,
-        stats_reset_start,
-        pipeline: args.pipeline,
-    };
-    let (reporter, run_id) = Reporter::start_with(
-        listener,
-        secret,
-        make_manifest(Workload::Pgbench(pg)),
-        &args.reporter,
-    )
-    .await?;
-    if !args.json {
-        println!("run id: {run_id}");
+        aid_big: server.aid_big,
     }
-    let out = prepared.go(run_id, reporter.sink()).await;
-    let confirmed = reporter
-        .finish(RunSummary {
-            issued: out.attempts,
-            acknowledged: out.committed,
-            duration_ms: out.elapsed.as_millis() as u64,
-        })
-        .await?;
-    if args.json {
-        println!("{}", summary_json(run_id, &params, &out, confirmed));
-    } else {
-        print_summary(&params, &settings, &out, confirmed);
-    }
-    Ok(())
-}
-
-/// The summary as one JSON object (`--json`): the figures of the text summary, with
-/// latencies in ms.
-fn summary_json(
-    run: plugpull::RunId,
-    p: &run::Params,
-    o: &run::RunStats,
-    confirmed: u64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "run_id": run.to_string(),
-        "scaling_factor": p.scale,
-        "query_mode": p.protocol.name(),
-        "pipelined": p.pipeline,
-        "clients": p.clients,
-        "threads": p.jobs,
-        "duration_secs": o.elapsed.as_secs_f64(),
-        "transactions": o.committed,
-        "failed": o.failed,
-        "tps": o.committed as f64 / o.elapsed.as_secs_f64().max(1e-9),
-        "latency_ms": crate::latency::LatencySummary::of(&o.stats),
-        "acknowledged": confirmed,
-        "clients_lost": o.lost_clients,
-        "in_flight_at_commit": o.in_flight,
-        "clients_aborted": o.aborted_clients,
-        "interrupted": o.interrupted,
-    })
 }
 
 /// The `/proc/mounts` line (`device mountpoint fstype options`) of the mount
@@ -325,84 +341,4 @@ fn mount_of(path: &str) -> String {
         .max_by_key(|(mp, _)| mp.len())
         .map(|(_, line)| line)
         .unwrap_or_default()
-}
-
-/// Prints the summary in pgbench's words (stdout), then plugpull's own lines.
-fn print_summary(
-    p: &run::Params,
-    s: &plugpull::ledger::PgSettings,
-    o: &run::RunStats,
-    confirmed: u64,
-) {
-    println!(
-        "pgbench-compatible run against PostgreSQL {}",
-        s.server_version
-    );
-    println!("transaction type: <builtin: TPC-B (sort of)>");
-    println!("scaling factor: {}", p.scale);
-    println!(
-        "query mode: {}{}",
-        p.protocol.name(),
-        if p.pipeline { " (pipelined)" } else { "" }
-    );
-    println!("number of clients: {}", p.clients);
-    println!("number of threads: {}", p.jobs);
-    println!("maximum number of tries: 1");
-    match p.limit {
-        run::Limit::Duration(d) => println!("duration: {} s", d.as_secs()),
-        run::Limit::Transactions(n) => println!("number of transactions per client: {n}"),
-    }
-    match p.limit {
-        run::Limit::Transactions(n) => println!(
-            "number of transactions actually processed: {}/{}",
-            o.committed,
-            n * p.clients as u64
-        ),
-        run::Limit::Duration(_) => {
-            println!("number of transactions actually processed: {}", o.committed)
-        }
-    }
-    let pct = if o.attempts > 0 {
-        100.0 * o.failed as f64 / o.attempts as f64
-    } else {
-        0.0
-    };
-    println!("number of failed transactions: {} ({pct:.3}%)", o.failed);
-    println!("latency average = {:.3} ms", o.stats.mean_ms());
-    println!("latency stddev = {:.3} ms", o.stats.stddev_ms());
-    println!(
-        "initial connection time = {:.3} ms",
-        o.conn_time.as_secs_f64() * 1000.0
-    );
-    let secs = o.elapsed.as_secs_f64().max(1e-9);
-    println!(
-        "tps = {:.6} (without initial connection time)",
-        o.committed as f64 / secs
-    );
-    println!("latency p99 = {:.3} ms", o.stats.percentile_ms(99.0));
-    println!("acknowledged by listener: {confirmed}");
-    if confirmed < o.committed {
-        println!(
-            "warning: {} acknowledgements were not confirmed by the listener",
-            o.committed - confirmed
-        );
-    }
-    if o.lost_clients > 0 {
-        println!(
-            "clients lost: {} of {} ({} with a transaction in flight at COMMIT)",
-            o.lost_clients, p.clients, o.in_flight
-        );
-        if o.lost_clients == p.clients {
-            println!(
-                "the server closed every connection (crash or shutdown?): the run ended early; \
-                 the {confirmed} acknowledgements made stay valid"
-            );
-        }
-    }
-    if o.aborted_clients > 0 {
-        println!("clients aborted: {} of {}", o.aborted_clients, p.clients);
-    }
-    if o.interrupted {
-        println!("interrupted: the run ended early");
-    }
 }

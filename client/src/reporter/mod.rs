@@ -1,0 +1,261 @@
+//! The agent's reporter: carries acknowledgements to the listener without ever
+//! putting a network round trip between two writes.
+//!
+//! Workload threads hand each ack to an [`AckSink`] (an unbounded channel: it never
+//! blocks). One task batches what arrives within [`LINGER`] (up to [`BATCH_MAX`] acks), sends
+//! batches back to back without waiting, and counts an ack as acknowledged only when
+//! the listener answers `Confirmed` for its batch, which it does after its ledger's
+//! `fdatasync`. If the connection breaks, the task reconnects with backoff, sends
+//! `ResumeRun`, drops the batches the listener already holds and resends the rest
+//! (batches are idempotent by number). Writers pause, with a message on stderr,
+//! while more than `--max-unconfirmed` acks wait for confirmation or the listener
+//! has confirmed nothing for `--max-unconfirmed-secs` while acks wait, so a run never
+//! goes on unwitnessed for long; after [`STALL_WARNING`] without a confirmation the
+//! reporter says so.
+//!
+//! Witness faults end the run (exit 2), never a reconnect: a frame that fails its MAC
+//! (forged or altered on the way), a `Confirmed`/`Resumed` below what the listener
+//! had already confirmed (it lost what it had made durable) or above what was sent,
+//! and a listener that cannot write its ledger (ENOSPC, EIO). Writers stop
+//! ([`AckSink::failed`]); the reporter tries to mark the run invalid in the ledger
+//! over a new connection, so `verify` refuses it too.
+//!
+//! On SIGINT, the end of the run (`finish`/`invalidate`) gets [`INTERRUPT_GRACE`]
+//! to be confirmed, then gives up with a failure.
+//!
+//! * this module — the public face: [`Reporter`] (start, finish, device error), its
+//!   options, the stall watch.
+//! * `sink` — [`AckSink`], what workload threads hand acks to, and the counters that
+//!   tell writers to pause.
+//! * `outbox` — the pure batching, resend and idempotency state machine.
+//! * `task` — the connect, resume and backoff loop that drives the outbox.
+
+mod outbox;
+mod sink;
+mod task;
+
+pub use sink::AckSink;
+
+use crate::net;
+use crate::Error;
+use outbox::Outbox;
+use plugpull::auth::Secret;
+use plugpull::ledger::{DeviceError, Manifest, RunSummary};
+use plugpull::wire::{Request, Response};
+use plugpull::RunId;
+use sink::Shared;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use task::{Ctrl, Task};
+use tokio::sync::{mpsc, oneshot};
+
+/// How long the reporter waits for more acks before sending a batch that is not
+/// full: a few ms of confirmation latency buy far fewer frames and ledger syncs
+/// (one per commit otherwise, for pgbench).
+pub const LINGER: Duration = Duration::from_millis(2);
+/// Most acks in one batch.
+pub const BATCH_MAX: usize = 8192;
+/// Most acks handed over but not yet confirmed before writers pause.
+/// Default of `--max-unconfirmed` for the file workload.
+pub const FILE_MAX_UNCONFIRMED: u64 = 1_000_000;
+/// Default of `--max-unconfirmed` for the pgbench workload.
+pub const PG_MAX_UNCONFIRMED: u64 = 100_000;
+/// How long `finish` keeps trying to reach a listener that went away.
+pub const FINISH_DEADLINE: Duration = Duration::from_secs(60);
+/// After how long without a confirmation (while acks wait) the reporter warns.
+pub const STALL_WARNING: Duration = Duration::from_secs(2);
+/// Default of `--max-unconfirmed-secs`.
+pub const MAX_UNCONFIRMED_SECS: f64 = 5.0;
+/// How long the end of the run may take after SIGINT.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+/// Prefix of the error a witness fault records in the ledger as `Invalid`.
+pub const WITNESS_FAULT: &str = "witness fault";
+
+/// A running reporter for one run.
+pub struct Reporter {
+    sink: AckSink,
+    ctrl: mpsc::UnboundedSender<Ctrl>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Reporter settings beyond the listener's address.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReporterOptions {
+    /// Append every ack the listener confirmed to this file, one per line
+    /// (`seq block` for files, `client first last` for pgbench ranges): the agent's own
+    /// record, to compare with the ledger.
+    #[arg(long)]
+    pub ack_log: Option<std::path::PathBuf>,
+    /// Pause writing while more than this many acks await the listener's confirmation
+    /// [default: 1000000 for files; 100000 for pgbench, where it also bounds which
+    /// sequence numbers can exist after a cut]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_unconfirmed: Option<u64>,
+    /// Also pause writing while acks wait and the listener has confirmed nothing for
+    /// this many seconds (a warning comes after 2 s)
+    #[arg(long, default_value_t = MAX_UNCONFIRMED_SECS)]
+    pub max_unconfirmed_secs: f64,
+}
+
+impl ReporterOptions {
+    /// `--max-unconfirmed`, or `default` when it was not given.
+    pub fn max_unconfirmed_or(&self, default: u64) -> u64 {
+        self.max_unconfirmed.unwrap_or(default)
+    }
+}
+
+impl Reporter {
+    /// Connects to `listener`, starts a run described by `manifest` and returns the
+    /// reporter and the run id the listener assigned. The manifest's `promised` flag
+    /// (pgbench) marks whether these acks are durability promises.
+    ///
+    /// Errors: the listener cannot be reached or refuses; the ack log cannot be created.
+    pub async fn start_with(
+        listener: &str,
+        secret: &Secret,
+        manifest: Manifest,
+        opts: &ReporterOptions,
+    ) -> Result<(Reporter, RunId), Error> {
+        let ack_log = match &opts.ack_log {
+            Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+                |e| Error(format!("cannot create ack log {}: {e}", p.display())),
+            )?)),
+            None => None,
+        };
+        let (promised, max_unconfirmed) = match &manifest.workload {
+            plugpull::ledger::Workload::Pgbench(p) => {
+                (p.promised, opts.max_unconfirmed_or(PG_MAX_UNCONFIRMED))
+            }
+            plugpull::ledger::Workload::File(_) => {
+                (true, opts.max_unconfirmed_or(FILE_MAX_UNCONFIRMED))
+            }
+        };
+        let (mut r, mut w) = net::connect(listener, secret).await?;
+        w.send(&Request::StartRun {
+            manifest: Box::new(manifest),
+        })
+        .await?;
+        w.flush().await?;
+        let (run, token) = match r.recv().await? {
+            Response::RunStarted { run, token } => (run, token),
+            other => return Err(Error(format!("listener answered StartRun with {other:?}"))),
+        };
+        let shared = Arc::new(Shared::new(max_unconfirmed, opts.max_unconfirmed_secs));
+        tokio::spawn(watch(Arc::downgrade(&shared)));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
+        let state = Task {
+            addr: listener.to_string(),
+            secret: secret.clone(),
+            run,
+            token,
+            shared: shared.clone(),
+            outbox: Outbox::new(promised),
+            ack_log,
+            rx,
+            ctrl: ctrl_rx,
+            ending: None,
+            ending_sent: false,
+            acks_open: true,
+            linger_until: None,
+        };
+        let task = tokio::spawn(state.run(r, w));
+        Ok((
+            Reporter {
+                sink: AckSink { tx, shared },
+                ctrl,
+                task,
+            },
+            run,
+        ))
+    }
+
+    /// A sink for workload threads.
+    pub fn sink(&self) -> AckSink {
+        self.sink.clone()
+    }
+
+    /// Sends every queued ack and the run's summary, waits until the listener confirmed
+    /// all of them, and returns how many acks it confirmed.
+    ///
+    /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
+    pub async fn finish(self, summary: RunSummary) -> Result<u64, Error> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.ctrl.send(Ctrl::Finish(summary, tx));
+        self.wait(rx).await
+    }
+
+    /// Records in the ledger that the run ended by a device error, after sending every
+    /// queued ack (all were handed over before the error); returns the confirmed count.
+    ///
+    /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
+    pub async fn device_error(self, end: DeviceError) -> Result<u64, Error> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.ctrl.send(Ctrl::DeviceError(end, tx));
+        self.wait(rx).await
+    }
+
+    async fn wait(self, rx: oneshot::Receiver<Result<u64, Error>>) -> Result<u64, Error> {
+        let shared = self.sink.shared.clone();
+        drop(self.sink);
+        tokio::pin!(rx);
+        let r = loop {
+            tokio::select! {
+                r = &mut rx => break r.unwrap_or_else(|_| Err(Error("the reporter stopped unexpectedly".into()))),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    let since = *shared.interrupted.lock().unwrap();
+                    if since.is_some_and(|t| t.elapsed() >= INTERRUPT_GRACE) {
+                        self.task.abort();
+                        return Err(Error(format!(
+                            "interrupted: the listener did not confirm the end of the run within {} s; {} acknowledgements were never confirmed",
+                            INTERRUPT_GRACE.as_secs_f64(),
+                            shared.waiting()
+                        )));
+                    }
+                }
+            }
+        };
+        let _ = self.task.await;
+        r
+    }
+}
+
+/// Warns on stderr while the listener confirms nothing and acks wait (after
+/// [`STALL_WARNING`], then every 5 s), and notes when SIGINT arrives. Ends with the run.
+async fn watch(shared: std::sync::Weak<Shared>) {
+    let mut said: Option<Instant> = None;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            r = &mut ctrl_c, if !interrupted => {
+                interrupted = true;
+                if r.is_ok() {
+                    let Some(sh) = shared.upgrade() else { return };
+                    *sh.interrupted.lock().unwrap() = Some(Instant::now());
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        let Some(sh) = shared.upgrade() else { return };
+        if sh.waiting() == 0 {
+            // Nothing waits: a stall can only start from now (a writer idle for long,
+            // e.g. on a slow fsync, must not find an old time here).
+            sh.progress();
+        }
+        let stalled = sh.stalled();
+        if stalled < STALL_WARNING || sh.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            said = None;
+            continue;
+        }
+        if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            eprintln!(
+                "witness has not confirmed for {:.1} s, {} acknowledgements waiting",
+                stalled.as_secs_f64(),
+                sh.waiting()
+            );
+            said = Some(Instant::now());
+        }
+    }
+}

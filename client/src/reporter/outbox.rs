@@ -1,0 +1,453 @@
+//! The reporter's outbox: the pure state machine between acks handed over and acks
+//! the listener confirmed. No sockets, no tasks, no clock: the reporter task
+//! ([`super::task`]) drives it and does the I/O.
+//!
+//! An ack goes through three places:
+//! 1. *gathered*: added to the next batch ([`Outbox::add`]); pgbench commits of one
+//!    client with consecutive sequence numbers merge into one range;
+//! 2. *pending*: sealed into a numbered batch ([`Outbox::seal`]), numbers 1, 2, 3, …
+//!    without gaps; sent at most once per connection ([`Outbox::next_unsent`],
+//!    [`Outbox::sent`]);
+//! 3. *confirmed*: the listener said batch `b` is durable, which covers every batch
+//!    up to `b` ([`Outbox::confirm`]); those batches leave the outbox.
+//!
+//! After a reconnect the listener says which batch it holds last
+//! ([`Outbox::resume`]): the batches up to it are confirmed, and every later one is
+//! sent again, in order. Batches are idempotent by number at the listener, so a
+//! batch sent twice is stored once.
+//!
+//! The listener's word is checked: a confirmation below an earlier one (it lost what
+//! it had made durable) or above the highest batch sealed is a [`BadConfirm`], which
+//! the reporter treats as a witness fault.
+
+use super::sink::Msg;
+use plugpull::ledger::{AckBatch, Acks, FileAck, PgAckRange};
+use std::collections::{HashMap, VecDeque};
+
+/// Whether `waiting` acks (handed over, not yet confirmed) exceed the
+/// `--max-unconfirmed` bound `max`: writers pause while more than `max` wait, and go
+/// on again once no more than `max` do.
+pub(super) fn over_bound(waiting: u64, max: u64) -> bool {
+    waiting > max
+}
+
+/// Why a `Confirmed` or `Resumed` from the listener cannot be true.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum BadConfirm {
+    /// It named `batch` after it had already confirmed the later batch `told`: it
+    /// lost acknowledgements it had made durable.
+    Regressed { batch: u64, told: u64 },
+    /// It named `batch`, but only batches up to `highest` were sealed (0: none).
+    Unsent { batch: u64, highest: u64 },
+}
+
+/// Acks on their way from the workload to the ledger (see the module doc).
+pub(super) struct Outbox {
+    /// Whether the acks are durability promises (stamped on every batch).
+    promised: bool,
+    gather: Gather,
+    /// Sealed batches not yet confirmed, in batch order, numbers contiguous.
+    pending: VecDeque<AckBatch>,
+    /// Number of the next batch sealed.
+    next_batch: u64,
+    /// Highest batch sent on the current connection.
+    sent_upto: u64,
+    /// Highest batch the listener has said is durable.
+    told: u64,
+}
+
+impl Outbox {
+    /// An empty outbox; the first batch sealed is number 1.
+    pub(super) fn new(promised: bool) -> Outbox {
+        Outbox {
+            promised,
+            gather: Gather::default(),
+            pending: VecDeque::new(),
+            next_batch: 1,
+            sent_upto: 0,
+            told: 0,
+        }
+    }
+
+    /// Adds one ack to the next batch.
+    pub(super) fn add(&mut self, m: Msg) {
+        self.gather.add(m);
+    }
+
+    /// Acks added since the last [`Outbox::seal`].
+    pub(super) fn gathered(&self) -> usize {
+        self.gather.n
+    }
+
+    /// Turns the gathered acks into numbered batches waiting to be sent (one per
+    /// workload kind present). True when acks begin to wait now: nothing was pending
+    /// and something was gathered (a stall is measured from here).
+    pub(super) fn seal(&mut self) -> bool {
+        let began = self.pending.is_empty() && self.gather.n > 0;
+        for acks in self.gather.take() {
+            self.pending.push_back(AckBatch {
+                batch: self.next_batch,
+                promised: self.promised,
+                acks,
+            });
+            self.next_batch += 1;
+        }
+        began
+    }
+
+    /// The first pending batch not yet sent on the current connection.
+    pub(super) fn next_unsent(&self) -> Option<&AckBatch> {
+        let first = self.pending.front()?.batch;
+        let i = (self.sent_upto + 1).saturating_sub(first);
+        self.pending.get(usize::try_from(i).ok()?)
+    }
+
+    /// Notes that `batch` was sent on the current connection.
+    pub(super) fn sent(&mut self, batch: u64) {
+        self.sent_upto = batch;
+    }
+
+    /// The listener confirmed every batch up to `batch`: returns those that leave
+    /// the outbox now, in order (none for a repeated confirmation).
+    ///
+    /// Errors: `batch` is below a batch confirmed before, or above the highest sealed;
+    /// the outbox is then unchanged.
+    pub(super) fn confirm(&mut self, batch: u64) -> Result<Vec<AckBatch>, BadConfirm> {
+        if batch < self.told {
+            return Err(BadConfirm::Regressed {
+                batch,
+                told: self.told,
+            });
+        }
+        if batch >= self.next_batch {
+            return Err(BadConfirm::Unsent {
+                batch,
+                highest: self.next_batch - 1,
+            });
+        }
+        self.told = batch;
+        let mut done = Vec::new();
+        while self.pending.front().is_some_and(|b| b.batch <= batch) {
+            done.extend(self.pending.pop_front());
+        }
+        Ok(done)
+    }
+
+    /// A new connection resumed the run after `batch`, the last the listener holds:
+    /// confirms up to it (as [`Outbox::confirm`]) and makes every later pending
+    /// batch unsent, so they all go again, in order.
+    pub(super) fn resume(&mut self, batch: u64) -> Result<Vec<AckBatch>, BadConfirm> {
+        let done = self.confirm(batch)?;
+        self.sent_upto = batch;
+        Ok(done)
+    }
+
+    /// True when no sealed batch waits for confirmation.
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Acks in sealed batches not yet confirmed.
+    pub(super) fn unconfirmed(&self) -> u64 {
+        self.pending.iter().map(|b| b.acks.count()).sum()
+    }
+}
+
+/// Acks being gathered into the next batch.
+#[derive(Default)]
+struct Gather {
+    file: Vec<FileAck>,
+    pg: Vec<PgAckRange>,
+    /// Index in `pg` of each client's last range.
+    pg_at: HashMap<u32, usize>,
+    /// Acks added.
+    n: usize,
+}
+
+impl Gather {
+    fn add(&mut self, m: Msg) {
+        match m {
+            Msg::File(a) => {
+                self.n += 1;
+                self.file.push(a);
+            }
+            Msg::Pg { client, seq, ms } => {
+                self.n += 1;
+                if let Some(&i) = self.pg_at.get(&client) {
+                    let r = &mut self.pg[i];
+                    if r.last + 1 == seq {
+                        r.last = seq;
+                        r.ms = ms;
+                        return;
+                    }
+                }
+                self.pg_at.insert(client, self.pg.len());
+                self.pg.push(PgAckRange {
+                    client,
+                    first: seq,
+                    last: seq,
+                    ms,
+                });
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<Acks> {
+        let mut out = Vec::new();
+        if !self.file.is_empty() {
+            out.push(Acks::File(std::mem::take(&mut self.file)));
+        }
+        if !self.pg.is_empty() {
+            out.push(Acks::Pg(std::mem::take(&mut self.pg)));
+        }
+        self.pg_at.clear();
+        self.n = 0;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_commits_of_a_client_gather_into_one_range() {
+        let mut g = Gather::default();
+        for (client, seq, ms) in [(0, 1, 5), (1, 1, 6), (0, 2, 7), (0, 3, 8), (1, 3, 9)] {
+            g.add(Msg::Pg { client, seq, ms });
+        }
+        let got = g.take();
+        assert_eq!(
+            got,
+            vec![Acks::Pg(vec![
+                PgAckRange {
+                    client: 0,
+                    first: 1,
+                    last: 3,
+                    ms: 8
+                },
+                PgAckRange {
+                    client: 1,
+                    first: 1,
+                    last: 1,
+                    ms: 6
+                },
+                PgAckRange {
+                    client: 1,
+                    first: 3,
+                    last: 3,
+                    ms: 9
+                },
+            ])]
+        );
+        assert_eq!(g.n, 0);
+        assert!(g.take().is_empty());
+    }
+
+    /// An outbox holding `n` sealed batches of one file ack each (seq = batch).
+    fn with_batches(n: u64) -> Outbox {
+        let mut o = Outbox::new(true);
+        for seq in 1..=n {
+            o.add(Msg::File(FileAck {
+                seq,
+                block: seq * 10,
+                ms: 0,
+            }));
+            o.seal();
+        }
+        o
+    }
+
+    /// Sends every unsent batch, as the task does; returns their numbers.
+    fn send_all(o: &mut Outbox) -> Vec<u64> {
+        let mut out = Vec::new();
+        while let Some(b) = o.next_unsent() {
+            let n = b.batch;
+            o.sent(n);
+            out.push(n);
+        }
+        out
+    }
+
+    fn numbers(v: &[AckBatch]) -> Vec<u64> {
+        v.iter().map(|b| b.batch).collect()
+    }
+
+    #[test]
+    fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
+        let mut o = Outbox::new(false);
+        assert!(!o.seal(), "nothing gathered: nothing begins to wait");
+        o.add(Msg::File(FileAck {
+            seq: 1,
+            block: 7,
+            ms: 3,
+        }));
+        o.add(Msg::Pg {
+            client: 2,
+            seq: 1,
+            ms: 4,
+        });
+        assert_eq!(o.gathered(), 2);
+        assert!(o.seal());
+        assert_eq!(o.gathered(), 0);
+        o.add(Msg::Pg {
+            client: 2,
+            seq: 2,
+            ms: 5,
+        });
+        assert!(!o.seal(), "batches already wait: no new start of a stall");
+        let sent: Vec<AckBatch> = std::iter::from_fn(|| {
+            let b = o.next_unsent()?.clone();
+            o.sent(b.batch);
+            Some(b)
+        })
+        .collect();
+        assert_eq!(
+            sent,
+            vec![
+                AckBatch {
+                    batch: 1,
+                    promised: false,
+                    acks: Acks::File(vec![FileAck {
+                        seq: 1,
+                        block: 7,
+                        ms: 3
+                    }]),
+                },
+                AckBatch {
+                    batch: 2,
+                    promised: false,
+                    acks: Acks::Pg(vec![PgAckRange {
+                        client: 2,
+                        first: 1,
+                        last: 1,
+                        ms: 4
+                    }]),
+                },
+                AckBatch {
+                    batch: 3,
+                    promised: false,
+                    acks: Acks::Pg(vec![PgAckRange {
+                        client: 2,
+                        first: 2,
+                        last: 2,
+                        ms: 5
+                    }]),
+                },
+            ]
+        );
+        assert_eq!(o.unconfirmed(), 3);
+    }
+
+    #[test]
+    fn a_batch_confirmed_is_dropped_with_every_batch_before_it() {
+        let mut o = with_batches(4);
+        assert_eq!(send_all(&mut o), vec![1, 2, 3, 4]);
+        assert_eq!(numbers(&o.confirm(2).unwrap()), vec![1, 2]);
+        assert_eq!(o.unconfirmed(), 2);
+        assert!(!o.is_empty());
+        assert_eq!(numbers(&o.confirm(4).unwrap()), vec![3, 4]);
+        assert_eq!(o.unconfirmed(), 0);
+        assert!(o.is_empty());
+        assert_eq!(send_all(&mut o), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_batch_is_sent_once_per_connection() {
+        let mut o = with_batches(2);
+        assert_eq!(send_all(&mut o), vec![1, 2]);
+        assert_eq!(send_all(&mut o), Vec::<u64>::new());
+        o.add(Msg::File(FileAck {
+            seq: 3,
+            block: 30,
+            ms: 0,
+        }));
+        o.seal();
+        assert_eq!(send_all(&mut o), vec![3]);
+    }
+
+    #[test]
+    fn a_duplicate_confirmation_is_ignored() {
+        let mut o = with_batches(3);
+        send_all(&mut o);
+        assert_eq!(numbers(&o.confirm(2).unwrap()), vec![1, 2]);
+        assert_eq!(o.confirm(2), Ok(vec![]));
+        assert_eq!(o.unconfirmed(), 1);
+        assert_eq!(send_all(&mut o), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn after_a_reconnect_every_unconfirmed_batch_is_resent_in_order() {
+        let mut o = with_batches(5);
+        assert_eq!(send_all(&mut o), vec![1, 2, 3, 4, 5]);
+        assert_eq!(numbers(&o.confirm(1).unwrap()), vec![1]);
+        // The connection broke; the listener holds up to batch 2 (its confirmation
+        // was lost with the connection).
+        assert_eq!(numbers(&o.resume(2).unwrap()), vec![2]);
+        assert_eq!(send_all(&mut o), vec![3, 4, 5]);
+        assert_eq!(o.unconfirmed(), 3);
+    }
+
+    #[test]
+    fn a_resume_at_what_was_confirmed_resends_everything_after_it() {
+        let mut o = with_batches(3);
+        send_all(&mut o);
+        o.confirm(1).unwrap();
+        assert_eq!(o.resume(1), Ok(vec![]));
+        assert_eq!(send_all(&mut o), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_confirmation_below_an_earlier_one_is_refused_and_changes_nothing() {
+        let mut o = with_batches(3);
+        send_all(&mut o);
+        o.confirm(2).unwrap();
+        assert_eq!(
+            o.confirm(1),
+            Err(BadConfirm::Regressed { batch: 1, told: 2 })
+        );
+        assert_eq!(
+            o.resume(0),
+            Err(BadConfirm::Regressed { batch: 0, told: 2 })
+        );
+        assert_eq!(o.unconfirmed(), 1);
+        assert_eq!(
+            send_all(&mut o),
+            Vec::<u64>::new(),
+            "resume refused: no resend"
+        );
+    }
+
+    #[test]
+    fn a_confirmation_above_the_highest_batch_sealed_is_refused() {
+        let mut o = Outbox::new(true);
+        assert_eq!(
+            o.confirm(1),
+            Err(BadConfirm::Unsent {
+                batch: 1,
+                highest: 0
+            })
+        );
+        let mut o = with_batches(2);
+        send_all(&mut o);
+        assert_eq!(
+            o.confirm(3),
+            Err(BadConfirm::Unsent {
+                batch: 3,
+                highest: 2
+            })
+        );
+        assert_eq!(o.unconfirmed(), 2);
+        assert_eq!(o.confirm(0), Ok(vec![]));
+    }
+
+    #[test]
+    fn the_unconfirmed_bound_blocks_above_exactly_n_and_releases_at_n() {
+        assert!(!over_bound(0, 3));
+        assert!(!over_bound(3, 3), "exactly N waiting: writers go on");
+        assert!(over_bound(4, 3), "N + 1 waiting: writers pause");
+        assert!(!over_bound(3, 3), "back to N: writers go on again");
+        assert!(over_bound(2, 1));
+        assert!(!over_bound(1, 1));
+    }
+}

@@ -1,0 +1,193 @@
+//! What workload threads hand acknowledgements to: the [`AckSink`], and the counters
+//! it shares with the reporter task.
+//!
+//! A sink never blocks a write: an ack goes into an unbounded channel and a counter
+//! (`handed`). The reporter task counts `confirmed` as the listener confirms batches.
+//! From the two, and the time of the last confirmation, a writer learns whether it must
+//! pause ([`AckSink::paused`]): too many acks wait, or the witness has been silent too
+//! long while they wait, or a witness fault ended the run.
+
+use super::outbox::over_bound;
+use plugpull::ledger::FileAck;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// One acknowledgement as a workload hands it over.
+#[derive(Debug)]
+pub(super) enum Msg {
+    /// A durable write of the file workload.
+    File(FileAck),
+    /// Client `client`'s transaction `seq` committed, `ms` after the run's start.
+    Pg { client: u32, seq: u64, ms: u32 },
+}
+
+/// The counters the sinks and the reporter task share.
+pub(super) struct Shared {
+    /// When the run started: ack time stamps count from here.
+    pub(super) start: Instant,
+    /// Acks handed to a sink so far.
+    pub(super) handed: AtomicU64,
+    /// Acks the listener confirmed so far.
+    pub(super) confirmed: AtomicU64,
+    /// Whether a writer said "paused" and has not yet said "resumed".
+    pub(super) paused: AtomicBool,
+    /// When a writer last said "paused".
+    pub(super) last_pause_said: Mutex<Option<Instant>>,
+    /// `--max-unconfirmed`.
+    pub(super) max_unconfirmed: u64,
+    /// Ms since `start` of the last confirmation, or of the moment acks began to wait.
+    pub(super) progress_ms: AtomicU64,
+    /// Pause when nothing was confirmed for this long while acks wait, in ms.
+    pub(super) max_stall_ms: u64,
+    /// Set once a witness fault ended the run.
+    pub(super) failed: AtomicBool,
+    /// When SIGINT arrived, if it did.
+    pub(super) interrupted: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Fresh counters for a run starting now.
+    pub(super) fn new(max_unconfirmed: u64, max_unconfirmed_secs: f64) -> Shared {
+        Shared {
+            start: Instant::now(),
+            handed: AtomicU64::new(0),
+            confirmed: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+            last_pause_said: Mutex::new(None),
+            max_unconfirmed,
+            progress_ms: AtomicU64::new(0),
+            max_stall_ms: (max_unconfirmed_secs.max(0.0) * 1000.0) as u64,
+            failed: AtomicBool::new(false),
+            interrupted: Mutex::new(None),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Acks handed over and not yet confirmed.
+    pub(super) fn waiting(&self) -> u64 {
+        self.handed
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.confirmed.load(Ordering::Relaxed))
+    }
+
+    /// How long nothing was confirmed while acks waited (zero when none wait).
+    pub(super) fn stalled(&self) -> Duration {
+        if self.waiting() == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(
+            self.now_ms()
+                .saturating_sub(self.progress_ms.load(Ordering::Relaxed)),
+        )
+    }
+
+    /// Notes that the witness made progress (or that acks began to wait) now.
+    pub(super) fn progress(&self) {
+        self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// Where workload threads put acknowledgements. Cheap to clone; never blocks.
+#[derive(Clone)]
+pub struct AckSink {
+    pub(super) tx: mpsc::UnboundedSender<Msg>,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl AckSink {
+    fn ms(&self) -> u32 {
+        self.ms_at(Instant::now())
+    }
+
+    /// Milliseconds from the run's start to `t`: the time stamp of an ack made at `t`.
+    pub fn ms_at(&self, t: Instant) -> u32 {
+        t.saturating_duration_since(self.shared.start)
+            .as_millis()
+            .min(u32::MAX as u128) as u32
+    }
+
+    fn hand(&self, n: u64, m: Msg) {
+        self.shared.handed.fetch_add(n, Ordering::Relaxed);
+        // The reporter outlives every sink until `finish`; a send can only fail after
+        // it gave up, and then `finish` reports the failure.
+        let _ = self.tx.send(m);
+    }
+
+    /// Hands over one durable write (its durability call returned) at once: a
+    /// writer never holds an ack back; batching is the reporter task's job.
+    pub fn file_ack(&self, ack: FileAck) {
+        self.hand(1, Msg::File(ack));
+    }
+
+    /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
+    pub fn pg_ack(&self, client: u32, seq: u64) {
+        let ms = self.ms();
+        self.hand(1, Msg::Pg { client, seq, ms });
+    }
+
+    /// Acks the listener has confirmed so far.
+    pub fn confirmed(&self) -> u64 {
+        self.shared.confirmed.load(Ordering::Relaxed)
+    }
+
+    /// True while writers should pause: too many acks are unconfirmed, or nothing was
+    /// confirmed for `--max-unconfirmed-secs` while acks wait, or a witness fault
+    /// ended the run.
+    pub fn paused(&self) -> bool {
+        self.count_bound()
+            || self.shared.stalled().as_millis() as u64 > self.shared.max_stall_ms
+            || self.failed()
+    }
+
+    fn count_bound(&self) -> bool {
+        over_bound(self.shared.waiting(), self.shared.max_unconfirmed)
+    }
+
+    /// True once a witness fault ended the run: writers must stop writing (the
+    /// reporter's `finish` then returns the fault).
+    pub fn failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Relaxed)
+    }
+
+    /// Blocks the calling thread while [`AckSink::paused`], saying so on stderr (at
+    /// most once every 10 s, with the matching "resumed"). Returns early when `stop`
+    /// is set.
+    pub fn wait_while_paused(&self, stop: &AtomicBool) {
+        if !self.paused() {
+            return;
+        }
+        let say = {
+            let mut last = self.shared.last_pause_said.lock().unwrap();
+            let say = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+            if say {
+                *last = Some(Instant::now());
+            }
+            say
+        };
+        if self.failed() {
+            return;
+        }
+        if say && !self.shared.paused.swap(true, Ordering::Relaxed) {
+            if self.count_bound() {
+                eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
+            } else {
+                eprintln!(
+                    "paused: the witness has not confirmed for {:.1} s, {} acknowledgements waiting; waiting for it",
+                    self.shared.stalled().as_secs_f64(),
+                    self.shared.waiting()
+                );
+            }
+        }
+        while self.paused() && !stop.load(Ordering::Relaxed) && !self.failed() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.shared.paused.swap(false, Ordering::Relaxed) {
+            eprintln!("resumed: the listener caught up");
+        }
+    }
+}

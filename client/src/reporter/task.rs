@@ -1,0 +1,441 @@
+//! The reporter task: one tokio task per run that gathers the acks the sinks hand
+//! over, sends them to the listener in numbered batches, counts what the listener
+//! confirms, and keeps the connection alive.
+//!
+//! Connected, it waits for whichever comes first: an ack (gathered; the batch goes
+//! out when full, or [`LINGER`] after its first ack), the end of the run (every
+//! queued ack, then `Finish`/`DeviceError`), or an answer from the listener. When the
+//! connection breaks it reconnects every 250 ms, sends `ResumeRun`, and resends what
+//! the listener does not hold (the [`Outbox`] decides what). A witness fault ends the
+//! run instead: writers stop and the run is marked invalid in the ledger if the
+//! listener can still record that.
+
+use super::outbox::{BadConfirm, Outbox};
+use super::sink::{Msg, Shared};
+use super::{BATCH_MAX, FINISH_DEADLINE, LINGER, WITNESS_FAULT};
+use crate::net::{self, NetError, Reader, Writer};
+use crate::Error;
+use plugpull::auth::Secret;
+use plugpull::ledger::{AckBatch, Acks, DeviceError, RunSummary};
+use plugpull::wire::{Request, Response};
+use plugpull::RunId;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Where the end of the run gets its answer: the acks confirmed, or why not.
+pub(super) type Reply = oneshot::Sender<Result<u64, Error>>;
+
+/// How the run ends, as the [`super::Reporter`] asks for it.
+pub(super) enum Ctrl {
+    /// The run finished normally.
+    Finish(RunSummary, Reply),
+    /// The run ended by a device error.
+    DeviceError(DeviceError, Reply),
+}
+
+/// The answers of one connection, read by their own task, and its writing half.
+type Conn = (mpsc::UnboundedReceiver<Result<Response, NetError>>, Writer);
+
+/// The state of the reporter task.
+pub(super) struct Task {
+    pub(super) addr: String,
+    pub(super) secret: Secret,
+    pub(super) run: RunId,
+    /// Proof of ownership for `ResumeRun`.
+    pub(super) token: [u8; 32],
+    pub(super) shared: Arc<Shared>,
+    pub(super) outbox: Outbox,
+    pub(super) ack_log: Option<std::io::BufWriter<std::fs::File>>,
+    /// Acks from the sinks.
+    pub(super) rx: mpsc::UnboundedReceiver<Msg>,
+    /// The end of the run, when it is asked for.
+    pub(super) ctrl: mpsc::UnboundedReceiver<Ctrl>,
+    /// The end-of-run request and where its answer goes, once asked for.
+    pub(super) ending: Option<(Request, Reply)>,
+    /// Whether `ending` was sent on the current connection.
+    pub(super) ending_sent: bool,
+    /// False once every sink is gone.
+    pub(super) acks_open: bool,
+    /// When the acks gathered so far must go out even if no more come.
+    pub(super) linger_until: Option<tokio::time::Instant>,
+}
+
+fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, NetError>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let m = r.recv_checked().await;
+            let stop = m.is_err();
+            if tx.send(m).is_err() || stop {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+enum Step {
+    Continue,
+    Done,
+    Lost(Error),
+    /// A witness fault: the run ends, no reconnect.
+    Fault(Error),
+}
+
+/// Sorts a failure from the connection: lost (reconnect) or a witness fault.
+fn step_of(e: NetError) -> Step {
+    use plugpull::wire::ErrorKind::{Busy, Protocol};
+    match e {
+        // A refusal for a protocol slip (e.g. an idle timeout) or a full listener: a new
+        // connection may work. Ledger, token, run and MAC refusals are faults.
+        NetError::Lost(f) | NetError::Refused(Busy | Protocol, f) => Step::Lost(f),
+        NetError::Refused(plugpull::wire::ErrorKind::Io, Error(m)) => Step::Fault(Error(format!(
+            "the witness could not record acknowledgements: {m}"
+        ))),
+        NetError::Refused(_, f) | NetError::Forged(f) => Step::Fault(f),
+    }
+}
+
+/// Sends, on the current connection, every pending batch not yet sent on it.
+async fn send_unsent(outbox: &mut Outbox, run: RunId, w: &mut Writer) -> Result<(), Error> {
+    while let Some(b) = outbox.next_unsent() {
+        let batch = b.batch;
+        w.send(&Request::Acks {
+            run,
+            batch: b.clone(),
+        })
+        .await?;
+        outbox.sent(batch);
+    }
+    Ok(())
+}
+
+impl Task {
+    /// Runs until the end of the run is confirmed, or cannot be; answers it.
+    pub(super) async fn run(mut self, r: Reader, w: Writer) {
+        let mut conn: Option<Conn> = Some((spawn_reader(r), w));
+        let mut lost_since: Option<Instant> = None;
+        let mut last_said: Option<Instant> = None;
+        loop {
+            let Some((resp, w)) = conn.as_mut() else {
+                // Disconnected: retry with backoff; keep gathering acks meanwhile.
+                let since = *lost_since.get_or_insert_with(Instant::now);
+                if self.ending.is_some() && since.elapsed() > FINISH_DEADLINE {
+                    let (_, reply) = self.ending.take().unwrap();
+                    let _ = reply.send(Err(Error(format!(
+                        "listener {} unreachable for {} s: {} acknowledgements were never confirmed",
+                        self.addr,
+                        FINISH_DEADLINE.as_secs(),
+                        self.outbox.unconfirmed()
+                    ))));
+                    return;
+                }
+                match self.reconnect().await {
+                    Ok(c) => {
+                        conn = Some(c);
+                        lost_since = None;
+                        self.ending_sent = false;
+                    }
+                    Err(e) => {
+                        let e = match step_of(e) {
+                            Step::Lost(e) => e,
+                            fault => {
+                                let reply = self.ending.take().map(|(_, r)| r);
+                                self.fault(fault, reply).await;
+                                return;
+                            }
+                        };
+                        // Say why once every 5 s, not every attempt.
+                        if last_said.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(5))
+                        {
+                            eprintln!("still reconnecting to listener {}: {e}", self.addr);
+                            last_said = Some(Instant::now());
+                        }
+                        self.backoff().await;
+                    }
+                }
+                continue;
+            };
+            match self.step(resp, w).await.unwrap_or_else(Step::Lost) {
+                Step::Continue => {}
+                Step::Done => {
+                    let (_, reply) = self.ending.take().unwrap();
+                    let _ = reply.send(Ok(self.shared.confirmed.load(Ordering::Relaxed)));
+                    return;
+                }
+                Step::Lost(e) => {
+                    last_said = None;
+                    eprintln!("listener connection lost: {e}; reconnecting");
+                    conn = None;
+                }
+                Step::Fault(e) => {
+                    let reply = self.ending.take().map(|(_, r)| r);
+                    self.fault(Step::Fault(e), reply).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits 250 ms before the next reconnect, gathering acks (and taking the end of
+    /// the run) meanwhile.
+    async fn backoff(&mut self) {
+        let backoff = tokio::time::sleep(Duration::from_millis(250));
+        tokio::pin!(backoff);
+        loop {
+            tokio::select! {
+                _ = &mut backoff => break,
+                m = self.rx.recv(), if self.ending.is_none() && self.acks_open => match m {
+                    Some(m) => {
+                        self.outbox.add(m);
+                        self.linger_until.get_or_insert_with(tokio::time::Instant::now);
+                        if self.outbox.gathered() >= BATCH_MAX { self.seal(); }
+                    }
+                    None => self.acks_open = false,
+                },
+                c = self.ctrl.recv(), if self.ending.is_none() => if let Some(c) = c { self.ending = Some(self.ending_of(c)); },
+            }
+        }
+    }
+
+    /// One step on a live connection: sends the end of the run if it is due, then
+    /// handles whichever comes first of an ack, the linger deadline, the end of the
+    /// run and an answer. `Err` when the connection broke.
+    async fn step(
+        &mut self,
+        resp: &mut mpsc::UnboundedReceiver<Result<Response, NetError>>,
+        w: &mut Writer,
+    ) -> Result<Step, Error> {
+        if let Some((req, _)) = &self.ending {
+            if !self.ending_sent {
+                send_unsent(&mut self.outbox, self.run, w).await?;
+                w.send(req).await?;
+                w.flush().await?;
+                self.ending_sent = true;
+            }
+        }
+        tokio::select! {
+            m = self.rx.recv(), if self.ending.is_none() && self.acks_open => {
+                match m {
+                    Some(m) => self.gathered(m, w).await?,
+                    None => self.acks_open = false,
+                }
+                Ok(Step::Continue)
+            }
+            _ = tokio::time::sleep_until(self.linger_until.unwrap_or_else(tokio::time::Instant::now)), if self.linger_until.is_some() => {
+                self.linger_until = None;
+                self.seal();
+                send_unsent(&mut self.outbox, self.run, w).await?;
+                w.flush().await?;
+                Ok(Step::Continue)
+            }
+            c = self.ctrl.recv(), if self.ending.is_none() => {
+                if let Some(c) = c { self.ending = Some(self.ending_of(c)); }
+                Ok(Step::Continue)
+            }
+            r = resp.recv() => match r {
+                Some(Ok(Response::Confirmed { batch: 0, .. })) if self.ending_sent && self.outbox.is_empty() => Ok(Step::Done),
+                Some(Ok(Response::Confirmed { batch: 0, .. })) => Ok(Step::Continue),
+                Some(Ok(Response::Confirmed { batch, .. })) => Ok(self.told(batch, "Confirmed").map_or_else(Step::Fault, |_| Step::Continue)),
+                Some(Ok(other)) => Err(Error(format!("unexpected answer from listener: {other:?}"))),
+                Some(Err(e)) => Ok(step_of(e)),
+                None => Err(Error("listener connection closed".into())),
+            }
+        }
+    }
+
+    /// Gathers `m` and whatever else is queued; sends a full batch at once, or
+    /// starts the linger for a partial one.
+    async fn gathered(&mut self, m: Msg, w: &mut Writer) -> Result<(), Error> {
+        self.outbox.add(m);
+        while self.outbox.gathered() < BATCH_MAX {
+            match self.rx.try_recv() {
+                Ok(m) => self.outbox.add(m),
+                Err(_) => break,
+            }
+        }
+        if self.outbox.gathered() >= BATCH_MAX {
+            self.linger_until = None;
+            self.seal();
+            send_unsent(&mut self.outbox, self.run, w).await?;
+            w.flush().await?;
+        } else if self.linger_until.is_none() {
+            self.linger_until = Some(tokio::time::Instant::now() + LINGER);
+        }
+        Ok(())
+    }
+
+    /// The message of a listener's confirmation that cannot be true.
+    fn bad_confirm(&self, e: BadConfirm, what: &str) -> Error {
+        Error(match e {
+            BadConfirm::Regressed { batch, told } => format!(
+                "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, after it had confirmed batch {told}: it lost acknowledgements it had made durable",
+                self.addr, self.run
+            ),
+            BadConfirm::Unsent { batch, highest } => format!(
+                "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, but only batches up to {highest} were sent",
+                self.addr, self.run
+            ),
+        })
+    }
+
+    /// Checks a `Confirmed` for `batch` against what the listener said before and
+    /// what was sent, and counts the newly confirmed acks.
+    fn told(&mut self, batch: u64, what: &str) -> Result<(), Error> {
+        let done = self
+            .outbox
+            .confirm(batch)
+            .map_err(|e| self.bad_confirm(e, what))?;
+        self.count_confirmed(done);
+        Ok(())
+    }
+
+    /// Ends the run on a witness fault: writers stop, the run is marked invalid in
+    /// the ledger if the listener can still record that, and the end of the run
+    /// (now, or when it is asked for) answers with the fault.
+    async fn fault(&mut self, step: Step, reply: Option<Reply>) {
+        let (Step::Fault(f) | Step::Lost(f)) = step else {
+            unreachable!("fault() is called with a failure")
+        };
+        self.shared.failed.store(true, Ordering::Relaxed);
+        eprintln!("{f}; stopping the run");
+        if !f.0.starts_with("the witness could not record") {
+            let error = if f.0.starts_with(WITNESS_FAULT) {
+                f.0.clone()
+            } else {
+                format!("{WITNESS_FAULT}: {f}")
+            };
+            self.mark_invalid(error).await;
+        }
+        let reply = match reply {
+            Some(r) => Some(r),
+            None => match self.ctrl.recv().await {
+                Some(Ctrl::Finish(_, r) | Ctrl::DeviceError(_, r)) => Some(r),
+                None => None,
+            },
+        };
+        if let Some(r) = reply {
+            let _ = r.send(Err(f));
+        }
+    }
+
+    /// Tries, over a new connection and for at most 2 s, to record in the ledger that
+    /// the run is invalid because of `error`; says on stderr how that went.
+    async fn mark_invalid(&self, error: String) {
+        let mark = async {
+            let (mut r, mut w) = net::connect(&self.addr, &self.secret).await?;
+            w.send(&Request::ResumeRun {
+                run: self.run,
+                token: self.token,
+            })
+            .await?;
+            w.send(&Request::Invalidate {
+                run: self.run,
+                error,
+            })
+            .await?;
+            w.flush().await?;
+            r.recv().await?;
+            r.recv().await
+        };
+        match tokio::time::timeout(Duration::from_secs(2), mark).await {
+            Ok(Ok(_)) => eprintln!("run {} is marked invalid in the ledger", self.run),
+            Ok(Err(e)) => {
+                eprintln!("could not mark run {} invalid in the ledger: {e}", self.run)
+            }
+            Err(_) => eprintln!(
+                "could not mark run {} invalid in the ledger: no answer within 2 s",
+                self.run
+            ),
+        }
+    }
+
+    /// The request that ends the run, after sealing every ack handed over before it.
+    fn ending_of(&mut self, c: Ctrl) -> (Request, Reply) {
+        // Every ack handed over before the end goes into the ledger first.
+        while let Ok(m) = self.rx.try_recv() {
+            self.outbox.add(m);
+            if self.outbox.gathered() >= BATCH_MAX {
+                self.seal();
+            }
+        }
+        self.seal();
+        match c {
+            Ctrl::Finish(summary, reply) => (
+                Request::Finish {
+                    run: self.run,
+                    summary,
+                },
+                reply,
+            ),
+            Ctrl::DeviceError(end, reply) => (Request::DeviceError { run: self.run, end }, reply),
+        }
+    }
+
+    /// Turns gathered acks into numbered batches waiting to be sent.
+    fn seal(&mut self) {
+        if self.outbox.seal() {
+            // Acks begin to wait now: a stall is measured from here.
+            self.shared.progress();
+        }
+    }
+
+    /// Counts batches the listener confirmed, and appends them to the ack log.
+    fn count_confirmed(&mut self, done: Vec<AckBatch>) {
+        for b in done {
+            if let Some(log) = &mut self.ack_log {
+                use std::io::Write;
+                let r = match &b.acks {
+                    Acks::File(v) => v
+                        .iter()
+                        .try_for_each(|a| writeln!(log, "{} {}", a.seq, a.block)),
+                    Acks::Pg(v) => v
+                        .iter()
+                        .try_for_each(|a| writeln!(log, "{} {} {}", a.client, a.first, a.last)),
+                };
+                if let Err(e) = r.and_then(|_| log.flush()) {
+                    eprintln!("ack log: {e}; no longer written");
+                    self.ack_log = None;
+                }
+            }
+            self.shared
+                .confirmed
+                .fetch_add(b.acks.count(), Ordering::Relaxed);
+            self.shared.progress();
+        }
+    }
+
+    async fn reconnect(&mut self) -> Result<Conn, NetError> {
+        let (mut r, mut w) = net::connect(&self.addr, &self.secret)
+            .await
+            .map_err(NetError::Lost)?;
+        w.send(&Request::ResumeRun {
+            run: self.run,
+            token: self.token,
+        })
+        .await
+        .map_err(NetError::Lost)?;
+        w.flush().await.map_err(NetError::Lost)?;
+        match r.recv_checked().await? {
+            Response::Resumed {
+                confirmed_batch, ..
+            } => {
+                let done = self
+                    .outbox
+                    .resume(confirmed_batch)
+                    .map_err(|e| NetError::Forged(self.bad_confirm(e, "Resumed")))?;
+                self.count_confirmed(done);
+                eprintln!(
+                    "reconnected to listener {}: run {} resumed after batch {}",
+                    self.addr, self.run, confirmed_batch
+                );
+                Ok((spawn_reader(r), w))
+            }
+            other => Err(NetError::Lost(Error(format!(
+                "listener answered ResumeRun with {other:?}"
+            )))),
+        }
+    }
+}
