@@ -227,7 +227,7 @@ fn a_truncated_file_is_missing_blocks_and_a_wrong_target_is_refused(d: &Doctored
     );
 
     // A --target that does not exist names nothing of the run: could not verify.
-    // (The run's own file gone from its filesystem is a finding: verify_truth.rs.)
+    // (The run's own file gone from its filesystem is a finding: tests/tests/verify_truth/.)
     let gone = d.dir.join("no-such-file");
     let run = d.run.to_string();
     let (code, v, err) = verify_json(&d.l, &["--run", &run, "--target", gone.to_str().unwrap()]);

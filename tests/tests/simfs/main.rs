@@ -7,7 +7,7 @@
 //! A real power cut stops the writer and the device in the same instant: the writer
 //! never learns that anything failed. If we cut first, the writer's next `pwrite` or
 //! `fdatasync` fails with EIO and the run ends by a device error (a drive-only cut:
-//! `tests/tests/write_truth.rs` covers it) — a race between the agent's device-error
+//! `tests/tests/write_truth/` covers it) — a race between the agent's device-error
 //! entry and our SIGKILL. To model a whole-machine cut, we
 //! SIGKILL the writer and reap it first, then cut. In between, the device keeps its
 //! power for a few milliseconds more than the CPU; that is the order of a real
