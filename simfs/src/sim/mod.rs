@@ -52,7 +52,8 @@ pub use cut::sector_bounds;
 pub use destage::pick_misdirect_block;
 pub use store::Store;
 
-/// One ground-truth line, without the file name (the filesystem adds it).
+/// One ground-truth line as the cache knows it: addressed by inode, not yet by path
+/// (the filesystem names it with [`TruthEntry::named`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TruthEntry {
     /// Order of arrival, from 1.
