@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, FileExt};
@@ -42,7 +42,8 @@ use fuser::{
 };
 use serde::Serialize;
 
-use crate::sim::{Fate, Mode, Sim, SimConfig, Store, TruthEntry};
+use crate::sim::{Mode, Sim, SimConfig, Store, TruthEntry};
+use crate::truth::{Fate, Truth};
 
 /// How long the kernel may cache attributes and directory entries.
 const TTL: Duration = Duration::from_secs(1);
@@ -116,28 +117,6 @@ struct State {
     cut_summary: Option<String>,
     /// fsync/fdatasync requests (including O_SYNC/O_DSYNC writes) answered.
     fsyncs: u64,
-}
-
-/// What the cut did, as reported to the `cut` command.
-#[derive(Clone, Debug, Serialize)]
-pub struct CutSummary {
-    /// True for a power cut, false for the clean unmount of a run that misdirected.
-    pub cut: bool,
-    /// Mode name.
-    pub mode: &'static str,
-    /// The seed of the run.
-    pub seed: u64,
-    /// Writes accepted since mount.
-    pub writes_total: u64,
-    /// Writes still cached at the cut.
-    pub cached_at_cut: usize,
-    /// Cached writes that had been fsynced (acknowledged) — lost or damaged if their
-    /// fate is not `destaged`.
-    pub fsynced_at_cut: usize,
-    /// Writes misdirected since mount.
-    pub misdirected: usize,
-    /// Path of the ground-truth log.
-    pub truth: PathBuf,
 }
 
 /// Counters for the `stats` control command.
@@ -340,19 +319,6 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
     }
 }
 
-/// One line of the ground-truth log.
-#[derive(Serialize)]
-struct TruthLine<'a> {
-    write_id: u64,
-    file: &'a str,
-    offset: u64,
-    len: u64,
-    fsynced: bool,
-    fate: Fate,
-    kept_sectors: Option<u64>,
-    landed_at: Option<u64>,
-}
-
 impl State {
     fn node(&self, ino: u64) -> Result<&Node, Errno> {
         self.nodes.get(&ino).ok_or(Errno::from_i32(libc::ESTALE))
@@ -498,25 +464,10 @@ impl Shared {
                 }
             }
         }
-        let summary = CutSummary {
-            cut: true,
-            mode: self.mode.name(),
-            seed: self.seed,
-            writes_total: st.sim.writes_total(),
-            cached_at_cut: outcomes
-                .iter()
-                .filter(|o| o.fate != Fate::Misdirected)
-                .count(),
-            fsynced_at_cut: outcomes
-                .iter()
-                .filter(|o| o.fate != Fate::Misdirected && o.fsynced)
-                .count(),
-            misdirected: st.sim.misdirected().len(),
-            truth: self.truth.clone(),
-        };
-        let summary = serde_json::to_string(&summary).map_err(io::Error::other)?;
+        let truth = self.truth(&st, &outcomes, true);
+        let summary = truth.summary_line()?;
         st.cut_summary = Some(summary.clone());
-        self.write_truth(&st, &outcomes, &summary)?;
+        truth.write_durably(&self.truth)?;
         tracing::info!("power cut: {summary}");
         Ok(summary)
     }
@@ -543,59 +494,28 @@ impl Shared {
             }
         }
         if !st.sim.misdirected().is_empty() {
-            let outcomes = st.sim.misdirected().to_vec();
-            let summary = CutSummary {
-                cut: false,
-                mode: self.mode.name(),
-                seed: self.seed,
-                writes_total: st.sim.writes_total(),
-                cached_at_cut: 0,
-                fsynced_at_cut: 0,
-                misdirected: outcomes.len(),
-                truth: self.truth.clone(),
-            };
-            let summary = serde_json::to_string(&summary).map_err(io::Error::other)?;
-            self.write_truth(&st, &outcomes, &summary)?;
+            let truth = self.truth(&st, st.sim.misdirected(), false);
+            truth.write_durably(&self.truth)?;
         }
         tracing::info!("clean shutdown, {} writes", st.sim.writes_total());
         flushed
     }
 
-    /// Writes the ground truth (one line per outcome, then `last`) and fsyncs it and
-    /// its directory.
-    fn write_truth(&self, st: &State, outcomes: &[TruthEntry], last: &str) -> io::Result<()> {
-        let mut out = Vec::new();
-        for o in outcomes {
-            let file = st.rel_path(o.ino, &self.backing);
-            let line = TruthLine {
-                write_id: o.write_id,
-                file: &file,
-                offset: o.offset,
-                len: o.len,
-                fsynced: o.fsynced,
-                fate: o.fate,
-                kept_sectors: o.kept_sectors,
-                landed_at: o.landed_at,
-            };
-            serde_json::to_writer(&mut out, &line).map_err(io::Error::other)?;
-            out.push(b'\n');
-        }
-        out.extend_from_slice(last.as_bytes());
-        out.push(b'\n');
-        let tmp = self.truth.with_extension("jsonl.tmp");
-        let mut f = File::create(&tmp)?;
-        f.write_all(&out)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.truth)?;
-        if let Some(dir) = self.truth.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+    /// The ground truth of `entries` (ordered by write_id), each named by its file's
+    /// current path; `cut` is false for a clean shutdown.
+    fn truth(&self, st: &State, entries: &[TruthEntry], cut: bool) -> Truth {
+        let writes = entries
+            .iter()
+            .map(|e| e.named(st.rel_path(e.ino, &self.backing)))
+            .collect();
+        Truth::new(
+            writes,
+            cut,
+            self.mode.name(),
+            self.seed,
+            st.sim.writes_total(),
+            self.truth.clone(),
+        )
     }
 
     /// Counters for the `stats` control command.

@@ -80,6 +80,8 @@
 //! `{"cut":true,"mode":"lying","seed":42,"writes_total":N,"cached_at_cut":C,"fsynced_at_cut":F,"misdirected":M,"truth":"…"}`
 //! (`"cut":false` for the clean-unmount case).
 //!
+//! [`truth`] holds the types of both lines, which the cut writes and the tests read.
+//!
 //! # Control
 //!
 //! See [`control`]: a unix socket next to the mountpoint.
@@ -90,3 +92,4 @@ pub mod cmd;
 pub mod control;
 pub mod fs;
 pub mod sim;
+pub mod truth;

@@ -97,158 +97,9 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// What became of a write in the ground truth (`fate`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fate {
-    /// Cached at the cut; no byte reached the backing file.
-    Dropped,
-    /// Cached at the cut, but a torn cut kept every piece.
-    Destaged,
-    /// Cached at the cut; only the first `kept_sectors` pieces reached the backing file.
-    Torn,
-    /// Destaged before the cut to `landed_at` instead of its own offset.
-    Misdirected,
-}
-
-impl Fate {
-    fn parse(s: &str) -> Fate {
-        match s {
-            "dropped" => Fate::Dropped,
-            "destaged" => Fate::Destaged,
-            "torn" => Fate::Torn,
-            "misdirected" => Fate::Misdirected,
-            other => panic!("unknown fate {other:?} in the ground truth"),
-        }
-    }
-}
-
-/// One write line of the ground truth.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TruthWrite {
-    /// Order of arrival since mount, from 1.
-    pub write_id: u64,
-    /// Path relative to the mount root (` (deleted)` appended if unlinked).
-    pub file: String,
-    /// Byte offset the application wrote at.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// An fsync/fdatasync of the file that started after this write returned had succeeded.
-    pub fsynced: bool,
-    /// What became of it.
-    pub fate: Fate,
-    /// Torn cuts: leading sector pieces kept.
-    pub kept_sectors: Option<u64>,
-    /// Misdirected writes: the byte offset written to instead.
-    pub landed_at: Option<u64>,
-}
-
-impl TruthWrite {
-    /// The block of `block_size` bytes the application wrote to.
-    pub fn block(&self, block_size: u64) -> u64 {
-        self.offset / block_size
-    }
-}
-
-/// The last line of the ground truth (also what `cut` prints).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TruthSummary {
-    /// True for a power cut, false for a clean unmount after misdirected writes.
-    pub cut: bool,
-    /// The mode's name.
-    pub mode: String,
-    /// The seed.
-    pub seed: u64,
-    /// Writes accepted since mount.
-    pub writes_total: u64,
-    /// Non-misdirected lines.
-    pub cached_at_cut: u64,
-    /// Those of them with `fsynced: true`.
-    pub fsynced_at_cut: u64,
-    /// Misdirected lines.
-    pub misdirected: u64,
-}
-
-/// A parsed ground-truth log.
-#[derive(Clone, Debug)]
-pub struct Truth {
-    /// The write lines, ordered by `write_id`.
-    pub writes: Vec<TruthWrite>,
-    /// The summary line.
-    pub summary: TruthSummary,
-}
-
-impl Truth {
-    /// Parses the JSON lines of a ground-truth log. Panics on anything malformed,
-    /// and checks the summary's counts against the lines.
-    pub fn parse(text: &str) -> Truth {
-        let mut writes = Vec::new();
-        let mut summary = None;
-        for (i, line) in text.lines().enumerate() {
-            let v: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("ground truth line {}: {e}: {line}", i + 1));
-            assert!(
-                summary.is_none(),
-                "ground truth has a line after its summary: {line}"
-            );
-            let u = |k: &str| {
-                v[k].as_u64()
-                    .unwrap_or_else(|| panic!("ground truth line {}: no {k}: {line}", i + 1))
-            };
-            if v.get("write_id").is_some() {
-                writes.push(TruthWrite {
-                    write_id: u("write_id"),
-                    file: v["file"].as_str().expect("file").to_string(),
-                    offset: u("offset"),
-                    len: u("len"),
-                    fsynced: v["fsynced"].as_bool().expect("fsynced"),
-                    fate: Fate::parse(v["fate"].as_str().expect("fate")),
-                    kept_sectors: v["kept_sectors"].as_u64(),
-                    landed_at: v["landed_at"].as_u64(),
-                });
-            } else {
-                summary = Some(TruthSummary {
-                    cut: v["cut"].as_bool().expect("cut"),
-                    mode: v["mode"].as_str().expect("mode").to_string(),
-                    seed: u("seed"),
-                    writes_total: u("writes_total"),
-                    cached_at_cut: u("cached_at_cut"),
-                    fsynced_at_cut: u("fsynced_at_cut"),
-                    misdirected: u("misdirected"),
-                });
-            }
-        }
-        let summary = summary.expect("ground truth without a summary line");
-        assert!(
-            writes.windows(2).all(|w| w[0].write_id < w[1].write_id),
-            "ground truth not ordered by write_id"
-        );
-        let cached = writes
-            .iter()
-            .filter(|w| w.fate != Fate::Misdirected)
-            .count() as u64;
-        let fsynced = writes
-            .iter()
-            .filter(|w| w.fate != Fate::Misdirected && w.fsynced)
-            .count() as u64;
-        let misdirected = writes.len() as u64 - cached;
-        assert_eq!(
-            (cached, fsynced, misdirected),
-            (
-                summary.cached_at_cut,
-                summary.fsynced_at_cut,
-                summary.misdirected
-            ),
-            "ground truth summary disagrees with its lines"
-        );
-        Truth { writes, summary }
-    }
-
-    /// The write lines of `file` (relative to the mount root).
-    pub fn of_file<'a>(&'a self, file: &'a str) -> impl Iterator<Item = &'a TruthWrite> + 'a {
-        self.writes.iter().filter(move |w| w.file == file)
-    }
-}
+/// The ground-truth types are simfs's own: one definition of the format for the
+/// writer and the tests.
+pub use plugpull_simfs::truth::{Fate, Truth, TruthSummary, TruthWrite};
 
 /// A running `plugpull-simfs mount`; unmounted and killed on drop.
 pub struct SimFs {
@@ -392,7 +243,7 @@ impl SimFs {
         );
         let text = std::fs::read_to_string(self.truth_path())
             .unwrap_or_else(|e| panic!("ground truth {}: {e}", self.truth_path().display()));
-        let truth = Truth::parse(&text);
+        let truth = Truth::parse(&text).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             text.lines().last().map(str::trim),
             Some(out.trim()),

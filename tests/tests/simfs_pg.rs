@@ -3,7 +3,7 @@
 //! server killed with it, unmount, mount again (honest), crash recovery, and
 //! `plugpull verify --json`.
 //!
-//! Order at each cut, as in `tests/simfs.rs`: the agent is SIGKILLed first (so it
+//! Order at each cut, as in `tests/simfs/`: the agent is SIGKILLed first (so it
 //! never sees the server fail and every ack it made is judged), then the power is
 //! cut, then every PostgreSQL process is SIGKILLed (the postmaster is stopped first
 //! so it cannot fork meanwhile; its pid was read from `postmaster.pid` through the

@@ -1,6 +1,6 @@
-//! Helpers shared by the verifier's end-to-end tests (`verify_truth.rs`,
-//! `verify_evidence.rs`): runs, exact verdict objects, backing files (loop devices
-//! and mounts come from `plugpull_tests::blockdev`).
+//! Helpers shared by the verifier's end-to-end tests (`verify_truth/` and
+//! `verify_evidence/`, which include it by path): runs, exact verdict objects,
+//! backing files (loop devices and mounts come from `plugpull_tests::blockdev`).
 #![allow(dead_code)] // each test crate uses a part of it
 
 use serde_json::Value;

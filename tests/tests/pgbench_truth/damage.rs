@@ -1,125 +1,8 @@
-//! End-to-end tests of the pgbench verdict rules that keep a verdict true: amcheck
-//! that could not run is no corruption, a damaged page is a finding (and an FSM page
-//! PostgreSQL rebuilds is not), the checksum failure counter counts this database and
-//! this run only, "PostgreSQL not up" is "could not verify", and something that is
-//! not PostgreSQL is not a finding. Real clusters, real files flipped on disk.
+//! Damaged pages on disk: a flipped byte in a history page (a finding, then a
+//! repaired database that passes), an FSM page PostgreSQL rebuilds by design, and
+//! checksum failures that must each be traced to a page of this run to count.
 
-use plugpull_tests::pg::{
-    expected_counts as expect, report_counts as counts, verify_pgbench as verify,
-    write_pgbench as write, PgCluster,
-};
-use plugpull_tests::*;
-use serde_json::{json, Value};
-
-fn setup(test: &str, checksums: bool) -> Option<(tempfile::TempDir, PgCluster, Listener)> {
-    if PgCluster::skip(test) {
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let pg = if checksums {
-        PgCluster::start_new_with_checksums()
-    } else {
-        PgCluster::start_new()
-    };
-    pg.psql("CREATE DATABASE bench");
-    let l = Listener::start(dir.path());
-    Some((dir, pg, l))
-}
-
-/// A finished run of 2 clients × `n` transactions; its run id.
-fn run(l: &Listener, pg: &PgCluster, n: &str) -> String {
-    let o = write(
-        l,
-        &pg.conninfo_db("bench"),
-        &["--init", "--clients", "2", "--transactions", n],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    run_id(&o)
-}
-
-fn kinds(v: &Value) -> Vec<String> {
-    v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap().to_string())
-        .collect()
-}
-
-#[test]
-fn amcheck_a_role_may_not_call_is_a_note_not_corruption() {
-    let Some((_dir, pg, l)) = setup(
-        "amcheck_a_role_may_not_call_is_a_note_not_corruption",
-        false,
-    ) else {
-        return;
-    };
-    let run = run(&l, &pg, "50");
-    pg.psql_in("bench", "CREATE EXTENSION amcheck");
-    pg.psql("CREATE ROLE plain LOGIN");
-    pg.psql_in(
-        "bench",
-        "GRANT SELECT ON ALL TABLES IN SCHEMA public TO plain",
-    );
-    let dsn = format!(
-        "host={} port={} user=plain dbname=bench",
-        pg.sock.display(),
-        pg.port
-    );
-    let (code, v, err) = verify(&l, &run, &dsn, &[]);
-    assert_eq!(code, 0, "{err}\n{v:#}");
-    assert_eq!(counts(&v), expect(&[]), "{v:#}");
-    assert_eq!(
-        v["amcheck"],
-        json!({
-            "ran": false,
-            "corruptions": 0,
-            "relations_checked": 0,
-            "note": "amcheck could not run: \
-                verify_heapam(pgbench_history): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                verify_heapam(pgbench_tellers): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                verify_heapam(pgbench_accounts): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                verify_heapam(pgbench_branches): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                bt_index_check(pgbench_accounts_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501); \
-                bt_index_check(pgbench_branches_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501); \
-                bt_index_check(pgbench_tellers_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501)"
-        }),
-        "{v:#}"
-    );
-    assert_eq!(v["findings"], json!([]), "{v:#}");
-    assert_eq!(v["acknowledged_commits"], json!(100));
-    assert!(v["summary"].as_str().unwrap().starts_with("PASS"), "{v:#}");
-
-    // A --dsn that reaches something that is not PostgreSQL: exit 2, not a finding.
-    let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = garbage.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in garbage.incoming() {
-            let Ok(mut s) = s else { return };
-            let _ = std::io::Write::write_all(
-                &mut s,
-                b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
-            );
-        }
-    });
-    let dsn = format!("host=127.0.0.1 port={port} user=postgres dbname=bench");
-    let (code, v, err) = verify(&l, &run, &dsn, &["--pg-wait", "5s"]);
-    assert_eq!(code, 2, "{err}\n{v:#}");
-    assert_eq!(v["ok"], json!(false));
-    assert!(
-        err.contains("answered, but not as a PostgreSQL server does"),
-        "{err}"
-    );
-    // write pgbench refuses it too, before any run starts.
-    let o = write(&l, &dsn, &["--transactions", "5"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
-    // The listener's own port: it closes on a PostgreSQL handshake; still exit 2.
-    let port = l.addr().rsplit(':').next().unwrap();
-    let dsn = format!("host=127.0.0.1 port={port} user=postgres dbname=bench");
-    let (code, _v, err) = verify(&l, &run, &dsn, &["--pg-wait", "2s"]);
-    assert_eq!(code, 2, "{err}");
-}
+use super::*;
 
 #[test]
 fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_passes() {
@@ -134,6 +17,27 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
     pg.set("autovacuum", "off");
     let dsn = pg.conninfo_db("bench");
     let run1 = run(&l, &pg, "300");
+    let p = flip_a_free_space_byte_of_the_last_history_page(&mut pg);
+    the_damaged_page_is_a_finding(&l, &run1, &dsn, &p);
+    the_repaired_database_passes(&mut pg, &l, &run1, &dsn, &p);
+    failures_before_a_run_or_in_another_database_are_not_its_own(&mut pg, &l, &dsn);
+}
+
+/// Where [`flip_a_free_space_byte_of_the_last_history_page`] flipped its byte.
+struct FlippedPage {
+    /// The history table's file, relative to the data directory.
+    file: String,
+    /// Its last block, the damaged one.
+    last: u64,
+    /// Byte offset of the flipped byte within the block.
+    at: usize,
+    /// Rows (tagged commits) on that block.
+    on_page: u64,
+}
+
+/// Stops PostgreSQL, flips a byte in the free space of the history table's last
+/// page (no row changes, only the checksum fails) and starts it again.
+fn flip_a_free_space_byte_of_the_last_history_page(pg: &mut PgCluster) -> FlippedPage {
     let file = pg.psql_in("bench", "SELECT pg_relation_filepath('pgbench_history')");
     let blocks: u64 = pg
         .psql_in(
@@ -166,10 +70,19 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
     let at = ((lower + upper) / 2) as usize;
     pg.flip_byte(&file, last, at);
     pg.start();
+    FlippedPage {
+        file,
+        last,
+        at,
+        on_page,
+    }
+}
 
+fn the_damaged_page_is_a_finding(l: &Listener, run1: &str, dsn: &str, p: &FlippedPage) {
+    let (last, on_page) = (p.last, p.on_page);
     // The page is a finding (exit 1, not 2); the tags on it are not read past its
     // checksum, so they count as lost commits; the invariant cannot be checked.
-    let (code, v, err) = verify(&l, &run1, &dsn, &[]);
+    let (code, v, err) = verify(l, run1, dsn, &[]);
     assert_eq!(code, 1, "{err}\n{v:#}");
     assert_eq!(v["lost_commits"], json!(on_page), "{v:#}");
     assert_eq!(v["invariant"]["checked"], json!(false), "{v:#}");
@@ -201,13 +114,22 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
         .map(|b| b["count"].as_u64().unwrap())
         .sum();
     assert_eq!(lagged, on_page, "{v:#}");
+}
 
+fn the_repaired_database_passes(
+    pg: &mut PgCluster,
+    l: &Listener,
+    run1: &str,
+    dsn: &str,
+    p: &FlippedPage,
+) {
+    let (file, last, at) = (&p.file, p.last, p.at);
     // Repaired (the byte restored): the same run re-verified passes; the failures the
     // first verify's reads counted read clean now and are said so.
     pg.stop();
-    pg.flip_byte(&file, last, at);
+    pg.flip_byte(file, last, at);
     pg.start();
-    let (code, v, err) = verify(&l, &run1, &dsn, &[]);
+    let (code, v, err) = verify(l, run1, dsn, &[]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v)["ok"], json!(true), "{v:#}");
     assert_eq!(v["damaged_pages"], json!(0), "{v:#}");
@@ -223,7 +145,13 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
         ]),
         "{v:#}"
     );
+}
 
+fn failures_before_a_run_or_in_another_database_are_not_its_own(
+    pg: &mut PgCluster,
+    l: &Listener,
+    dsn: &str,
+) {
     // A new run on the repaired database: the failures counted before it started, and
     // another database's, are not its own (checksum_failures counts 0, PASS).
     pg.psql("CREATE DATABASE other");
@@ -236,8 +164,8 @@ fn a_flipped_byte_in_a_history_page_is_a_damaged_page_then_a_repaired_database_p
     pg.flip_byte(&xfile, 0, 5000);
     pg.start();
     assert!(pg.try_psql_in("other", "SELECT count(*) FROM x").is_err());
-    let run2 = run(&l, &pg, "20");
-    let (code, v, err) = verify(&l, &run2, &dsn, &[]);
+    let run2 = run(l, pg, "20");
+    let (code, v, err) = verify(l, &run2, dsn, &[]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v), expect(&[]), "{v:#}");
     assert_eq!(v["checksum_failures"], json!(0), "{v:#}");
@@ -319,143 +247,6 @@ fn a_damaged_fsm_page_is_repaired_by_postgresql_by_design_not_a_failure() {
 }
 
 #[test]
-fn postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding() {
-    let Some((_dir, mut pg, l)) = setup(
-        "postgresql_not_running_is_could_not_verify_and_one_that_stopped_is_a_finding",
-        false,
-    ) else {
-        return;
-    };
-    let dsn = pg.conninfo_db("bench");
-    let run1 = run(&l, &pg, "20");
-    let data = pg.data.to_str().unwrap().to_string();
-    let log = pg.log.to_str().unwrap().to_string();
-    // Right after a cut, before PostgreSQL was started again: no postmaster, the
-    // cluster "in production", ordinary FATAL lines in the log's tail. That is not
-    // yet started, not stopped: could not verify (exit 2), never a finding.
-    let refused = pg.try_psql_in("nope", "SELECT 1").unwrap_err();
-    assert!(refused.contains("does not exist"), "{refused}");
-    pg.stop_immediate();
-    assert!(
-        pg.log_tail(40)
-            .contains("FATAL:  database \"nope\" does not exist"),
-        "{}",
-        pg.log_tail(40)
-    );
-    let (code, v, err) = verify(
-        &l,
-        &run1,
-        &dsn,
-        &["--pg-wait", "2s", "--pgdata", &data, "--pg-log", &log],
-    );
-    assert_eq!(code, 2, "{err}\n{v:#}");
-    assert_eq!(v["ok"], json!(false), "{v:#}");
-    assert!(err.contains("is PostgreSQL running?"), "{err}");
-    assert!(err.contains("cluster state \"in production\""), "{err}");
-    pg.start();
-    pg.stop();
-    // Cleanly stopped and not started: could not verify, exit 2, naming the state.
-    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "1s", "--pgdata", &data]);
-    assert_eq!(code, 2, "{err}\n{v:#}");
-    assert!(err.contains("is PostgreSQL running?"), "{err}");
-    assert!(err.contains("cluster state \"shut down\""), "{err}");
-
-    // Crashed, and its WAL gone: the next start PANICs in recovery. That is a finding.
-    pg.start();
-    pg.stop_immediate();
-    for e in std::fs::read_dir(pg.data.join("pg_wal")).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            std::fs::remove_file(p).unwrap();
-        }
-    }
-    // A line that is not UTF-8 (a client's latin-1 application_name, say) must not
-    // cost the log its evidence.
-    {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&pg.log)
-            .unwrap();
-        f.write_all(b"2000-01-01 00:00:00.000 UTC [1] LOG:  connection authorized: user=caf\xe9\n")
-            .unwrap();
-    }
-    let started = pg.try_start();
-    assert!(started.is_err(), "PostgreSQL started without its WAL");
-    let (code, v, err) = verify(
-        &l,
-        &run1,
-        &dsn,
-        &["--pg-wait", "5s", "--pgdata", &data, "--pg-log", &log],
-    );
-    assert_eq!(code, 1, "{err}\n{v:#}");
-    assert_eq!(v["server_reachable"], json!(false), "{v:#}");
-    assert_eq!(kinds(&v), ["server_unavailable"], "{v:#}");
-    let detail = v["findings"][0]["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("stopped: no postmaster is running"),
-        "{detail}"
-    );
-    assert!(detail.contains("PANIC:"), "{detail}");
-    assert!(
-        v["summary"]
-            .as_str()
-            .unwrap()
-            .starts_with("FAIL: PostgreSQL at "),
-        "{v:#}"
-    );
-}
-
-#[test]
-fn a_server_still_in_recovery_is_waited_for_then_checked() {
-    let Some((_dir, mut pg, l)) = setup(
-        "a_server_still_in_recovery_is_waited_for_then_checked",
-        false,
-    ) else {
-        return;
-    };
-    let dsn = pg.conninfo_db("bench");
-    let run1 = run(&l, &pg, "20");
-    pg.stop();
-    // A real server that stays in recovery and refuses sessions with 57P03: a
-    // standby without hot standby.
-    std::fs::write(pg.data.join("standby.signal"), "").unwrap();
-    {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(pg.data.join("postgresql.conf"))
-            .unwrap();
-        writeln!(f, "hot_standby = off").unwrap();
-    }
-    pg.try_start().unwrap(); // pg_ctl -w returns once the standby runs
-    let refused = pg.try_psql("SELECT 1").unwrap_err();
-    assert!(refused.contains("not accepting connections"), "{refused}");
-
-    // Still starting up at the deadline: could not verify (exit 2), not a finding.
-    let (code, v, err) = verify(&l, &run1, &dsn, &["--pg-wait", "2s"]);
-    assert_eq!(code, 2, "{err}\n{v:#}");
-    assert!(err.contains("is still starting up after"), "{err}");
-    assert!(err.contains("SQLSTATE 57P03"), "{err}");
-
-    // Recovery ends while verify waits: it goes on and checks.
-    let child = std::process::Command::new(bin("plugpull"))
-        .args(["verify", "--listener", l.addr(), "--json", "--run", &run1])
-        .args(["--dsn", &dsn, "--pg-wait", "120s"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    pg.promote();
-    let o = child.wait_with_output().unwrap();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    assert_eq!(o.status.code(), Some(0), "{}\n{v:#}", stderr(&o));
-    assert_eq!(counts(&v), expect(&[]), "{v:#}");
-    assert_eq!(v["acknowledged_commits"], json!(40));
-}
-
-#[test]
 fn every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure() {
     let Some((_dir, mut pg, l)) = setup(
         "every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure",
@@ -466,6 +257,18 @@ fn every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure()
     let dsn = pg.conninfo_db("bench");
     let log = pg.log.to_str().unwrap().to_string();
     let run1 = run(&l, &pg, "50");
+    let plain = damage_an_fsm_page_and_a_table_outside_the_run(&mut pg);
+    unlogged_failures_are_unattributed(&l, &run1, &plain, &log);
+    a_logged_page_outside_the_run_is_damage(&pg, &l, &run1, &plain, &log);
+    let run2 = a_new_run_owns_none_of_it(&pg, &l, &dsn, &log);
+    another_databases_page_is_not_this_ones(&mut pg, &l, &run2, &dsn, &log);
+}
+
+/// Creates a table `x` outside the run and a role `plain` that may not call amcheck,
+/// flips a byte of pgbench_accounts' FSM page and of x's page 0, has PostgreSQL
+/// rebuild the FSM page (logged) and read x twice unlogged. Returns `plain`'s
+/// conninfo.
+fn damage_an_fsm_page_and_a_table_outside_the_run(pg: &mut PgCluster) -> String {
     // A table of the same database that is not the run's, which no autovacuum reads.
     pg.psql_in(
         "bench",
@@ -506,7 +309,11 @@ fn every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure()
     let text = std::fs::read_to_string(&pg.log).unwrap();
     assert!(text.contains("_fsm; zeroing out page"), "{text}");
     assert!(!text.contains(&xfile), "{text}");
-    let (code, v, err) = verify(&l, &run1, &plain, &["--pg-log", &log]);
+    plain
+}
+
+fn unlogged_failures_are_unattributed(l: &Listener, run1: &str, plain: &str, log: &str) {
+    let (code, v, err) = verify(l, run1, plain, &["--pg-log", log]);
     assert_eq!(code, 1, "{err}\n{v:#}");
     assert_eq!(v["checksum_failures"], json!(3), "{v:#}");
     assert_eq!(v["unattributed_checksum_failures"], json!(2), "{v:#}");
@@ -527,14 +334,22 @@ fn every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure()
         json!("FAIL: 2 unattributed checksum failures out of 100 acknowledged commits"),
         "{v:#}"
     );
+}
 
+fn a_logged_page_outside_the_run_is_damage(
+    pg: &PgCluster,
+    l: &Listener,
+    run1: &str,
+    plain: &str,
+    log: &str,
+) {
     // x read again, now logged: a main-fork page outside the run's data is damage
     // (not "repaired by design"); the two unlogged failures stay unexplained.
     let e = pg
         .try_psql_in("bench", "SELECT count(*) FROM x")
         .unwrap_err();
     assert!(e.contains("invalid page in block 0"), "{e}");
-    let (code, v, err) = verify(&l, &run1, &plain, &["--pg-log", &log]);
+    let (code, v, err) = verify(l, run1, plain, &["--pg-log", log]);
     assert_eq!(code, 1, "{err}\n{v:#}");
     assert_eq!(v["checksum_failures"], json!(4), "{v:#}");
     assert_eq!(v["damaged_pages"], json!(1), "{v:#}");
@@ -558,17 +373,29 @@ fn every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure()
         json!("FAIL: 1 damaged pages, 2 unattributed checksum failures out of 100 acknowledged commits"),
         "{v:#}"
     );
+}
 
+/// A new run (returned) on the damaged database passes: nothing logged names it.
+fn a_new_run_owns_none_of_it(pg: &PgCluster, l: &Listener, dsn: &str, log: &str) -> String {
     // A new run: every line above was written before it started and names nothing
     // of it (x is still damaged, but nothing reads it): PASS, no note.
-    let run2 = run(&l, &pg, "20");
-    let (code, v, err) = verify(&l, &run2, &dsn, &["--pg-log", &log]);
+    let run2 = run(l, pg, "20");
+    let (code, v, err) = verify(l, &run2, dsn, &["--pg-log", log]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v), expect(&[]), "{v:#}");
     assert_eq!(v["checksum_failures"], json!(0), "{v:#}");
     assert_eq!(v["findings"], json!([]), "{v:#}");
     assert_eq!(v["notes"], json!([]), "{v:#}");
+    run2
+}
 
+fn another_databases_page_is_not_this_ones(
+    pg: &mut PgCluster,
+    l: &Listener,
+    run2: &str,
+    dsn: &str,
+    log: &str,
+) {
     // Another database copied from this one (file by file: x's damaged page is not
     // read) has the same filenodes: its damaged
     // pgbench_history page, logged as base/OTHER/F, is not this database's.
@@ -592,7 +419,7 @@ fn every_checksum_failure_needs_a_page_and_damage_outside_the_run_is_a_failure()
         .try_psql_in("other", "SELECT count(*) FROM pgbench_history")
         .unwrap_err();
     assert!(e.contains(&format!("relation {h_other}")), "{e}");
-    let (code, v, err) = verify(&l, &run2, &dsn, &["--pg-log", &log]);
+    let (code, v, err) = verify(l, run2, dsn, &["--pg-log", log]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(v["checksum_failures"], json!(0), "{v:#}");
     assert_eq!(v["findings"], json!([]), "{v:#}");

@@ -1,0 +1,171 @@
+//! What the pgbench workload refuses or marks unpromised: an unsafe PostgreSQL
+//! configuration, and bad input (exit 2, naming the problem).
+
+use super::*;
+
+#[test]
+fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
+    let Some((_dir, mut pg, l)) =
+        setup("unsafe_configuration_is_refused_then_measured_as_unpromised")
+    else {
+        return;
+    };
+    pg.set("synchronous_commit", "off");
+    let dsn = pg.conninfo_db("bench");
+    let o = write(&l, &dsn, &["--init", "--transactions", "10"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("synchronous_commit=off"), "{err}");
+    assert!(err.contains("--allow-unsafe-config"), "{err}");
+    assert!(stdout(&o).is_empty(), "no run may start: {}", stdout(&o));
+
+    let o = write(
+        &l,
+        &dsn,
+        &[
+            "--init",
+            "--clients",
+            "2",
+            "--transactions",
+            "100",
+            "--allow-unsafe-config",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = run_id(&o);
+    // One acknowledged (unpromised) commit undone: expected, not a failure.
+    let this = format!("h.filler = '{}'", tag(&run, 1, 3));
+    pg.psql_in(
+        "bench",
+        &format!(
+            "BEGIN; {} DELETE FROM pgbench_history h WHERE {this}; COMMIT;",
+            apply_deltas(&this, -1)
+        ),
+    );
+    // Every acknowledgement was unpromised: NOT MEASURED (exit 2), the report printed
+    // all the same, the loss listed as unpromised.
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert_eq!(
+        counts(&v),
+        expect(&[("unpromised_lost", json!(1)), ("ok", json!(false))]),
+        "{v:#}"
+    );
+    assert_eq!(v["not_measured"], json!(true));
+    assert_eq!(
+        v["summary"],
+        json!("NOT MEASURED: all 200 acknowledged commits were unpromised (the configuration did not \
+               promise durability: synchronous_commit=off), so the run measured nothing about the \
+               device; 1 of them lost, as that configuration allows")
+    );
+    assert_eq!(v["promised"], json!(false));
+    assert_eq!(v["run_settings"]["synchronous_commit"], json!("off"));
+    assert_eq!(v["acknowledged_commits"], json!(200));
+    assert_eq!(v["unpromised_acknowledged"], json!(200));
+    assert_eq!(v["findings"][0]["kind"], json!("unpromised_lost"));
+    assert_eq!(v["findings"][0]["seq"], json!(3));
+
+    // A balance change without its history row: what such a setting permits is
+    // listed as unpromised, not a failure (still NOT MEASURED, exit 2).
+    pg.psql_in(
+        "bench",
+        "UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 1",
+    );
+    let (code, v, err) = verify(&l, &run, &dsn, &["--no-amcheck"]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert_eq!(
+        counts(&v),
+        expect(&[
+            ("unpromised_lost", json!(1)),
+            ("invariant_holds", json!(false)),
+            ("ok", json!(false))
+        ]),
+        "{v:#}"
+    );
+    let kinds: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["unpromised_lost", "unpromised_invariant"], "{v:#}");
+    // The human report says the same and exits 2 too.
+    let o = plugpull(&[
+        "verify",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--dsn",
+        &dsn,
+        "--no-amcheck",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stdout(&o).contains("NOT MEASURED: all 200"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let Some((_dir, mut pg, l)) = setup("bad_input_exits_2_naming_the_problem") else {
+        return;
+    };
+    // No tables and no --init.
+    let o = write(&l, &pg.conninfo_db("bench"), &["--transactions", "5"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("relation \"pgbench_accounts\" does not exist"),
+        "{err}"
+    );
+    assert!(err.contains("run with --init"), "{err}");
+
+    // Nothing listens on the port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = write(
+        &l,
+        &format!("host=127.0.0.1 port={port} user=postgres dbname=bench connect_timeout=5"),
+        &["--transactions", "5"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("cannot connect to PostgreSQL at host=127.0.0.1"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A password user over TCP, with the wrong password.
+    pg.psql("CREATE ROLE pwuser LOGIN PASSWORD 'right'");
+    pg.prepend_hba("host all pwuser 127.0.0.1/32 scram-sha-256");
+    let o = write(
+        &l,
+        &pg.tcp_conninfo("pwuser", "wrong"),
+        &["--transactions", "5"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("password authentication failed for user \"pwuser\""),
+        "{err}"
+    );
+    assert!(
+        !err.contains("wrong"),
+        "the password must not be echoed: {err}"
+    );
+
+    // The right password gets past authentication (to the missing tables).
+    let o = write(
+        &l,
+        &pg.tcp_conninfo("pwuser", "right"),
+        &["--transactions", "5"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("run with --init"), "{}", stderr(&o));
+}

@@ -1,0 +1,114 @@
+//! Many cuts in a row (a hundred honest cuts, no false finding) and the demo's file
+//! runs judged with the verifier's own function.
+
+use super::*;
+
+/// 100 cuts under load on an honest device: not one false finding. One listener,
+/// one mount directory, a small target per cut, verified on the backing file.
+#[test]
+fn a_hundred_honest_cuts_give_no_false_finding() {
+    if skip_without_fuse("a_hundred_honest_cuts_give_no_false_finding") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount(dir.path(), "honest", 100);
+    let t0 = Instant::now();
+    let mut acked_total = 0;
+    for i in 0..100u64 {
+        if i > 0 {
+            sim.remount("honest");
+        }
+        let name = format!("c{i}.dat");
+        let mut w = start_writer(&l, &sim.mnt().join(&name), "256KiB", 2, i);
+        w.wait_acknowledged(1 + 20 * (i % 5));
+        sigkill(&mut w.child);
+        let truth = sim.cut();
+        sim.umount();
+        assert_eq!(truth.summary.fsynced_at_cut, 0, "cut {i}");
+        let (code, v, err) = verify_json(
+            &l,
+            &[
+                "--run",
+                &w.run,
+                "--target",
+                sim.backing().join(&name).to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, 0, "cut {i}: {err} {v}");
+        assert_eq!(v["ok"], json!(true), "cut {i}");
+        assert_eq!(v["findings"], json!([]), "cut {i}");
+        acked_total += v["acknowledged"].as_u64().unwrap();
+    }
+    eprintln!(
+        "100 honest cuts, {acked_total} acknowledged writes, 0 findings, {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Review finding 8: `plugpull demo` verifies its file runs with `plugpull verify`'s
+/// own function (device-error rule, earlier runs from the listener, report): on the
+/// simulator the honest device passes with nothing lost, the lying one is caught, and
+/// each device's file report is the verifier's (its summary line, its verdict table).
+#[test]
+fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
+    if skip_without_fuse("the_demo_judges_its_file_runs_with_the_verifiers_function") {
+        return;
+    }
+    let o = plugpull(&["demo", "--no-pg", "--cut-after", "1"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
+    let line = |prefix: &str| {
+        out.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{out}"))
+            .to_string()
+    };
+    let honest = line("honest device: ");
+    assert!(
+        honest.starts_with("honest device: PASS, ") && honest.ends_with(" acknowledged, 0 lost"),
+        "{honest}"
+    );
+    let lying = line("lying device: ");
+    assert!(lying.starts_with("lying device: FAIL, "), "{lying}");
+    // Two file reports, each ending with the verifier's summary line.
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("PASS: ")).count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("FAIL: ")).count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("blocks checked: "))
+            .count(),
+        2,
+        "{out}"
+    );
+    // The demo's figures are the reports' figures.
+    let acked: u64 = honest["honest device: PASS, ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        line("PASS: ").starts_with(&format!("PASS: {acked} acknowledged writes, ")),
+        "{out}"
+    );
+    let lost: u64 = lying["lying device: FAIL, ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(lost > 0, "{lying}");
+    assert!(
+        line("FAIL: ").starts_with(&format!("FAIL: {lost} of ")),
+        "{out}"
+    );
+}
