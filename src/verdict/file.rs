@@ -1,8 +1,9 @@
 //! The rules of the file workload: what survived, block by block.
 //!
 //! Taxonomy after Zheng et al., "Understanding the Robustness of SSDs under Power
-//! Fault" (FAST 2013), as tabled in the README ("Verdicts (file workload)"). For block `b`, `A` is the highest
-//! acknowledged sequence number the ledger holds for it (0 = never acknowledged).
+//! Fault" (FAST 2013), as tabled in the README ("Verdicts (file workload)"). For
+//! block `b`, `A` is the highest acknowledged sequence number the ledger holds for it
+//! (0 = never acknowledged).
 //! Each sector is read as one [`Content`]: a valid record of this run (in place, or a
 //! *stray* written for another place), *zeros*, *another run's* valid record,
 //! *our record with a bad CRC* (magic and run id are ours), or *foreign bytes*.
@@ -118,80 +119,180 @@ pub fn classify_block(
     data: &[u8],
     prior_foreign: bool,
 ) -> Option<BlockCheck> {
-    let spb = (block_size / SECTOR) as u32;
     if data.len() < block_size {
-        return (acked > 0).then_some(BlockCheck {
-            verdict: Verdict::Missing,
-            found_seq: None,
-            found_block: None,
-            watermark: 0,
-            watermark_seq: 0,
-            newer_than_acked: false,
-            has_run_data: false,
-            has_other_run: false,
-            other_runs: Vec::new(),
-            spans: Vec::new(),
-            strays: Vec::new(),
-        });
+        // Rule 1.
+        return (acked > 0).then(missing);
     }
-    let mut strays: Vec<(u64, u64)> = Vec::new();
-    let mut ours = false;
-    let mut bad_crc_ours = false;
-    let mut foreign = false;
-    let mut other_runs: Vec<RunId> = Vec::new();
-    let mut watermark = 0u64;
-    let mut watermark_seq = 0u64;
-    let mut contents: Vec<Content> = Vec::with_capacity(spb as usize);
-    for (i, s) in data[..block_size].chunks_exact(SECTOR).enumerate() {
-        let s: &[u8; SECTOR] = s.try_into().unwrap();
-        let c = match decode_sector(s) {
-            Sector::Valid(h) if h.run == run => {
-                ours = true;
-                if h.block != block || h.sector != i as u32 || h.sectors_per_block != spb {
-                    strays.push((h.block, h.seq));
-                    Content::Stray {
-                        block: h.block,
-                        sector: h.sector,
-                        seq: h.seq,
-                    }
-                } else {
-                    if h.watermark >= watermark {
-                        watermark = h.watermark;
-                        watermark_seq = h.seq;
-                    }
-                    Content::Seq { seq: h.seq }
-                }
-            }
-            Sector::Valid(h) => {
-                if !other_runs.contains(&h.run) {
-                    other_runs.push(h.run);
-                }
-                Content::OtherRun {
-                    run: h.run.to_string(),
-                    seq: h.seq,
-                }
-            }
-            Sector::Blank => Content::Zeros,
-            Sector::Invalid(InvalidReason::BadCrc)
-                // Our run id, or one a few flipped bits away from it.
-                if (raw_header(s).0 ^ run.0).count_ones() <= 4 =>
-            {
-                bad_crc_ours = true;
-                Content::BadCrc {
-                    seq: raw_header(s).4,
-                    flipped_bits: flipped_bits(run, s),
-                }
-            }
-            Sector::Invalid(_) => {
-                foreign = true;
-                Content::Foreign
-            }
-        };
-        contents.push(c);
-    }
-    if acked == 0 && !ours {
+    let scan = SectorScan::read(run, block, &data[..block_size]);
+    if acked == 0 && !scan.ours {
         return None;
     }
+    let (min, max) = scan.seq_range();
+    let (verdict, found_seq) = scan.verdict(acked, prior_foreign, min, max);
+    let spans = merge_spans(&scan.contents);
+    Some(BlockCheck {
+        verdict,
+        found_seq,
+        found_block: scan.strays.first().map(|&(b, _)| b),
+        watermark: scan.watermark,
+        watermark_seq: scan.watermark_seq,
+        newer_than_acked: scan.strays.is_empty() && max > acked && max != u64::MAX,
+        has_run_data: scan.ours,
+        has_other_run: !scan.other_runs.is_empty(),
+        other_runs: scan.other_runs,
+        spans,
+        strays: scan.strays,
+    })
+}
+
+/// The check of a block that lies (partly) beyond the end of the target.
+fn missing() -> BlockCheck {
+    BlockCheck {
+        verdict: Verdict::Missing,
+        found_seq: None,
+        found_block: None,
+        watermark: 0,
+        watermark_seq: 0,
+        newer_than_acked: false,
+        has_run_data: false,
+        has_other_run: false,
+        other_runs: Vec::new(),
+        spans: Vec::new(),
+        strays: Vec::new(),
+    }
+}
+
+/// What the sectors of one whole block hold, read one by one: the facts rules 2–5
+/// decide on.
+struct SectorScan {
+    /// What each sector holds, in order.
+    contents: Vec<Content>,
+    /// Valid records of the run written for another place: (block written for, seq).
+    strays: Vec<(u64, u64)>,
+    /// Some sector is a valid record of this run (in place or stray).
+    ours: bool,
+    /// Some sector is this run's record with a bad CRC.
+    bad_crc_ours: bool,
+    /// Some sector holds foreign bytes.
+    foreign: bool,
+    /// Other runs whose valid records the block holds, in the order first seen.
+    other_runs: Vec<RunId>,
+    /// Highest watermark among the run's correctly placed records (0 = none).
+    watermark: u64,
+    /// The seq of the (last) record carrying it.
+    watermark_seq: u64,
+}
+
+impl SectorScan {
+    /// Reads `sectors` (exactly one block) as block `block` of `run`.
+    fn read(run: RunId, block: u64, sectors: &[u8]) -> Self {
+        let spb = (sectors.len() / SECTOR) as u32;
+        let mut scan = SectorScan {
+            contents: Vec::with_capacity(spb as usize),
+            strays: Vec::new(),
+            ours: false,
+            bad_crc_ours: false,
+            foreign: false,
+            other_runs: Vec::new(),
+            watermark: 0,
+            watermark_seq: 0,
+        };
+        for (i, s) in sectors.chunks_exact(SECTOR).enumerate() {
+            let s: &[u8; SECTOR] = s.try_into().unwrap();
+            let c = match decode_sector(s) {
+                Sector::Valid(h) if h.run == run => {
+                    scan.ours = true;
+                    if h.block != block || h.sector != i as u32 || h.sectors_per_block != spb {
+                        scan.strays.push((h.block, h.seq));
+                        Content::Stray {
+                            block: h.block,
+                            sector: h.sector,
+                            seq: h.seq,
+                        }
+                    } else {
+                        if h.watermark >= scan.watermark {
+                            scan.watermark = h.watermark;
+                            scan.watermark_seq = h.seq;
+                        }
+                        Content::Seq { seq: h.seq }
+                    }
+                }
+                Sector::Valid(h) => {
+                    if !scan.other_runs.contains(&h.run) {
+                        scan.other_runs.push(h.run);
+                    }
+                    Content::OtherRun {
+                        run: h.run.to_string(),
+                        seq: h.seq,
+                    }
+                }
+                Sector::Blank => Content::Zeros,
+                Sector::Invalid(InvalidReason::BadCrc)
+                    // Our run id, or one a few flipped bits away from it.
+                    if (raw_header(s).0 ^ run.0).count_ones() <= 4 =>
+                {
+                    scan.bad_crc_ours = true;
+                    Content::BadCrc {
+                        seq: raw_header(s).4,
+                        flipped_bits: flipped_bits(run, s),
+                    }
+                }
+                Sector::Invalid(_) => {
+                    scan.foreign = true;
+                    Content::Foreign
+                }
+            };
+            scan.contents.push(c);
+        }
+        scan
+    }
+
+    /// The lowest and highest seq among the sectors that carry one: prior contents
+    /// (zeros, other runs, foreign bytes taken as prior) count as seq 0; damaged and
+    /// stray records carry none. `(u64::MAX, 0)` when no sector does.
+    fn seq_range(&self) -> (u64, u64) {
+        let seqs = self.contents.iter().filter_map(|c| match c {
+            Content::Seq { seq } => Some(*seq),
+            Content::Zeros | Content::OtherRun { .. } | Content::Foreign => Some(0),
+            Content::BadCrc { .. } | Content::Stray { .. } => None,
+        });
+        seqs.fold((u64::MAX, 0u64), |(lo, hi), s| (lo.min(s), hi.max(s)))
+    }
+
+    /// Rules 2–5 of the module doc on a block inside the target whose acknowledged
+    /// seq is `acked`, given its [`SectorScan::seq_range`] `min ..= max`: the verdict
+    /// and the seq found (see [`BlockCheck::found_seq`]).
+    fn verdict(
+        &self,
+        acked: u64,
+        prior_foreign: bool,
+        min: u64,
+        max: u64,
+    ) -> (Verdict, Option<u64>) {
+        // Foreign bytes are prior contents only on a block holding nothing of this
+        // run, of a target that may have held foreign data.
+        let foreign_is_damage = self.foreign && (self.ours || self.bad_crc_ours || !prior_foreign);
+        if let Some(&(_, seq)) = self.strays.first() {
+            (Verdict::Misdirected, Some(seq))
+        } else if acked > 0 && (self.bad_crc_ours || foreign_is_damage) {
+            (Verdict::Corrupt, None)
+        } else if min == max {
+            let verdict = if min >= acked {
+                Verdict::Intact
+            } else {
+                Verdict::LostWrite
+            };
+            (verdict, Some(min))
+        } else if min < acked {
+            (Verdict::TornAcknowledged, Some(min))
+        } else {
+            (Verdict::TornInFlight, Some(min))
+        }
+    }
+}
+
+/// What each sector holds, consecutive equal sectors merged into one span.
+fn merge_spans(contents: &[Content]) -> Vec<SectorSpan> {
     let mut spans: Vec<SectorSpan> = Vec::new();
     for (i, c) in contents.iter().enumerate() {
         match spans.last_mut() {
@@ -203,45 +304,7 @@ pub fn classify_block(
             }),
         }
     }
-    // Seq per sector: prior contents (zeros, other runs, foreign bytes taken as prior) are 0.
-    let seqs = contents.iter().filter_map(|c| match c {
-        Content::Seq { seq } => Some(*seq),
-        Content::Zeros | Content::OtherRun { .. } | Content::Foreign => Some(0),
-        Content::BadCrc { .. } | Content::Stray { .. } => None,
-    });
-    let (min, max) = seqs.fold((u64::MAX, 0u64), |(lo, hi), s| (lo.min(s), hi.max(s)));
-    let foreign_is_damage = foreign && (ours || bad_crc_ours || !prior_foreign);
-    let (verdict, found_seq) = if !strays.is_empty() {
-        (Verdict::Misdirected, strays.first().map(|&(_, seq)| seq))
-    } else if acked > 0 && (bad_crc_ours || foreign_is_damage) {
-        (Verdict::Corrupt, None)
-    } else if min == max {
-        (
-            if min >= acked {
-                Verdict::Intact
-            } else {
-                Verdict::LostWrite
-            },
-            Some(min),
-        )
-    } else if min < acked {
-        (Verdict::TornAcknowledged, Some(min))
-    } else {
-        (Verdict::TornInFlight, Some(min))
-    };
-    Some(BlockCheck {
-        verdict,
-        found_seq,
-        found_block: strays.first().map(|&(b, _)| b),
-        watermark,
-        watermark_seq,
-        newer_than_acked: strays.is_empty() && max > acked && max != u64::MAX,
-        has_run_data: ours,
-        has_other_run: !other_runs.is_empty(),
-        other_runs,
-        spans,
-        strays,
-    })
+    spans
 }
 
 /// Acknowledged state of every block, built from a ledger: `O(blocks)` memory

@@ -5,8 +5,9 @@
 //! evidence ([`SectorSpan`]s of [`Content`], the [`LaterWrite`] that proves a
 //! reordering) and the [`Classification`] of a whole run. The rules live beside it:
 //!
-//! * [`file`] — the file workload's rules, block by block: [`classify_block`], then
-//!   [`Tally`] over every block with its [`AckTable`] (re-exported here).
+//! * [`file`](mod@file) — the file workload's rules, block by block:
+//!   [`classify_block`], then [`Tally`] over every block with its [`AckTable`]
+//!   (re-exported here).
 //!
 //! The verdicts are tabled, with what each means on disk, in the README's
 //! "Verdicts (file workload)" section.

@@ -267,6 +267,21 @@ fn a_misdirected_write_is_one_fault_reported_once() {
     );
 }
 
+/// A tally of `blocks` (index, bytes), each classified against its acknowledged seq
+/// in `acks`, on a target that may have held foreign bytes.
+fn tally(acks: &AckTable, blocks: &[(u64, Vec<u8>)]) -> Tally {
+    let mut t = Tally::default();
+    for (b, data) in blocks {
+        let acked = acks.seq[*b as usize];
+        t.add(
+            *b,
+            classify_block(RUN, *b, B, acked, data, true).unwrap(),
+            acks,
+        );
+    }
+    t
+}
+
 #[test]
 fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it() {
     let enc = Encoder::new(RUN);
@@ -276,26 +291,18 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
     acks.add(11, 1, 2000);
     acks.add(12, 2, 3000);
     acks.add(13, 3, 3500);
-    let mut t = Tally::default();
-    // Block 0 holds its older seq 2: the reordering signature.
-    t.add(
-        0,
-        classify_block(RUN, 0, B, 10, &block(&enc, 0, 2, 1), true).unwrap(),
-        &acks,
-    );
-    t.add(
-        1,
-        classify_block(RUN, 1, B, 11, &block(&enc, 1, 11, 10), true).unwrap(),
-        &acks,
-    );
-    // Block 2 holds another run's record: overwritten, not reordered.
+    // Block 0 holds its older seq 2: the reordering signature. Block 2 holds another
+    // run's record: overwritten, not reordered.
     let other = block(&Encoder::new(RunId(0x55)), 2, 40, 0);
-    t.add(
-        2,
-        classify_block(RUN, 2, B, 12, &other, true).unwrap(),
+    let o = tally(
         &acks,
-    );
-    let o = t.finish(&[]);
+        &[
+            (0, block(&enc, 0, 2, 1)),
+            (1, block(&enc, 1, 11, 10)),
+            (2, other.clone()),
+        ],
+    )
+    .finish(&[]);
     assert_eq!(
         o.counts,
         VerdictCounts {
@@ -334,19 +341,15 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
     // (lost write), and block 2's old contents when it was (the previous cut's
     // run on a reused target): then the reordering stands.
     let fill = || {
-        let mut t = Tally::default();
-        for (b, data) in [
-            (0, block(&enc, 0, 2, 1)),
-            (1, block(&enc, 1, 11, 10)),
-            (2, other.clone()),
-            (3, block(&enc, 3, 13, 12)),
-        ] {
-            t.add(
-                b,
-                classify_block(RUN, b, B, acks.seq[b as usize], &data, true).unwrap(),
-                &acks,
-            );
-        }
+        let t = tally(
+            &acks,
+            &[
+                (0, block(&enc, 0, 2, 1)),
+                (1, block(&enc, 1, 11, 10)),
+                (2, other.clone()),
+                (3, block(&enc, 3, 13, 12)),
+            ],
+        );
         assert_eq!(t.other_runs(), &[RunId(0x55)]);
         t
     };
@@ -375,18 +378,7 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
         "run 0000000000000055's record seq 40; block 3 holds seq 13, issued after seq 12 was acknowledged (watermark 12), acknowledged 0.000 s before the end"
     );
     // Zeros there: still unserializable, and the evidence says zeros.
-    let mut t = Tally::default();
-    t.add(
-        0,
-        classify_block(RUN, 0, B, 10, &[0; B], true).unwrap(),
-        &acks,
-    );
-    t.add(
-        1,
-        classify_block(RUN, 1, B, 11, &block(&enc, 1, 11, 10), true).unwrap(),
-        &acks,
-    );
-    let o = t.finish(&[]);
+    let o = tally(&acks, &[(0, vec![0; B]), (1, block(&enc, 1, 11, 10))]).finish(&[]);
     assert_eq!((o.counts.lost_write, o.counts.unserializable), (0, 1));
     assert!(o.findings[0]
         .evidence()
