@@ -116,11 +116,9 @@ pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail)
     let mut first = true;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        let problem = entry_problem(rest);
-        match problem {
-            None => {
-                let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
-                let payload = &rest[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + len];
+        match check_entry(rest) {
+            Ok(end) => {
+                let payload = &rest[ENTRY_HEADER_LEN..end];
                 match postcard::from_bytes::<Entry>(payload) {
                     Ok(entry) => {
                         if first && !matches!(entry, Entry::Manifest(_)) {
@@ -128,7 +126,7 @@ pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail)
                         }
                         first = false;
                         f(at as u64, entry);
-                        at += ENTRY_HEADER_LEN + len;
+                        at += end;
                     }
                     Err(e) => {
                         return Err(LedgerError::Damaged {
@@ -138,14 +136,14 @@ pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail)
                     }
                 }
             }
-            Some((reason, end)) => {
+            Err((reason, end)) => {
                 let after_is_zero = end
                     .map(|e| rest[e.min(rest.len())..].iter().all(|&b| b == 0))
                     .unwrap_or(true);
                 let near_end = total - at as u64 <= MAX_COMMIT;
                 // A valid entry further on means the bad one is not the last write: a
                 // damaged length in the middle must never pass for a torn tail.
-                if let Some(k) = (1..rest.len()).find(|&k| entry_problem(&rest[k..]).is_none()) {
+                if let Some(k) = (1..rest.len()).find(|&k| check_entry(&rest[k..]).is_ok()) {
                     return Err(LedgerError::Damaged {
                         offset: at as u64,
                         reason: format!("{reason}, yet a valid entry follows at byte {}", at + k),
@@ -173,34 +171,35 @@ pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail)
     Ok((run, Tail::Clean))
 }
 
-/// Checks the entry at the start of `rest`. `None` = a complete entry with a good CRC.
+/// Checks the entry at the start of `rest`, the one place an entry's length is read.
+/// `Ok(end)`: a complete entry with a good CRC, ending at byte `end` of `rest`.
 /// Otherwise the reason and, where the entry's extent is known, its end.
-fn entry_problem(rest: &[u8]) -> Option<(String, Option<usize>)> {
+fn check_entry(rest: &[u8]) -> Result<usize, (String, Option<usize>)> {
     if rest.len() < ENTRY_HEADER_LEN {
-        return Some((
+        return Err((
             format!("{} bytes cannot hold an entry header", rest.len()),
             None,
         ));
     }
     let len = u32::from_le_bytes(rest[..4].try_into().unwrap());
     if len == 0 || len > MAX_ENTRY {
-        return Some((
+        return Err((
             format!("entry length {len} is outside 1..={MAX_ENTRY}"),
             Some(0),
         ));
     }
     let end = ENTRY_HEADER_LEN + len as usize;
     if end > rest.len() {
-        return Some((
+        return Err((
             format!("entry of {len} bytes runs past the end of the file"),
             None,
         ));
     }
     let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
     if crc32fast::hash(&rest[ENTRY_HEADER_LEN..end]) != crc {
-        return Some(("entry CRC does not match".to_string(), Some(end)));
+        return Err(("entry CRC does not match".to_string(), Some(end)));
     }
-    None
+    Ok(end)
 }
 
 #[cfg(test)]

@@ -28,12 +28,11 @@
 //!
 //! Sizes: a file ack is about 10 bytes (postcard varints: seq, block, ms); a
 //! pgbench batch stores one contiguous range per client.
-
 //!
 //! ## Where things are
 //!
-//! * `manifest.rs` — the run's description: [`Manifest`],
-//!   [`Workload`], [`FileManifest`], [`TargetIdentity`], [`PgManifest`], [`PgSettings`].
+//! * `manifest.rs` — the run's description: [`Manifest`], [`Workload`],
+//!   [`FileManifest`], [`TargetIdentity`], [`PgManifest`], [`PgSettings`].
 //! * `entry.rs` — what the ledger records after it: [`Entry`], [`AckBatch`] (the one
 //!   type that is wire payload, ledger entry and verifier input), [`Acks`],
 //!   [`FileAck`], [`PgAckRange`], [`RunSummary`], [`DeviceError`], [`TornTail`].
