@@ -8,7 +8,8 @@
 //!   listener, with a hard size cap, plus small async helpers to read and write them.
 //! * [`auth`] — the HMAC-SHA256 challenge-response both sides run before any message.
 //! * [`ledger`] — the listener's append-only, CRC-checked record of acknowledgements.
-//! * [`verdict`] — the per-block classification of what survived (DESIGN.md's table).
+//! * [`verdict`] — the per-block classification of what survived (the README's
+//!   "Verdicts" table).
 //! * [`report`] — the verification report model shared by the human and JSON output.
 //! * [`units`] — parsing of sizes (`64MiB`) and durations (`30s`).
 #![deny(missing_docs)]

@@ -1,0 +1,299 @@
+//! What verify checks in the witness's record itself, before it judges the target:
+//! that no acknowledged batch is missing or contradicted ([`check_record`]), that a
+//! run a device error ended holds every acknowledgement the agent handed over
+//! ([`check_device_error_count`]), and which errors are a device's ([`is_device_errno`]).
+
+use super::{AckBatch, DeviceError, RunSummary, TornTail};
+
+/// Whether `errno` (from a failed `pwrite`/`fsync`/`fdatasync`) is what a device that
+/// lost power, went away or filled up gives: EIO (the drive failed or lost power),
+/// ENODEV/ENXIO (the device went away), ENOSPC (the filesystem or thin pool filled
+/// up), EROFS (the filesystem turned read-only after an error), ESHUTDOWN (the
+/// filesystem was shut down, e.g. XFS after an I/O error). Linux errno values
+/// (`asm-generic/errno-base.h`, `errno.h`).
+pub fn is_device_errno(errno: i32) -> bool {
+    // EIO 5, ENXIO 6, ENODEV 19, ENOSPC 28, EROFS 30, ESHUTDOWN 108.
+    matches!(errno, 5 | 6 | 19 | 28 | 30 | 108)
+}
+
+/// What [`check_record`] found consistent in a ledger's acknowledgements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordCheck {
+    /// Acknowledgements in the distinct batches.
+    pub acks: u64,
+    /// Batches recorded more than once with the same contents (dropped from the list).
+    pub duplicates: u64,
+}
+
+/// The witness's record is provably incomplete: a run with it cannot be judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WitnessLoss {
+    /// Acknowledged writes known to be missing (when a `Finished` entry gives the
+    /// agent's count), else `None`.
+    pub lost: Option<u64>,
+    /// The evidence, for a human.
+    pub evidence: String,
+}
+
+impl std::fmt::Display for WitnessLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.lost {
+            Some(n) => write!(f, "the witness lost {n} acknowledged writes: this run cannot be judged ({})", self.evidence),
+            None => write!(f, "the witness lost acknowledged writes (how many is unknown): this run cannot be judged ({})", self.evidence),
+        }
+    }
+}
+
+impl std::error::Error for WitnessLoss {}
+
+/// Checks that a ledger's record of acknowledgements is whole, and drops batches
+/// recorded twice (same number, same contents) from `batches`, keeping ledger order.
+///
+/// Rules: batch numbers are exactly `1..=n` once duplicates are dropped (a jump means
+/// the witness lost the batches between); a batch number recorded twice with different
+/// contents is a loss; when `finished` (the last `Finished` entry) is given, its
+/// `acknowledged` must equal the ledger's count; a `torn` tail the listener cut off is
+/// a loss unless such a `Finished` count vouches for the whole record.
+///
+/// Errors: [`WitnessLoss`] naming the first inconsistency found and, when the agent's
+/// count is known, how many acknowledged writes are missing.
+pub fn check_record(
+    batches: &mut Vec<AckBatch>,
+    finished: Option<&RunSummary>,
+    torn: &[TornTail],
+) -> Result<RecordCheck, WitnessLoss> {
+    let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut kept: Vec<AckBatch> = Vec::with_capacity(batches.len());
+    let mut duplicates = 0;
+    let mut conflict = None;
+    for b in batches.drain(..) {
+        match seen.get(&b.batch) {
+            Some(&i) => {
+                if kept[i] != b && conflict.is_none() {
+                    conflict = Some(b.batch);
+                }
+                duplicates += 1;
+            }
+            None => {
+                seen.insert(b.batch, kept.len());
+                kept.push(b);
+            }
+        }
+    }
+    *batches = kept;
+    let acks: u64 = batches.iter().map(|b| b.acks.count()).sum();
+    let lost = finished
+        .and_then(|f| f.acknowledged.checked_sub(acks))
+        .filter(|&n| n > 0);
+    let fail = |evidence: String| Err(WitnessLoss { lost, evidence });
+    if let Some(b) = conflict {
+        return fail(format!(
+            "batch {b} is recorded twice with different contents"
+        ));
+    }
+    let mut numbers: Vec<u64> = batches.iter().map(|b| b.batch).collect();
+    numbers.sort_unstable();
+    let mut prev = 0;
+    for &n in &numbers {
+        if n != prev + 1 {
+            return fail(if prev + 1 == n - 1 {
+                format!(
+                    "batch {} is missing: batch numbers jump from {prev} to {n}",
+                    prev + 1
+                )
+            } else {
+                format!(
+                    "batches {} to {} are missing: batch numbers jump from {prev} to {n}",
+                    prev + 1,
+                    n - 1
+                )
+            });
+        }
+        prev = n;
+    }
+    if let Some(f) = finished {
+        if f.acknowledged != acks {
+            return match f.acknowledged.checked_sub(acks) {
+                Some(_) => fail(format!("the agent finished with {} acknowledged, the ledger holds {acks}", f.acknowledged)),
+                None => Err(WitnessLoss {
+                    lost: None,
+                    evidence: format!("the ledger holds {acks} acknowledgements but the agent finished with only {}", f.acknowledged),
+                }),
+            };
+        }
+    } else if let Some(t) = torn.first() {
+        return fail(format!(
+            "the listener cut a torn tail of {} bytes off the ledger at byte {} on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it",
+            t.bytes, t.offset
+        ));
+    }
+    Ok(RecordCheck { acks, duplicates })
+}
+
+/// Checks a run that a device error ended against the agent's own count: `acks`
+/// (the ledger's acknowledgements, from [`check_record`]) must not be fewer than the
+/// `acknowledged` the agent handed over before the error, since it sends every one of
+/// them before the [`DeviceError`] entry. More is the device-error rule's business
+/// (acknowledged after the error), not a loss.
+///
+/// Errors: [`WitnessLoss`] with the number missing.
+pub fn check_device_error_count(acks: u64, end: &DeviceError) -> Result<(), WitnessLoss> {
+    match end.acknowledged.checked_sub(acks).filter(|&n| n > 0) {
+        None => Ok(()),
+        Some(n) => Err(WitnessLoss {
+            lost: Some(n),
+            evidence: format!(
+                "the agent handed over {} acknowledgements before its device error, the ledger holds {acks}",
+                end.acknowledged
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::*;
+
+    fn b(batch: u64, n: u64) -> AckBatch {
+        AckBatch {
+            batch,
+            promised: true,
+            acks: Acks::File(
+                (0..n)
+                    .map(|i| FileAck {
+                        seq: batch * 100 + i,
+                        block: i,
+                        ms: 1,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn fin(acknowledged: u64) -> RunSummary {
+        RunSummary {
+            issued: acknowledged,
+            acknowledged,
+            duration_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_whole_record_passes_and_duplicates_are_dropped() {
+        let mut v = vec![b(1, 3), b(2, 2), b(1, 3), b(3, 1)];
+        assert_eq!(
+            check_record(&mut v, Some(&fin(6)), &[]),
+            Ok(RecordCheck {
+                acks: 6,
+                duplicates: 1
+            })
+        );
+        assert_eq!(v.iter().map(|b| b.batch).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let mut none = vec![];
+        assert_eq!(
+            check_record(&mut none, None, &[]),
+            Ok(RecordCheck {
+                acks: 0,
+                duplicates: 0
+            })
+        );
+    }
+
+    #[test]
+    fn a_jump_in_batch_numbers_is_a_loss() {
+        let mut v = vec![b(1, 3), b(4, 2)];
+        let e = check_record(&mut v, Some(&fin(9)), &[]).unwrap_err();
+        assert_eq!(e.lost, Some(4));
+        assert_eq!(e.to_string(), "the witness lost 4 acknowledged writes: this run cannot be judged (batches 2 to 3 are missing: batch numbers jump from 1 to 4)");
+        let mut v = vec![b(2, 1)];
+        assert_eq!(
+            check_record(&mut v, None, &[]).unwrap_err().to_string(),
+            "the witness lost acknowledged writes (how many is unknown): this run cannot be judged (batch 1 is missing: batch numbers jump from 0 to 2)"
+        );
+    }
+
+    #[test]
+    fn a_finished_count_above_the_ledger_is_a_loss() {
+        let mut v = vec![b(1, 3), b(2, 2)];
+        let e = check_record(&mut v, Some(&fin(14_012)), &[]).unwrap_err();
+        assert_eq!(e.lost, Some(14_007));
+        assert_eq!(e.to_string(), "the witness lost 14007 acknowledged writes: this run cannot be judged (the agent finished with 14012 acknowledged, the ledger holds 5)");
+        let mut v = vec![b(1, 3)];
+        assert_eq!(
+            check_record(&mut v, Some(&fin(2)), &[]).unwrap_err().lost,
+            None
+        );
+    }
+
+    #[test]
+    fn a_conflicting_duplicate_is_a_loss() {
+        let mut v = vec![b(1, 3), b(1, 2)];
+        assert_eq!(
+            check_record(&mut v, None, &[]).unwrap_err().evidence,
+            "batch 1 is recorded twice with different contents"
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_passes_only_when_the_finished_count_vouches() {
+        let torn = [TornTail {
+            offset: 500,
+            bytes: 77,
+        }];
+        let mut v = vec![b(1, 3)];
+        assert_eq!(
+            check_record(&mut v, Some(&fin(3)), &torn),
+            Ok(RecordCheck {
+                acks: 3,
+                duplicates: 0
+            })
+        );
+        let mut v = vec![b(1, 3)];
+        assert_eq!(
+            check_record(&mut v, None, &torn).unwrap_err().to_string(),
+            "the witness lost acknowledged writes (how many is unknown): this run cannot be judged (the listener cut a torn tail of 77 bytes off the ledger at byte 500 on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it)"
+        );
+    }
+
+    #[test]
+    fn a_device_error_run_holding_fewer_acks_than_the_agent_handed_over_lost_some() {
+        let end = DeviceError {
+            acknowledged: 3,
+            device: true,
+            ..Default::default()
+        };
+        assert_eq!(check_device_error_count(3, &end), Ok(()));
+        assert_eq!(check_device_error_count(4, &end), Ok(()));
+        let e = check_device_error_count(1, &end).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the witness lost 2 acknowledged writes: this run cannot be judged \
+             (the agent handed over 3 acknowledgements before its device error, the ledger holds 1)"
+        );
+    }
+
+    #[test]
+    fn only_the_errors_a_failing_device_gives_are_device_errors() {
+        let device: Vec<i32> = (0..200).filter(|&e| is_device_errno(e)).collect();
+        let mut want = vec![
+            libc::EIO,
+            libc::ENXIO,
+            libc::ENODEV,
+            libc::ENOSPC,
+            libc::EROFS,
+            libc::ESHUTDOWN,
+        ];
+        want.sort();
+        assert_eq!(device, want);
+        for e in [
+            libc::EINVAL,
+            libc::EBADF,
+            libc::EFBIG,
+            libc::EDQUOT,
+            libc::EPERM,
+        ] {
+            assert!(!is_device_errno(e), "errno {e}");
+        }
+    }
+}

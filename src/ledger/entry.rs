@@ -1,0 +1,128 @@
+//! The entries a ledger records after the manifest: batches of acknowledgements
+//! ([`AckBatch`] — the same type is the wire payload the agent sends, the ledger entry
+//! the listener appends and the verifier's input) and how the run ended.
+
+use super::Manifest;
+use serde::{Deserialize, Serialize};
+
+/// One acknowledged write of a file run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAck {
+    /// Write sequence number.
+    pub seq: u64,
+    /// Block index.
+    pub block: u64,
+    /// Milliseconds after the run's start when the durability call returned.
+    pub ms: u32,
+}
+
+/// Acknowledged commits `first ..= last` of one pgbench client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgAckRange {
+    /// Client number, from 0.
+    pub client: u32,
+    /// First acknowledged per-client sequence number in the range (from 1).
+    pub first: u64,
+    /// Last acknowledged per-client sequence number in the range.
+    pub last: u64,
+    /// Milliseconds after the run's start when `last`'s `COMMIT` returned.
+    pub ms: u32,
+}
+
+/// The acknowledgements of one batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Acks {
+    /// File workload acks.
+    File(Vec<FileAck>),
+    /// pgbench workload acks.
+    Pg(Vec<PgAckRange>),
+}
+
+impl Acks {
+    /// Number of acknowledgements (commits for pgbench).
+    pub fn count(&self) -> u64 {
+        match self {
+            Acks::File(v) => v.len() as u64,
+            Acks::Pg(v) => v.iter().map(|r| r.last + 1 - r.first).sum(),
+        }
+    }
+}
+
+/// A batch of acknowledgements as the agent sent it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AckBatch {
+    /// The agent's batch number, from 1, increasing by one per batch.
+    pub batch: u64,
+    /// Whether the configuration promised durability for these acks.
+    pub promised: bool,
+    /// The acknowledgements.
+    pub acks: Acks,
+}
+
+/// How a run ended, as the agent reported it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunSummary {
+    /// Writes (or transactions) issued.
+    pub issued: u64,
+    /// Acknowledgements the agent made (the ledger holds the confirmed ones).
+    pub acknowledged: u64,
+    /// Length of the run in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One ledger entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Entry {
+    /// The run's manifest: always the first entry.
+    Manifest(Box<Manifest>),
+    /// A batch of acknowledgements.
+    Acks(AckBatch),
+    /// The agent finished normally.
+    Finished(RunSummary),
+    /// The run ended by a device error: a write or durability call failed (the
+    /// device lost power or went away, or filled up). Every ack before this entry was
+    /// confirmed before the error and is judged as usual; the agent sends none after it.
+    DeviceError(DeviceError),
+    /// The run cannot be judged: the agent saw a witness fault (a message that failed
+    /// authentication, a confirmation below one already given) and recorded it here
+    /// while it could still reach the listener. The error starts with `witness fault`.
+    Invalid {
+        /// What the agent saw.
+        error: String,
+    },
+}
+
+/// How a run that ended by a device error ended, as the agent reported it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct DeviceError {
+    /// The first error the agent saw, e.g.
+    /// `fdatasync after block 7: Input/output error (os error 5)`.
+    pub error: String,
+    /// Milliseconds after the run's start when the failed call returned (same clock as
+    /// [`FileAck::ms`]); every ack the agent handed over has `ms ≤` this.
+    pub ms: u64,
+    /// Writes issued before the error (including the failed ones).
+    pub issued: u64,
+    /// Acknowledgements the agent handed over before the error.
+    pub acknowledged: u64,
+    /// Highest seq among them (0 when none).
+    pub last_seq: u64,
+    /// Whether the error is one a failing device gives (EIO, ENODEV, ENXIO, ENOSPC,
+    /// EROFS, ESHUTDOWN: see [`is_device_errno`](super::is_device_errno)). `false`
+    /// (EINVAL, EBADF, EFBIG, EDQUOT, a short write, …) means the run itself went
+    /// wrong: then nothing it measured counts and verify refuses it.
+    pub device: bool,
+}
+
+/// A torn tail the listener cut off a run's ledger when it restarted: `bytes` bytes
+/// from byte `offset` on (kept beside the ledger as `<run>.ledger.torn-<offset>`).
+/// A crash inside a group commit leaves one that held nothing confirmed; storage that
+/// lost synced data leaves one that did, so [`check_record`](super::check_record) only
+/// lets a run with one pass when the agent's own `Finished` count vouches for the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TornTail {
+    /// Byte offset in the ledger where the torn tail began (the ledger's length after).
+    pub offset: u64,
+    /// Bytes cut off.
+    pub bytes: u64,
+}

@@ -1,0 +1,176 @@
+//! The run's description, the first entry of every ledger: who ran what, where, with
+//! which settings, and what the target or database was when the run started. The
+//! agent fills it in; the listener adds its own order and clock; verify compares it
+//! with what it finds.
+
+use crate::RunId;
+use serde::{Deserialize, Serialize};
+
+/// The description of a run, stored as the first ledger entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Host name of the machine under test.
+    pub host: String,
+    /// Start of the run, milliseconds since the Unix epoch (agent clock).
+    pub started_unix_ms: u64,
+    /// Version of the agent that wrote the run.
+    pub tool_version: String,
+    /// The workload and its settings.
+    pub workload: Workload,
+    /// The agent host's boot id (`/proc/sys/kernel/random/boot_id`) at the run's
+    /// start; empty when unknown. Verify compares it with its own.
+    pub boot_id: String,
+    /// Set by the listener when it creates the run: its creation order in the
+    /// listener's data directory (1, 2, …; what the agent sends is ignored).
+    pub listener_order: u64,
+    /// Set by the listener: its own clock when it created the run, ms since the epoch.
+    pub listener_created_unix_ms: u64,
+}
+
+/// Which workload a run drives.
+// One manifest per run: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Workload {
+    /// Checksummed blocks written to a file or block device.
+    File(FileManifest),
+    /// pgbench TPC-B transactions against PostgreSQL.
+    Pgbench(PgManifest),
+}
+
+impl Workload {
+    /// `"file"` or `"pgbench"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::File(_) => "file",
+            Workload::Pgbench(_) => "pgbench",
+        }
+    }
+}
+
+/// Settings of a file run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileManifest {
+    /// Path of the target as the agent opened it.
+    pub target: String,
+    /// Bytes of the target under test.
+    pub size: u64,
+    /// Bytes per block (a multiple of 512).
+    pub block_size: u32,
+    /// Number of concurrent writers.
+    pub jobs: u32,
+    /// Durability call.
+    pub sync: crate::modes::SyncMode,
+    /// Which block each worker writes next.
+    pub pattern: crate::modes::Pattern,
+    /// What the target was when the run started (identity, size, device facts).
+    pub identity: TargetIdentity,
+    /// Other plugpull runs whose records were on the target when the run started
+    /// (at most 64), so a total loss on a reused target is told from a wrong target.
+    pub prior_runs: Vec<RunId>,
+    /// True when the target held bytes that are neither zeros nor plugpull records
+    /// when the run started (`--force`), or when that could not be checked.
+    pub prior_foreign: bool,
+}
+
+/// The identity and facts of a target, recorded when the run starts and compared at
+/// verify. Empty strings and zeros mean "unknown".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TargetIdentity {
+    /// `file` or `block`.
+    pub kind: String,
+    /// Bytes of the file or block device (its capacity) when the run started.
+    pub size: u64,
+    /// For a file: `st_dev` of its filesystem; for a block device: its `st_rdev`.
+    pub dev: u64,
+    /// For a file: its inode number.
+    pub inode: u64,
+    /// UUID of the filesystem holding the file (or its directory).
+    pub fs_uuid: String,
+    /// Type of that filesystem (`/proc/self/mountinfo`), e.g. `ext4`, `fuse.simfs`.
+    pub fs_type: String,
+    /// Source of that filesystem's mount, e.g. `/dev/loop3`.
+    pub fs_source: String,
+    /// Mount point of that filesystem.
+    pub fs_mountpoint: String,
+    /// Block device: World Wide Name from sysfs (`wwid`).
+    pub wwn: String,
+    /// Block device: serial number from sysfs.
+    pub serial: String,
+    /// Block device: model from sysfs.
+    pub model: String,
+    /// Loop device: its backing file (a partition's: its disk's).
+    pub loop_backing: String,
+    /// Block device: its partition number (sysfs `partition`); 0 for a whole device.
+    pub partition: u32,
+    /// Block device partition: its first sector on the disk, in 512-byte units
+    /// (sysfs `start`); 0 for a whole device.
+    pub part_start: u64,
+}
+
+impl FileManifest {
+    /// Number of whole blocks in the target.
+    pub fn blocks(&self) -> u64 {
+        self.size / self.block_size as u64
+    }
+}
+
+/// Settings of a pgbench run, including the server configuration that decides
+/// whether a `COMMIT` promised durability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct PgManifest {
+    /// Connection string with any password removed.
+    pub conninfo: String,
+    /// pgbench scale factor.
+    pub scale: u32,
+    /// Number of clients (connections).
+    pub clients: u32,
+    /// Number of threads the clients are spread over.
+    pub jobs: u32,
+    /// Query protocol (pgbench's `-M`).
+    pub protocol: crate::modes::Protocol,
+    /// The server settings that decide durability (nested here; postcard encodes it
+    /// as if its fields stood in its place).
+    pub settings: PgSettings,
+    /// Whether this configuration promises that a successful `COMMIT` is durable.
+    pub promised: bool,
+    /// Acknowledgements (all clients together) the agent may be ahead of the
+    /// listener's confirmations; bounds the sequence numbers that can exist after a
+    /// cut (`seq ≤ A_c + max_unconfirmed`). 0 = unbounded.
+    pub max_unconfirmed: u64,
+    /// `sum(abalance)`, `sum(tbalance)`, `sum(bbalance)` and `sum(pgbench_history.delta)`
+    /// when the run started: every transaction adds the same delta to each, so the
+    /// four differences from these stay equal.
+    pub start_sums: [i64; 4],
+    /// The mount beneath `data_directory` as the agent's host sees it
+    /// (`device mountpoint fstype options`, from `/proc/mounts`); empty when the
+    /// directory is hidden or not on the agent's host.
+    pub data_mount: String,
+    /// `pg_stat_database.checksum_failures` of the run's database when the run
+    /// started (0 when checksums are off): verify counts only the rise since.
+    pub checksum_failures_start: i64,
+    /// `pg_stat_database.stats_reset` of the run's database when the run started, as
+    /// text (empty when NULL): the epoch of that counter.
+    pub stats_reset_start: String,
+    /// Whether each transaction was sent as one pipeline (`--pipeline`).
+    pub pipeline: bool,
+}
+
+/// The PostgreSQL settings a pgbench run records, as `pg_settings` shows them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct PgSettings {
+    /// `server_version`.
+    pub server_version: String,
+    /// `fsync`.
+    pub fsync: String,
+    /// `synchronous_commit` as the agent's session sees it (role and database settings apply).
+    pub synchronous_commit: String,
+    /// `full_page_writes`.
+    pub full_page_writes: String,
+    /// `wal_sync_method`.
+    pub wal_sync_method: String,
+    /// `data_checksums`.
+    pub data_checksums: String,
+    /// `data_directory` (`(hidden)` without `pg_read_all_settings`).
+    pub data_directory: String,
+}

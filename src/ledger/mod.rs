@@ -1,0 +1,57 @@
+//! The listener's ledger: one append-only file per run, the ground truth of what
+//! was acknowledged.
+//!
+//! ## File format (all integers little-endian)
+//!
+//! ```text
+//! offset 0   8 bytes  magic "PPLEDGR2" (the digit is the format version)
+//! offset 8   8 bytes  run id
+//! offset 16  entries, each:
+//!              4 bytes  payload length L (1 ..= MAX_ENTRY)
+//!              4 bytes  CRC-32 (IEEE) of the payload
+//!              L bytes  payload: one postcard-encoded [`Entry`]
+//! ```
+//!
+//! The first entry is the run's [`Manifest`]; then [`Entry::Acks`] batches, each with
+//! the agent's batch number (batches are idempotent: a resent batch whose number is
+//! not above the highest in the ledger is ignored by the listener); a run may end
+//! with [`Entry::Finished`], [`Entry::DeviceError`] or (a witness fault) [`Entry::Invalid`].
+//!
+//! The listener writes one group commit with one `write` and `fdatasync`s before it
+//! confirms anything in it. A crash can therefore only damage the last commit: a
+//! *torn tail* is an incomplete or CRC-failing entry that starts within the last
+//! [`MAX_COMMIT`] bytes, is followed by nothing but zeros or the end of the file, and
+//! has no valid entry anywhere after it (so a damaged length field in the middle,
+//! which would make an entry seem to run past the end, is still caught).
+//! Anything else that fails to parse is *damage in the middle*, and the ledger is
+//! refused ([`LedgerError::Damaged`] names the byte offset).
+//!
+//! Sizes: a file ack is about 10 bytes (postcard varints: seq, block, ms); a
+//! pgbench batch stores one contiguous range per client.
+//!
+//! ## Where things are
+//!
+//! * `manifest.rs` — the run's description: [`Manifest`], [`Workload`],
+//!   [`FileManifest`], [`TargetIdentity`], [`PgManifest`], [`PgSettings`].
+//! * `entry.rs` — what the ledger records after it: [`Entry`], [`AckBatch`] (the one
+//!   type that is wire payload, ledger entry and verifier input), [`Acks`],
+//!   [`FileAck`], [`PgAckRange`], [`RunSummary`], [`DeviceError`], [`TornTail`].
+//! * `format.rs` — the bytes: [`header`], [`encode_entry`], [`scan`] with its torn-tail
+//!   rule, [`Tail`], [`LedgerError`].
+//! * `check.rs` — what verify checks in the record itself: [`check_record`],
+//!   [`check_device_error_count`], [`is_device_errno`].
+
+mod check;
+mod entry;
+mod format;
+mod manifest;
+
+pub use check::{
+    check_device_error_count, check_record, is_device_errno, RecordCheck, WitnessLoss,
+};
+pub use entry::{AckBatch, Acks, DeviceError, Entry, FileAck, PgAckRange, RunSummary, TornTail};
+pub use format::{
+    encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
+    MAX_ENTRY,
+};
+pub use manifest::{FileManifest, Manifest, PgManifest, PgSettings, TargetIdentity, Workload};
