@@ -1,18 +1,23 @@
-//! Checks `plugpull write file` makes before it writes anything, so it never destroys
-//! a user's data and never starts a run it cannot complete: the target's kind, the
-//! signatures of filesystems, volume managers, RAID members and partition tables on
-//! it, the filesystem's size, and `O_DIRECT` alignment.
+//! The target of `plugpull write file`, before the first write: its kind, the checks
+//! that keep a run from destroying a user's data or starting a run it cannot complete
+//! (signatures of filesystems, volume managers, RAID members and partition tables on
+//! it, the filesystem's free space, `O_DIRECT` alignment), then creating, locking and
+//! preallocating it, and scanning what it held before the run.
 //!
 //! Signatures are found by util-linux's `wipefs --no-act --json`, which probes with
 //! libblkid every place those formats keep a superblock or label (first MiB, 1 KiB,
 //! 4 KiB, 64 KiB, end-of-device backups: ext*, xfs, btrfs, LVM, MD, GPT/MBR, swap,
 //! ZFS, …) without writing anything.
 
+use super::medium::{read_full_at, AlignedBuf};
 use crate::Error;
-use std::fs::{File, Metadata};
+use plugpull::record::{decode_sector, Sector, SECTOR};
+use plugpull::units::human_bytes;
+use plugpull::RunId;
+use std::fs::{File, Metadata, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -204,4 +209,211 @@ pub fn direct_alignment(f: &File, block_device: bool) -> Option<(u64, &'static s
         ));
     }
     None
+}
+
+/// The target of a run, locked (`flock`, exclusive; block devices also opened
+/// `O_EXCL`) against a second writer and against mounting until dropped.
+pub struct LockedTarget {
+    _lock: File,
+}
+
+/// Creates or checks the target so it holds `size` bytes, durably (file and directory
+/// entry), and locks it for this run.
+///
+/// Errors: not a regular file or block device; a block device that is mounted or held
+/// (`O_EXCL` refused); another plugpull writer holds the target; the target holds a
+/// filesystem, volume, RAID or partition-table signature (`wipefs`), or a first sector
+/// that is neither zeros nor a plugpull record, and `force` is off; a block device
+/// smaller than `size`; a filesystem without `size` bytes free (checked before
+/// allocating; a file this call created is removed again). A filesystem whose
+/// `statfs` reports 0 bytes in all has an unknown size: a warning, not an error.
+pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarget, Error> {
+    let shown = path.display();
+    let meta = target_kind(path)?;
+    let block_device = meta
+        .as_ref()
+        .is_some_and(|m| m.file_type().is_block_device());
+    let created = meta.is_none();
+    let f = if block_device {
+        open_block_exclusive(path)?
+    } else {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(created)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error(format!("cannot open target {shown}: {e}")))?
+    };
+    let fail = |msg: String| {
+        if created {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(Error(msg))
+    };
+    // An exclusive flock(2), held until the run ends.
+    if f.try_lock().is_err() {
+        return fail(format!(
+            "target {shown} is in use by another plugpull writer (it holds the target's lock)"
+        ));
+    }
+    if !force && !created {
+        if let Some(why) = foreign_data(path, &f, block_device) {
+            return fail(format!(
+                "target {shown} holds data that is not plugpull's ({why}); \
+                 everything on it would be overwritten: give --force to use it anyway"
+            ));
+        }
+    }
+    if block_device {
+        let have =
+            device_size(&f).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
+        if have < size {
+            return Err(Error(format!(
+                "target {shown} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
+                human_bytes(have),
+                human_bytes(size)
+            )));
+        }
+        return Ok(LockedTarget { _lock: f });
+    }
+    let allocated = f
+        .metadata()
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .unwrap_or(0);
+    let needed = size.saturating_sub(allocated);
+    match fs_space(&f) {
+        Ok((0, _)) => eprintln!(
+            "warning: the filesystem of target {shown} reports a size of 0 bytes (statfs): its size is unknown, \
+             so free space is not checked before preallocating {}",
+            human_bytes(size)
+        ),
+        Ok((_, free)) if free < needed => {
+            return fail(format!(
+                "not enough free space for target {shown}: its filesystem has {} free, --size {} needs {} more",
+                human_bytes(free),
+                human_bytes(size),
+                human_bytes(needed)
+            ));
+        }
+        _ => {}
+    }
+    if let Err(e) = preallocate(&f, size) {
+        return fail(format!(
+            "cannot preallocate {} ({size} bytes) for target {shown}: {e}",
+            human_bytes(size)
+        ));
+    }
+    f.sync_all()
+        .map_err(|e| Error(format!("fsync of target {shown}: {e}")))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error(format!("fsync of directory {}: {e}", dir.display())))?;
+    Ok(LockedTarget { _lock: f })
+}
+
+/// Refuses `--sync direct-dsync` when `--block-size` is not a multiple of the target's
+/// `O_DIRECT` alignment ([`direct_alignment`]); where the kernel does not say,
+/// probes with one `O_DIRECT` read of a block at offset 0.
+pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Error> {
+    let shown = path.display();
+    let block_device = f.metadata().is_ok_and(|m| m.file_type().is_block_device());
+    if let Some((align, source)) = direct_alignment(f, block_device) {
+        if !bs.is_multiple_of(align) {
+            return Err(Error(format!(
+                "--sync direct-dsync: --block-size {bs} is not a multiple of {align} bytes, {source} of target {shown}, \
+                 so O_DIRECT writes would fail; give --block-size {} (or a multiple of it), or --sync dsync",
+                align.max(4096)
+            )));
+        }
+        return Ok(());
+    }
+    let probe = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| {
+            Error(format!(
+                "--sync direct-dsync: cannot open target {shown} with O_DIRECT: {e}"
+            ))
+        })?;
+    let mut buf = AlignedBuf::new(bs as usize);
+    match probe.read_at(buf.bytes_mut(), 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error(format!(
+            "--sync direct-dsync: target {shown} refused an O_DIRECT read of one --block-size {bs} block ({e}): \
+             its alignment is larger than {bs} bytes; give a larger --block-size, or --sync dsync"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn device_size(f: &File) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = f;
+    f.seek(SeekFrom::End(0))
+}
+
+/// Allocates `size` bytes with `posix_fallocate`, falling back to writing zeros where
+/// the filesystem does not support it.
+fn preallocate(f: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid descriptor.
+    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, size as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    if rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    let have = f.metadata()?.len();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = have;
+    while at < size {
+        let n = (size - at).min(zeros.len() as u64) as usize;
+        f.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// What the target held before the run: the other runs whose records are on it (at
+/// most 64) and whether it held foreign bytes (neither zeros nor plugpull records).
+/// Targets up to 1 GiB are read whole; larger ones in 1024 evenly spaced 1 MiB
+/// samples, and then foreign bytes are assumed possible. An unreadable target is
+/// assumed to have held foreign bytes.
+pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
+    const WHOLE: u64 = 1 << 30;
+    const CHUNK: u64 = 1 << 20;
+    let mut runs = Vec::new();
+    let mut foreign = size > WHOLE;
+    let offsets: Vec<u64> = if size <= WHOLE {
+        (0..size.div_ceil(CHUNK)).map(|i| i * CHUNK).collect()
+    } else {
+        let step = (size / 1024) / SECTOR as u64 * SECTOR as u64;
+        (0..1024).map(|i| i * step).collect()
+    };
+    let mut buf = vec![0u8; CHUNK as usize];
+    for at in offsets {
+        let want = (size - at).min(CHUNK) as usize;
+        let got = match read_full_at(f, &mut buf[..want], at) {
+            Ok(n) => n,
+            Err(_) => return (runs, true),
+        };
+        for s in buf[..got].chunks_exact(SECTOR) {
+            match decode_sector(s.try_into().unwrap()) {
+                Sector::Valid(h) => {
+                    if runs.len() < 64 && !runs.contains(&h.run) {
+                        runs.push(h.run);
+                    }
+                }
+                Sector::Blank => {}
+                Sector::Invalid(_) => foreign = true,
+            }
+        }
+    }
+    (runs, foreign)
 }

@@ -1,250 +1,42 @@
-//! `plugpull verify`: fetch the run's ledger from the listener, read what survived,
-//! classify it, report, and exit 0 (nothing acknowledged lost or damaged), 1
-//! (findings) or 2 (could not verify).
+//! Verifying a file run: read its target from the medium (or find it gone), check
+//! every block against the run's acknowledgements, place the other runs' records found
+//! on it as earlier or later than the run, and make its [`FileReport`].
+//!
+//! The classification of one block is the core's ([`plugpull::verdict::classify_block`]);
+//! this module is the I/O around it and the refusals (exit 2) that only the target can
+//! tell: wrong target, reused target, nothing of the run on it.
 
-use crate::manifest::hostname;
-use crate::medium::{aligned, locate, open_target, read_full_at, Opened};
-use crate::net;
+use super::medium::{locate, open_target, read_full_at, AlignedBuf, Opened};
 use crate::target_id;
+use crate::verify::{device_error_rule, fetch, RunLedger, VerifyArgs};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{
-    self, AckBatch, Acks, DeviceError, Entry, FileManifest, Manifest, Tail, Workload,
-};
+use plugpull::ledger::{Acks, FileManifest, Workload};
 use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::units::human_bytes;
-use plugpull::verdict::{classify_block, AckTable, Tally, Verdict};
-use plugpull::wire::{Request, Response};
+use plugpull::verdict::{classify_block, AckTable, Tally};
 use plugpull::RunId;
 use std::fs::File;
 use std::path::PathBuf;
 
-/// Options of `plugpull verify`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct VerifyArgs {
-    /// Run to verify (default: the latest run whose manifest names this host).
-    #[arg(long)]
-    pub run: Option<RunId>,
-    /// Host name to pick the latest run of (default: this host).
-    #[arg(long)]
-    pub host: Option<String>,
-    /// Read this path instead of the manifest's target (a device renamed after reboot).
-    #[arg(long)]
+/// What verifying a file run needs besides its ledger: where to read and whether to
+/// draw a progress bar.
+#[derive(Debug, Clone, Default)]
+pub struct FileVerifyOptions {
+    /// Read this path instead of the manifest's target (`--target`: a device renamed
+    /// after reboot, or a copy).
     pub target: Option<PathBuf>,
-    /// Print exactly one JSON object on stdout instead of the human report.
-    #[arg(long)]
-    pub json: bool,
-    /// Findings to list in the human report.
-    #[arg(long, default_value_t = 10)]
-    pub show: usize,
+    /// No progress bar on stderr (`--json`); a bar is drawn only on a terminal and
+    /// for targets of 256 MiB or more anyway.
+    pub quiet: bool,
 }
 
-/// A fetched and checked ledger.
-pub struct RunLedger {
-    /// The run.
-    pub run: RunId,
-    /// Its manifest.
-    pub manifest: Manifest,
-    /// Its ack batches, in ledger order.
-    pub batches: Vec<AckBatch>,
-    /// Whether the agent finished normally.
-    pub finished: bool,
-    /// How the run ended, when a device error ended it.
-    pub device_error: Option<DeviceError>,
-    /// Acknowledgements the ledger holds after its device-error entry (the agent
-    /// sends none; any makes the run unverifiable).
-    pub acks_after_error: u64,
-    /// How the run was chosen, in words (`given with --run`, or the newest run of
-    /// the host by the listener's record).
-    pub chosen: String,
-}
-
-/// Fetches a run's ledger and checks every entry's CRC.
-///
-/// Errors: unreachable listener, unknown run, damaged ledger (naming the offset).
-pub async fn fetch(
-    listener: &str,
-    secret: &Secret,
-    run: Option<RunId>,
-    host: &str,
-) -> Result<RunLedger, Error> {
-    let (mut r, mut w) = net::connect(listener, secret).await?;
-    w.send(&Request::FetchLedger {
-        run,
-        host: host.to_string(),
-    })
-    .await?;
-    w.flush().await?;
-    let mut bytes = Vec::new();
-    let (run, torn) = loop {
-        match r.recv().await? {
-            Response::LedgerChunk {
-                run,
-                bytes: b,
-                last,
-                torn,
-            } => {
-                bytes.extend_from_slice(&b);
-                if last {
-                    break (run, torn);
-                }
-            }
-            other => {
-                return Err(Error(format!(
-                    "listener answered FetchLedger with {other:?}"
-                )))
-            }
-        }
-    };
-    let mut manifest = None;
-    let mut batches = Vec::new();
-    let mut finished = None;
-    let mut invalid = None;
-    let mut device_error: Option<DeviceError> = None;
-    let mut acks_after_error = 0;
-    let (id, tail) = ledger::scan(&bytes, |_, e| match e {
-        Entry::Manifest(m) => manifest = Some(*m),
-        Entry::Acks(b) => {
-            if device_error.is_some() {
-                acks_after_error += b.acks.count();
-            }
-            batches.push(b)
-        }
-        Entry::Finished(s) => finished = Some(s),
-        Entry::DeviceError(d) => device_error = Some(d),
-        Entry::Invalid { error } => invalid = Some(error),
-    })
-    .map_err(|e| Error(format!("cannot verify run {run}: {e}")))?;
-    if id != run {
-        return Err(Error(format!(
-            "listener sent the ledger of run {id} when asked for run {run}"
-        )));
-    }
-    if let Tail::Torn { valid_len, .. } = tail {
-        return Err(Error(format!("cannot verify run {run}: the ledger the listener sent ends in a torn entry at byte {valid_len}")));
-    }
-    // The witness's record must be whole (issue 9): gap-free, the agent's own count
-    // matched, torn tails accounted for; a witness fault the agent recorded is final.
-    if let Some(e) = invalid {
-        return Err(Error(format!("run {run} cannot be judged: {e}")));
-    }
-    let record = ledger::check_record(&mut batches, finished.as_ref(), &torn)
-        .map_err(|e| Error(format!("run {run}: {e}")))?;
-    if let Some(end) = &device_error {
-        ledger::check_device_error_count(record.acks, end)
-            .map_err(|e| Error(format!("run {run}: {e}")))?;
-    }
-    Ok(RunLedger {
-        run,
-        manifest: manifest.expect("scan guarantees a manifest"),
-        batches,
-        finished: finished.is_some(),
-        device_error,
-        acks_after_error,
-        chosen: String::new(),
-    })
-}
-
-/// The device-error rule: a run that a device error ended is judged on the acks
-/// confirmed before the error, unless writes were acknowledged after it (ledger
-/// entries after the error, or acks stamped later than it): then nothing it measured
-/// can be trusted. Returns the line the report shows, if a device error ended the run.
-///
-/// Errors (exit 2): acknowledgements after the device error.
-pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Error> {
-    let Some(end) = &l.device_error else {
-        return Ok(None);
-    };
-    let later = l.acks_after_error
-        + l.batches
-            .iter()
-            .map(|b| match &b.acks {
-                Acks::File(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
-                Acks::Pg(_) => 0,
-            })
-            .sum::<u64>();
-    let at = end.ms as f64 / 1000.0;
-    if !end.device {
-        return Err(Error(format!(
-            "run {}: the writer stopped at {at:.3} s into the run on an error that is not a device failure ({}): \
-             the run itself went wrong, so nothing it measured counts",
-            l.run, end.error
-        )));
-    }
-    if later > 0 {
-        return Err(Error(format!(
-            "run {}: writes were acknowledged after its device error at {at:.3} s into the run ({}): \
-             a success after a failed write or durability call cannot be trusted, so nothing this run measured counts",
-            l.run, end.error
-        )));
-    }
-    Ok(Some(format!(
-        "run ended by a device error at {at:.3} s into the run: {} (the device lost power or went away; \
-         if it came back under a new name, give --target); the {} acknowledgements confirmed before it are judged",
-        end.error, end.acknowledged
-    )))
-}
-
-/// Set when verify printed its report and still ends with a [`Error`] (a pgbench run
-/// that measured nothing): `main` then prints no second JSON object.
-pub static REPORT_PRINTED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// What verification concluded: `Ok(true)` = nothing acknowledged lost or damaged.
-pub async fn verify(
-    args: &VerifyArgs,
-    listener: &str,
-    secret: &Secret,
-    pg: &crate::pgbench::PgVerifyArgs,
-) -> Result<bool, Error> {
-    let host = args.host.clone().unwrap_or_else(hostname);
-    let mut l = fetch(listener, secret, args.run, &host).await?;
-    l.chosen = match args.run {
-        Some(_) => "given with --run".into(),
-        None => format!(
-            "the newest run of host {host} by the listener's record (created {} by the listener's clock)",
-            plugpull::units::utc(l.manifest.listener_created_unix_ms)
-        ),
-    };
-    if args.run.is_none() {
-        eprintln!(
-            "verifying run {}, {}; it started {} (agent clock)",
-            l.run,
-            l.chosen,
-            plugpull::units::utc(l.manifest.started_unix_ms)
-        );
-    }
-    match &l.manifest.workload {
-        Workload::File(fm) => {
-            let report = verify_file_run(&l, fm, args, listener, secret).await?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serializes")
-                );
-            } else {
-                print_file_report(&report, args.show);
-            }
-            Ok(report.ok)
-        }
-        Workload::Pgbench(pm) => {
-            device_error_rule(&l)?;
-            let report =
-                crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg).await?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serializes")
-                );
-            } else {
-                report.print_human(args.show);
-            }
-            if report.not_measured {
-                // Exit 2 with the report already printed (one JSON object with --json).
-                REPORT_PRINTED.store(true, std::sync::atomic::Ordering::SeqCst);
-                return Err(Error(report.summary));
-            }
-            Ok(report.ok)
+impl From<&VerifyArgs> for FileVerifyOptions {
+    /// The two fields of `plugpull verify`'s arguments a file run reads.
+    fn from(a: &VerifyArgs) -> Self {
+        FileVerifyOptions {
+            target: a.target.clone(),
+            quiet: a.json,
         }
     }
 }
@@ -265,15 +57,18 @@ pub async fn verify(
 /// filesystem is not mounted; a writer still holds it; it exists but cannot be read.
 /// A file gone from the right filesystem is a finding: every acknowledged block is
 /// then missing.
+///
+/// `opts` is a [`FileVerifyOptions`] or anything that gives one (`&VerifyArgs`).
 pub async fn verify_file_run(
     l: &RunLedger,
     fm: &FileManifest,
-    args: &VerifyArgs,
+    opts: impl Into<FileVerifyOptions>,
     listener: &str,
     secret: &Secret,
 ) -> Result<FileReport, Error> {
+    let opts = opts.into();
     let device_error = device_error_rule(l)?;
-    let read = read_file_target(l, fm, args)?;
+    let read = read_file_target(l, fm, &opts)?;
     let mut prior = fm.prior_runs.clone();
     let mut reused_by = Vec::new();
     for &r in read.tally.other_runs() {
@@ -320,7 +115,7 @@ struct TargetRead {
 fn read_file_target(
     l: &RunLedger,
     fm: &FileManifest,
-    args: &VerifyArgs,
+    opts: &FileVerifyOptions,
 ) -> Result<TargetRead, Error> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
@@ -342,13 +137,13 @@ fn read_file_target(
     }
     let mut tally = Tally::default();
     let mut target_findings = Vec::new();
-    let mut shown_path = args
+    let mut shown_path = opts
         .target
         .clone()
         .unwrap_or_else(|| PathBuf::from(&fm.target));
     let (mut read_mode, mut read_note) = ("none", String::new());
     let mut other_file = None;
-    match locate(fm, args.target.as_deref())? {
+    match locate(fm, opts.target.as_deref())? {
         None => {
             target_findings.push(TargetFinding {
                 kind: "file_gone".into(),
@@ -368,7 +163,7 @@ fn read_file_target(
         Some(path) => {
             let o = open_target(&path)?;
             shown_path = o.path.clone();
-            if args.target.is_some() && fm.identity.kind == "file" {
+            if opts.target.is_some() && fm.identity.kind == "file" {
                 if let Ok(have) = target_id::identify(&path) {
                     if !target_id::same_target(&have, &fm.identity) {
                         other_file = Some(format!(
@@ -399,7 +194,7 @@ fn read_file_target(
                     ),
                 });
             }
-            let (mode, note) = read_blocks(l, fm, &acks, args, o, &mut tally)?;
+            let (mode, note) = read_blocks(l, fm, &acks, opts.quiet, o, &mut tally)?;
             (read_mode, read_note) = (mode, note);
         }
     }
@@ -532,7 +327,7 @@ fn read_blocks(
     l: &RunLedger,
     fm: &FileManifest,
     acks: &AckTable,
-    args: &VerifyArgs,
+    quiet: bool,
     o: Opened,
     tally: &mut Tally,
 ) -> Result<(&'static str, String), Error> {
@@ -540,10 +335,10 @@ fn read_blocks(
     let bs = fm.block_size as usize;
     let (mut mode, mut note) = (o.read_mode, o.read_note);
     let mut f = o.file;
-    let bar = progress_bar(blocks * bs as u64, args.json);
+    let bar = progress_bar(blocks * bs as u64, quiet);
     let per_read = ((4 << 20) / bs).max(1);
-    let mut storage = Vec::new();
-    let buf = aligned(&mut storage, per_read * bs);
+    let mut storage = AlignedBuf::new(per_read * bs);
+    let buf = storage.bytes_mut();
     let mut block = 0u64;
     let mut eof = false;
     while block < blocks {
@@ -609,110 +404,4 @@ fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
         .expect("valid template"),
     );
     Some(bar)
-}
-
-/// Prints the human report of a file run.
-pub fn print_file_report(r: &FileReport, show: usize) {
-    println!("run {} (file workload on host {})", r.run_id, r.host);
-    if let Some(e) = &r.device_error {
-        println!("{e}");
-    }
-    println!(
-        "target: {} ({}, {} blocks of {} bytes)",
-        r.target,
-        human_bytes(r.blocks * r.block_size as u64),
-        r.blocks,
-        r.block_size
-    );
-    println!(
-        "acknowledged writes in ledger: {}{}",
-        r.acknowledged,
-        if r.finished || r.device_error.is_some() {
-            ""
-        } else {
-            " (no end recorded: the run was cut short, or is still running)"
-        }
-    );
-    if r.run_chosen.is_empty() {
-        println!(
-            "run started {} (agent clock)",
-            plugpull::units::utc(r.run_started_unix_ms)
-        );
-    } else {
-        println!(
-            "run chosen: {}; started {} (agent clock)",
-            r.run_chosen,
-            plugpull::units::utc(r.run_started_unix_ms)
-        );
-    }
-    println!(
-        "host: {}",
-        match r.boot.as_str() {
-            "same_boot" => "same boot as the run (not rebooted since: only a read from the medium tells what the device kept)",
-            "rebooted" => "rebooted since the run",
-            _ => "boot id unknown",
-        }
-    );
-    match r.read_mode.as_str() {
-        "o_direct" => println!(
-            "read: from the medium with O_DIRECT, cached pages dropped first{}",
-            if r.read_note.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", r.read_note)
-            }
-        ),
-        "buffered" => println!(
-            "read: BUFFERED, through the page cache: {}; if the host did not reboot, cached pages may hide a loss",
-            r.read_note
-        ),
-        _ => println!("read: nothing (the target is gone)"),
-    }
-    println!("blocks checked: {}", r.blocks_checked);
-    println!();
-    println!("{:<20} {:>12}", "verdict", "blocks");
-    for v in Verdict::ALL {
-        let n = r.verdicts.get(v);
-        let note = if v.is_failure() && n > 0 {
-            "  FAILURE"
-        } else {
-            ""
-        };
-        println!("{:<20} {:>12}{note}", v.name().replace('_', " "), n);
-    }
-    if !r.target_findings.is_empty() {
-        println!();
-        println!("target findings:");
-        for f in &r.target_findings {
-            println!("  {}  FAILURE", f.detail);
-        }
-    }
-    if !r.findings.is_empty() {
-        println!();
-        println!("first findings ({} in all):", r.findings_total);
-        for f in r.findings.iter().take(show) {
-            let lag = f
-                .acked_secs_before_end
-                .map(|s| format!(", acknowledged {s:.3} s before the end"))
-                .unwrap_or_default();
-            println!(
-                "  block {}: {}, expected seq {}{lag}; found {}",
-                f.block,
-                f.verdict.name().replace('_', " "),
-                f.expected_seq,
-                f.evidence()
-            );
-        }
-        let total: u64 = r.lost_lag_histogram.iter().map(|b| b.count).sum();
-        if total > 0 {
-            println!();
-            println!("lost acknowledged writes by how long before the end they were acknowledged:");
-            print!(
-                "{}",
-                plugpull::report::lag_histogram_text(&r.lost_lag_histogram)
-            );
-        }
-    }
-    println!();
-    println!("{}", r.summary);
 }

@@ -1,0 +1,283 @@
+//! `plugpull verify`: fetch the run's ledger from the listener and check it whole,
+//! apply the device-error rule, dispatch on the workload (a file run to
+//! [`crate::file::verify`], a pgbench run to [`crate::pgbench`]), print one report, and
+//! exit 0 (nothing acknowledged lost or damaged), 1 (findings) or 2 (could not verify).
+
+use crate::manifest::hostname;
+use crate::net;
+use crate::Error;
+use plugpull::auth::Secret;
+use plugpull::ledger::{self, AckBatch, Acks, DeviceError, Entry, Manifest, Tail, Workload};
+use plugpull::wire::{Request, Response};
+use plugpull::RunId;
+use std::path::PathBuf;
+
+/// The file run's verification and report, at the path the demo has always used.
+pub use crate::file::print::print_file_report;
+pub use crate::file::verify::{verify_file_run, FileVerifyOptions};
+
+/// Options of `plugpull verify`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// Run to verify (default: the latest run whose manifest names this host).
+    #[arg(long)]
+    pub run: Option<RunId>,
+    /// Host name to pick the latest run of (default: this host).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Read this path instead of the manifest's target (a device renamed after reboot).
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+    /// Print exactly one JSON object on stdout instead of the human report.
+    #[arg(long)]
+    pub json: bool,
+    /// Findings to list in the human report.
+    #[arg(long, default_value_t = 10)]
+    pub show: usize,
+}
+
+/// A fetched and checked ledger.
+pub struct RunLedger {
+    /// The run.
+    pub run: RunId,
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// Its ack batches, in ledger order.
+    pub batches: Vec<AckBatch>,
+    /// Whether the agent finished normally.
+    pub finished: bool,
+    /// How the run ended, when a device error ended it.
+    pub device_error: Option<DeviceError>,
+    /// Acknowledgements the ledger holds after its device-error entry (the agent
+    /// sends none; any makes the run unverifiable).
+    pub acks_after_error: u64,
+    /// How the run was chosen, in words (`given with --run`, or the newest run of
+    /// the host by the listener's record).
+    pub chosen: String,
+}
+
+/// Fetches a run's ledger and checks every entry's CRC.
+///
+/// Errors: unreachable listener, unknown run, damaged ledger (naming the offset).
+pub async fn fetch(
+    listener: &str,
+    secret: &Secret,
+    run: Option<RunId>,
+    host: &str,
+) -> Result<RunLedger, Error> {
+    let (mut r, mut w) = net::connect(listener, secret).await?;
+    w.send(&Request::FetchLedger {
+        run,
+        host: host.to_string(),
+    })
+    .await?;
+    w.flush().await?;
+    let mut bytes = Vec::new();
+    let (run, torn) = loop {
+        match r.recv().await? {
+            Response::LedgerChunk {
+                run,
+                bytes: b,
+                last,
+                torn,
+            } => {
+                bytes.extend_from_slice(&b);
+                if last {
+                    break (run, torn);
+                }
+            }
+            other => {
+                return Err(Error(format!(
+                    "listener answered FetchLedger with {other:?}"
+                )))
+            }
+        }
+    };
+    let mut manifest = None;
+    let mut batches = Vec::new();
+    let mut finished = None;
+    let mut invalid = None;
+    let mut device_error: Option<DeviceError> = None;
+    let mut acks_after_error = 0;
+    let (id, tail) = ledger::scan(&bytes, |_, e| match e {
+        Entry::Manifest(m) => manifest = Some(*m),
+        Entry::Acks(b) => {
+            if device_error.is_some() {
+                acks_after_error += b.acks.count();
+            }
+            batches.push(b)
+        }
+        Entry::Finished(s) => finished = Some(s),
+        Entry::DeviceError(d) => device_error = Some(d),
+        Entry::Invalid { error } => invalid = Some(error),
+    })
+    .map_err(|e| Error(format!("cannot verify run {run}: {e}")))?;
+    if id != run {
+        return Err(Error(format!(
+            "listener sent the ledger of run {id} when asked for run {run}"
+        )));
+    }
+    if let Tail::Torn { valid_len, .. } = tail {
+        return Err(Error(format!("cannot verify run {run}: the ledger the listener sent ends in a torn entry at byte {valid_len}")));
+    }
+    // The witness's record must be whole (issue 9): gap-free, the agent's own count
+    // matched, torn tails accounted for; a witness fault the agent recorded is final.
+    if let Some(e) = invalid {
+        return Err(Error(format!("run {run} cannot be judged: {e}")));
+    }
+    let record = ledger::check_record(&mut batches, finished.as_ref(), &torn)
+        .map_err(|e| Error(format!("run {run}: {e}")))?;
+    if let Some(end) = &device_error {
+        ledger::check_device_error_count(record.acks, end)
+            .map_err(|e| Error(format!("run {run}: {e}")))?;
+    }
+    Ok(RunLedger {
+        run,
+        manifest: manifest.expect("scan guarantees a manifest"),
+        batches,
+        finished: finished.is_some(),
+        device_error,
+        acks_after_error,
+        chosen: String::new(),
+    })
+}
+
+/// The device-error rule: a run that a device error ended is judged on the acks
+/// confirmed before the error, unless writes were acknowledged after it (ledger
+/// entries after the error, or acks stamped later than it): then nothing it measured
+/// can be trusted. Returns the line the report shows, if a device error ended the run.
+///
+/// Errors (exit 2): acknowledgements after the device error.
+pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Error> {
+    let Some(end) = &l.device_error else {
+        return Ok(None);
+    };
+    let later = l.acks_after_error
+        + l.batches
+            .iter()
+            .map(|b| match &b.acks {
+                Acks::File(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
+                Acks::Pg(_) => 0,
+            })
+            .sum::<u64>();
+    let at = end.ms as f64 / 1000.0;
+    if !end.device {
+        return Err(Error(format!(
+            "run {}: the writer stopped at {at:.3} s into the run on an error that is not a device failure ({}): \
+             the run itself went wrong, so nothing it measured counts",
+            l.run, end.error
+        )));
+    }
+    if later > 0 {
+        return Err(Error(format!(
+            "run {}: writes were acknowledged after its device error at {at:.3} s into the run ({}): \
+             a success after a failed write or durability call cannot be trusted, so nothing this run measured counts",
+            l.run, end.error
+        )));
+    }
+    Ok(Some(format!(
+        "run ended by a device error at {at:.3} s into the run: {} (the device lost power or went away; \
+         if it came back under a new name, give --target); the {} acknowledgements confirmed before it are judged",
+        end.error, end.acknowledged
+    )))
+}
+
+/// How `plugpull verify` ended once it printed its report (one JSON object with
+/// `--json`). An `Err` from [`verify`] means no report was printed.
+#[derive(Debug)]
+pub enum Reported {
+    /// The run was judged: `true` = nothing acknowledged lost or damaged (exit 0),
+    /// `false` = findings (exit 1).
+    Judged(bool),
+    /// The report says the run measured nothing (a pgbench run without an acknowledged
+    /// commit): exit 2 with this cause on stderr, and no second JSON object.
+    NotMeasured(Error),
+}
+
+/// `plugpull verify` as the command runs it: `secret` is the loaded secret or why it
+/// could not be loaded. Returns the exit's meaning: `Ok(true)` exit 0, `Ok(false)`
+/// exit 1, `Err` exit 2. With `--json`, stdout holds exactly one JSON object also when
+/// verification could not run (`{"ok":false,"error":…}`).
+pub async fn command(
+    args: &VerifyArgs,
+    listener: &str,
+    secret: Result<Secret, Error>,
+    pg: &crate::pgbench::PgVerifyArgs,
+) -> Result<bool, Error> {
+    let result = match secret {
+        Ok(s) => verify(args, listener, &s, pg).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(Reported::Judged(ok)) => Ok(ok),
+        Ok(Reported::NotMeasured(e)) => Err(e),
+        Err(e) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Fetches the run `args` names (else the newest run of the host), verifies it by its
+/// workload and prints one report: human text, or one JSON object with `--json`.
+///
+/// Errors (exit 2, nothing printed on stdout): the listener, the ledger or the target
+/// could not be used, or the run cannot be judged.
+pub async fn verify(
+    args: &VerifyArgs,
+    listener: &str,
+    secret: &Secret,
+    pg: &crate::pgbench::PgVerifyArgs,
+) -> Result<Reported, Error> {
+    let host = args.host.clone().unwrap_or_else(hostname);
+    let mut l = fetch(listener, secret, args.run, &host).await?;
+    l.chosen = match args.run {
+        Some(_) => "given with --run".into(),
+        None => format!(
+            "the newest run of host {host} by the listener's record (created {} by the listener's clock)",
+            plugpull::units::utc(l.manifest.listener_created_unix_ms)
+        ),
+    };
+    if args.run.is_none() {
+        eprintln!(
+            "verifying run {}, {}; it started {} (agent clock)",
+            l.run,
+            l.chosen,
+            plugpull::units::utc(l.manifest.started_unix_ms)
+        );
+    }
+    match &l.manifest.workload {
+        Workload::File(fm) => {
+            let report = verify_file_run(&l, fm, args, listener, secret).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("report serializes")
+                );
+            } else {
+                print_file_report(&report, args.show);
+            }
+            Ok(Reported::Judged(report.ok))
+        }
+        Workload::Pgbench(pm) => {
+            device_error_rule(&l)?;
+            let report =
+                crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("report serializes")
+                );
+            } else {
+                report.print_human(args.show);
+            }
+            if report.not_measured {
+                // Exit 2 with the report already printed (one JSON object with --json).
+                return Ok(Reported::NotMeasured(Error(report.summary)));
+            }
+            Ok(Reported::Judged(report.ok))
+        }
+    }
+}
