@@ -281,3 +281,102 @@ pub async fn verify(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plugpull::ledger::{FileAck, FileManifest, TargetIdentity};
+    use plugpull::modes::{Pattern, SyncMode};
+
+    /// A file run's ledger holding acks stamped at `ms`, ended by `end`.
+    fn ledger(ms: &[u32], end: Option<DeviceError>) -> RunLedger {
+        let acks = ms
+            .iter()
+            .enumerate()
+            .map(|(i, &ms)| FileAck {
+                seq: i as u64 + 1,
+                block: i as u64,
+                ms,
+            })
+            .collect();
+        RunLedger {
+            run: RunId(0x3f9c_0e12_a4b5_d678),
+            manifest: Manifest {
+                host: "sut".into(),
+                started_unix_ms: 0,
+                tool_version: "0".into(),
+                workload: Workload::File(FileManifest {
+                    target: "/mnt/t.dat".into(),
+                    size: 1 << 20,
+                    block_size: 4096,
+                    jobs: 1,
+                    sync: SyncMode::Fdatasync,
+                    pattern: Pattern::Random,
+                    identity: TargetIdentity::default(),
+                    prior_runs: Vec::new(),
+                    prior_foreign: false,
+                }),
+                boot_id: String::new(),
+                listener_order: 1,
+                listener_created_unix_ms: 0,
+            },
+            batches: vec![AckBatch {
+                batch: 1,
+                promised: true,
+                acks: Acks::File(acks),
+            }],
+            finished: false,
+            device_error: end,
+            acks_after_error: 0,
+            chosen: String::new(),
+        }
+    }
+
+    fn eio(ms: u64, device: bool) -> DeviceError {
+        DeviceError {
+            error: "fdatasync after block 7: Input/output error (os error 5)".into(),
+            ms,
+            issued: 3,
+            acknowledged: 2,
+            last_seq: 2,
+            device,
+        }
+    }
+
+    #[test]
+    fn the_device_error_rule_judges_acks_before_the_error_and_refuses_any_after_it() {
+        assert_eq!(device_error_rule(&ledger(&[10, 20], None)).unwrap(), None);
+        assert_eq!(
+            device_error_rule(&ledger(&[10, 1500], Some(eio(1500, true)))).unwrap(),
+            Some(
+                "run ended by a device error at 1.500 s into the run: fdatasync after block 7: \
+                 Input/output error (os error 5) (the device lost power or went away; if it came \
+                 back under a new name, give --target); the 2 acknowledgements confirmed before it \
+                 are judged"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            device_error_rule(&ledger(&[10, 1501], Some(eio(1500, true))))
+                .unwrap_err()
+                .0,
+            "run 3f9c0e12a4b5d678: writes were acknowledged after its device error at 1.500 s into \
+             the run (fdatasync after block 7: Input/output error (os error 5)): a success after a \
+             failed write or durability call cannot be trusted, so nothing this run measured counts"
+        );
+        let mut after = ledger(&[10], Some(eio(1500, true)));
+        after.acks_after_error = 1;
+        assert!(device_error_rule(&after)
+            .unwrap_err()
+            .0
+            .contains("writes were acknowledged after its device error"));
+        assert_eq!(
+            device_error_rule(&ledger(&[10], Some(eio(250, false))))
+                .unwrap_err()
+                .0,
+            "run 3f9c0e12a4b5d678: the writer stopped at 0.250 s into the run on an error that is \
+             not a device failure (fdatasync after block 7: Input/output error (os error 5)): the run \
+             itself went wrong, so nothing it measured counts"
+        );
+    }
+}

@@ -165,12 +165,7 @@ pub fn open_target(path: &Path) -> Result<Opened, Error> {
             ));
         }
     }
-    let len = {
-        use std::io::{Seek, SeekFrom};
-        let mut f = &plain;
-        f.seek(SeekFrom::End(0))
-            .map_err(|e| Error(format!("cannot size target {shown}: {e}")))?
-    };
+    let len = len_of(&plain).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
     let (file, mode) = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
@@ -224,6 +219,14 @@ impl Drop for AlignedBuf {
         // SAFETY: allocated with this layout.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) }
     }
+}
+
+/// Bytes in a file, or a block device's capacity (a seek to the end: `st_size` is 0
+/// for a block device).
+pub fn len_of(f: &File) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = f;
+    f.seek(SeekFrom::End(0))
 }
 
 /// Reads up to `buf.len()` bytes at `at`, fewer only at the end of the target.

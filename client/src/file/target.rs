@@ -9,7 +9,7 @@
 //! 4 KiB, 64 KiB, end-of-device backups: ext*, xfs, btrfs, LVM, MD, GPT/MBR, swap,
 //! ZFS, …) without writing anything.
 
-use super::medium::{read_full_at, AlignedBuf};
+use super::medium::{len_of, read_full_at, AlignedBuf};
 use crate::Error;
 use plugpull::record::{decode_sector, Sector, SECTOR};
 use plugpull::units::human_bytes;
@@ -266,8 +266,7 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         }
     }
     if block_device {
-        let have =
-            device_size(&f).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
+        let have = len_of(&f).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
         if have < size {
             return Err(Error(format!(
                 "target {shown} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
@@ -349,12 +348,6 @@ pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Erro
         ))),
         _ => Ok(()),
     }
-}
-
-fn device_size(f: &File) -> std::io::Result<u64> {
-    use std::io::{Seek, SeekFrom};
-    let mut f = f;
-    f.seek(SeekFrom::End(0))
 }
 
 /// Allocates `size` bytes with `posix_fallocate`, falling back to writing zeros where
