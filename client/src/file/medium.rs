@@ -243,3 +243,17 @@ pub fn read_full_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize>
     }
     Ok(got)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_aligned_buffer_is_zeroed_4096_aligned_and_exactly_as_long_as_asked() {
+        let mut b = AlignedBuf::new(3 * 4096 + 512);
+        let s = b.bytes_mut();
+        assert_eq!(s.len(), 12800);
+        assert_eq!(s.as_ptr() as usize % 4096, 0);
+        assert!(s.iter().all(|&x| x == 0));
+    }
+}

@@ -410,3 +410,46 @@ pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
     }
     (runs, foreign)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plugpull::record::Encoder;
+
+    /// A file of `blocks` 4 KiB blocks in a fresh directory, each block written by `fill`.
+    fn file_with(name: &str, blocks: usize, fill: impl Fn(usize, &mut [u8])) -> (File, u64) {
+        let dir =
+            std::env::temp_dir().join(format!("plugpull-target-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = vec![0u8; blocks * 4096];
+        for (i, b) in bytes.chunks_exact_mut(4096).enumerate() {
+            fill(i, b);
+        }
+        let path = dir.join("t.dat");
+        std::fs::write(&path, &bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        (f, bytes.len() as u64)
+    }
+
+    #[test]
+    fn the_prior_scan_names_each_earlier_run_once_and_tells_foreign_bytes_from_zeros() {
+        let (a, b) = (Encoder::new(RunId(0xa)), Encoder::new(RunId(0xb)));
+        let (f, size) = file_with("runs", 4, |i, buf| match i {
+            0 | 2 => a.encode_block(buf, i as u64, i as u64 + 1, 0),
+            3 => b.encode_block(buf, 3, 1, 0),
+            _ => {}
+        });
+        assert_eq!(scan_prior(&f, size), (vec![RunId(0xa), RunId(0xb)], false));
+        let (f, size) = file_with("zeros", 2, |_, _| {});
+        assert_eq!(scan_prior(&f, size), (vec![], false));
+        let (f, size) = file_with("foreign", 2, |i, buf| {
+            if i == 1 {
+                buf[512..517].copy_from_slice(b"ext4!");
+            }
+        });
+        assert_eq!(scan_prior(&f, size), (vec![], true));
+        // Only the first sector is read for the foreign-data guard.
+        assert!(!holds_foreign_data(&f));
+    }
+}
