@@ -69,9 +69,27 @@ pub async fn verify_file_run(
     let opts = opts.into();
     let device_error = device_error_rule(l)?;
     let read = read_file_target(l, fm, &opts)?;
+    let (prior, reused_by) = place_other_runs(l, fm, &read.tally, listener, secret).await;
+    let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
+    report.device_error = device_error;
+    Ok(report)
+}
+
+/// Places the other runs whose records [`read_file_target`] found: earlier than `l`
+/// on the same target (the manifest's `prior_runs`, or created before it by the
+/// listener: a sampled start-of-run scan can miss them), or later on the same target
+/// (it was reused). Their ledgers are fetched from `listener`; a run that cannot be
+/// fetched, or was on another target, is neither.
+async fn place_other_runs(
+    l: &RunLedger,
+    fm: &FileManifest,
+    tally: &Tally,
+    listener: &str,
+    secret: &Secret,
+) -> (Vec<RunId>, Vec<RunId>) {
     let mut prior = fm.prior_runs.clone();
     let mut reused_by = Vec::new();
-    for &r in read.tally.other_runs() {
+    for &r in tally.other_runs() {
         if prior.contains(&r) {
             continue;
         }
@@ -91,9 +109,7 @@ pub async fn verify_file_run(
             reused_by.push(r);
         }
     }
-    let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
-    report.device_error = device_error;
-    Ok(report)
+    (prior, reused_by)
 }
 
 /// What reading a file run's target found, before the other runs' records on it are
@@ -295,14 +311,7 @@ fn judge_file(
             ),
         });
     }
-    let here = target_id::boot_id();
-    let boot = if l.manifest.boot_id.is_empty() || here.is_empty() {
-        "unknown"
-    } else if l.manifest.boot_id == here {
-        "same_boot"
-    } else {
-        "rebooted"
-    };
+    let boot = boot_relation(&l.manifest.boot_id, &target_id::boot_id());
     let head = ReportHead {
         run_id: l.run.to_string(),
         host: l.manifest.host.clone(),
@@ -319,6 +328,18 @@ fn judge_file(
         run_chosen: l.chosen.clone(),
     };
     Ok(FileReport::new(head, outcome))
+}
+
+/// Whether this host rebooted since the run: `same_boot`, `rebooted`, or `unknown` when
+/// either boot id (the run's, this host's) is unknown (`""`).
+fn boot_relation(run: &str, here: &str) -> &'static str {
+    if run.is_empty() || here.is_empty() {
+        "unknown"
+    } else if run == here {
+        "same_boot"
+    } else {
+        "rebooted"
+    }
 }
 
 /// Reads every block of an opened target and adds its check to `tally`. Returns the
@@ -404,4 +425,35 @@ fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
         .expect("valid template"),
     );
     Some(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boot_relation_needs_both_boot_ids() {
+        let (a, b) = (
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+            "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+        );
+        assert_eq!(boot_relation(a, a), "same_boot");
+        assert_eq!(boot_relation(a, b), "rebooted");
+        assert_eq!(boot_relation("", b), "unknown");
+        assert_eq!(boot_relation(a, ""), "unknown");
+    }
+
+    #[test]
+    fn the_verify_command_line_gives_the_two_fields_a_file_run_reads() {
+        let args = VerifyArgs {
+            run: None,
+            host: Some("sut".into()),
+            target: Some(PathBuf::from("/dev/sdb")),
+            json: true,
+            show: 3,
+        };
+        let o = FileVerifyOptions::from(&args);
+        assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
+        assert!(o.quiet);
+    }
 }
