@@ -5,17 +5,18 @@
 
 pub mod demo;
 pub mod file;
-pub mod guard;
 pub mod interrupt;
 pub mod latency;
 pub mod manifest;
-pub mod medium;
 pub mod net;
 pub mod pgbench;
 pub mod progress;
 pub mod reporter;
 pub mod target_id;
 pub mod verify;
+
+/// The target checks before a write run, at their old path (now [`file::target`]).
+pub use file::target as guard;
 
 /// "Could not do the job": bad arguments, unreachable listener, damaged ledger,
 /// unreadable target. Exit code 2. Findings are never an `Error`; "failure" means acknowledged data lost.

@@ -144,16 +144,7 @@ async fn run(cli: Cli) -> Result<bool, Error> {
             .map(|_| true),
         Cmd::Demo { args } => demo::demo(&args).await,
         Cmd::Verify { listener, args, pg } => {
-            let result = match secret(&listener) {
-                Ok(s) => verify::verify(&args, &listener.listener, &s, &pg).await,
-                Err(e) => Err(e),
-            };
-            let printed = verify::REPORT_PRINTED.load(std::sync::atomic::Ordering::SeqCst);
-            if let (Err(e), true, false) = (&result, args.json, printed) {
-                // --json promises one object on stdout, also when verification could not run.
-                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
-            }
-            result
+            verify::command(&args, &listener.listener, secret(&listener), &pg).await
         }
     }
 }

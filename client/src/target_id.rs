@@ -17,8 +17,6 @@
 //! target is not the run's; everything else is reported but decides nothing.
 
 use plugpull::ledger::TargetIdentity;
-use plugpull::record::{decode_sector, Sector, SECTOR};
-use plugpull::RunId;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -364,44 +362,6 @@ pub fn find_device(expected: &TargetIdentity) -> Option<PathBuf> {
         }
     }
     (found.len() == 1).then(|| found.remove(0))
-}
-
-/// What the target held before the run: the other runs whose records are on it (at
-/// most 64) and whether it held foreign bytes (neither zeros nor plugpull records).
-/// Targets up to 1 GiB are read whole; larger ones in 1024 evenly spaced 1 MiB
-/// samples, and then foreign bytes are assumed possible. An unreadable target is
-/// assumed to have held foreign bytes.
-pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
-    const WHOLE: u64 = 1 << 30;
-    const CHUNK: u64 = 1 << 20;
-    let mut runs = Vec::new();
-    let mut foreign = size > WHOLE;
-    let offsets: Vec<u64> = if size <= WHOLE {
-        (0..size.div_ceil(CHUNK)).map(|i| i * CHUNK).collect()
-    } else {
-        let step = (size / 1024) / SECTOR as u64 * SECTOR as u64;
-        (0..1024).map(|i| i * step).collect()
-    };
-    let mut buf = vec![0u8; CHUNK as usize];
-    for at in offsets {
-        let want = (size - at).min(CHUNK) as usize;
-        let got = match crate::medium::read_full_at(f, &mut buf[..want], at) {
-            Ok(n) => n,
-            Err(_) => return (runs, true),
-        };
-        for s in buf[..got].chunks_exact(SECTOR) {
-            match decode_sector(s.try_into().unwrap()) {
-                Sector::Valid(h) => {
-                    if runs.len() < 64 && !runs.contains(&h.run) {
-                        runs.push(h.run);
-                    }
-                }
-                Sector::Blank => {}
-                Sector::Invalid(_) => foreign = true,
-            }
-        }
-    }
-    (runs, foreign)
 }
 
 #[cfg(test)]

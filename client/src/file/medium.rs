@@ -1,4 +1,5 @@
-//! Finding the target of a file run and reading it from the medium.
+//! Finding the target of a file run and reading it from the medium (not from the
+//! page cache), and the `O_DIRECT` buffer the writers and the verifier read and write with.
 //!
 //! The target is located by the manifest's path or `--target`, checked against the
 //! run's identity (see [`crate::target_id`]), refused while a writer holds it, and read
@@ -129,7 +130,7 @@ pub fn open_target(path: &Path) -> Result<Opened, Error> {
     let shown = path.display();
     // A FIFO or other non-file would block the open or mean nothing: refused at once,
     // before the open, by the writer's own guard.
-    let Some(meta) = crate::guard::target_kind(path)? else {
+    let Some(meta) = super::target::target_kind(path)? else {
         return Err(Error(format!(
             "cannot read target {shown}: it does not exist"
         )));
@@ -164,12 +165,7 @@ pub fn open_target(path: &Path) -> Result<Opened, Error> {
             ));
         }
     }
-    let len = {
-        use std::io::{Seek, SeekFrom};
-        let mut f = &plain;
-        f.seek(SeekFrom::End(0))
-            .map_err(|e| Error(format!("cannot size target {shown}: {e}")))?
-    };
+    let len = len_of(&plain).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
     let (file, mode) = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
@@ -191,11 +187,46 @@ pub fn open_target(path: &Path) -> Result<Opened, Error> {
     })
 }
 
-/// A zeroed buffer of `len` bytes aligned to 4096 for `O_DIRECT`, inside `storage`.
-pub fn aligned(storage: &mut Vec<u8>, len: usize) -> &mut [u8] {
-    *storage = vec![0u8; len + 4096];
-    let off = storage.as_ptr().align_offset(4096);
-    &mut storage[off..off + len]
+/// A zeroed heap buffer aligned to 4096 bytes, as `O_DIRECT` reads and writes need;
+/// owned, so a writer thread can hold its own.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer is owned by one worker thread at a time.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` zeroed bytes (`len` > 0) at an address that is a multiple of 4096.
+    pub fn new(len: usize) -> Self {
+        assert!(len > 0, "an aligned buffer of 0 bytes");
+        let layout = std::alloc::Layout::from_size_align(len, 4096).expect("valid layout");
+        // SAFETY: non-zero size layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        AlignedBuf { ptr, layout }
+    }
+    /// The whole buffer.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is valid for layout.size() bytes and uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Bytes in a file, or a block device's capacity (a seek to the end: `st_size` is 0
+/// for a block device).
+pub fn len_of(f: &File) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = f;
+    f.seek(SeekFrom::End(0))
 }
 
 /// Reads up to `buf.len()` bytes at `at`, fewer only at the end of the target.
@@ -211,4 +242,18 @@ pub fn read_full_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize>
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_aligned_buffer_is_zeroed_4096_aligned_and_exactly_as_long_as_asked() {
+        let mut b = AlignedBuf::new(3 * 4096 + 512);
+        let s = b.bytes_mut();
+        assert_eq!(s.len(), 12800);
+        assert_eq!(s.as_ptr() as usize % 4096, 0);
+        assert!(s.iter().all(|&x| x == 0));
+    }
 }

@@ -1,0 +1,460 @@
+//! `plugpull write file`: checksummed blocks written to a file or block device, each
+//! acknowledged once its durability call returned; and the verification of such a run.
+//!
+//! * [`write`] (here): arguments, the run's manifest, the writers, the progress line,
+//!   the end of the run.
+//! * [`target`]: the target before the first write (kind, foreign data, locking,
+//!   preallocation, what it held before).
+//! * `worker`: the writer threads (`pwrite` + durability call, the watermark).
+//! * [`medium`]: finding the target after the cut and reading it from the medium.
+//! * [`verify`]: reading a run's target and judging every block.
+//! * [`print`]: the write summary and the human verify report.
+//!
+//! Worker `j` of `N` owns the blocks `b ≡ j (mod N)`, so each block is written by one
+//! worker at a time. Sequence numbers are assigned at issue from one run-wide
+//! counter; each write carries the acknowledged watermark (every seq at or below it
+//! has been acknowledged) at its issue, which lets the verifier prove reordering
+//! across a flush. See `plugpull::record` for the sector format.
+
+pub mod medium;
+pub mod print;
+pub mod target;
+pub mod verify;
+mod worker;
+
+use crate::latency::LatencyStats;
+use crate::manifest::make_manifest;
+use crate::reporter::{AckSink, Reporter};
+use crate::Error;
+use plugpull::auth::Secret;
+use plugpull::ledger::{DeviceError, FileManifest, Manifest, RunSummary, Workload};
+use plugpull::record::{Encoder, SECTOR};
+use plugpull::units::{parse_duration, parse_size};
+use plugpull::RunId;
+use print::{print_write_head, print_write_summary, WriteSummary};
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use target::{check_direct_alignment, prepare_target, target_kind, LockedTarget};
+use worker::{open_for_writes, Plan, Shared, WorkerOut};
+
+pub use plugpull::modes::{Pattern, SyncMode};
+
+/// Options of `plugpull write file`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WriteArgs {
+    /// File or block device to write (a file is created and preallocated).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Bytes of the target to use, e.g. 64MiB or 1GiB.
+    #[arg(long, value_parser = parse_size)]
+    pub size: u64,
+    /// Bytes per block: a multiple of 512.
+    #[arg(long, default_value = "4096", value_parser = parse_size)]
+    pub block_size: u64,
+    /// Concurrent writers (each owns every N-th block).
+    #[arg(long, short = 'j', default_value_t = 1)]
+    pub jobs: u32,
+    /// Durability call after each write.
+    #[arg(long, value_enum, default_value = "fdatasync")]
+    pub sync: SyncMode,
+    /// How long to write, e.g. 30s or 5m (default 30s).
+    #[arg(long, short = 'T', value_parser = parse_duration, conflicts_with = "writes")]
+    pub duration: Option<Duration>,
+    /// Stop after this many writes instead of after a duration.
+    #[arg(long)]
+    pub writes: Option<u64>,
+    /// Order of blocks.
+    #[arg(long, value_enum, default_value = "random")]
+    pub pattern: Pattern,
+    /// Print a progress line every SECONDS.
+    #[arg(short = 'P', long = "progress", value_parser = parse_duration)]
+    pub progress: Option<Duration>,
+    /// Seed of the random block choice (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print the summary as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Use a target that holds data other than zeros or plugpull records (it is overwritten).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub reporter: crate::reporter::ReporterOptions,
+}
+
+/// Most concurrent writers `--jobs` accepts (one thread and descriptor each).
+pub const MAX_JOBS: u32 = 1024;
+
+/// Validates the arguments and returns the number of blocks (durations are bounded
+/// by the parser, `plugpull::units::MAX_DURATION`).
+fn check_args(a: &WriteArgs) -> Result<u64, Error> {
+    if a.block_size == 0 || !a.block_size.is_multiple_of(SECTOR as u64) || a.block_size > (64 << 20)
+    {
+        return Err(format!(
+            "--block-size {} is not a multiple of 512 bytes between 512 and 64 MiB",
+            a.block_size
+        )
+        .into());
+    }
+    if a.size < a.block_size {
+        return Err(format!(
+            "--size {} is smaller than one block ({} bytes)",
+            a.size, a.block_size
+        )
+        .into());
+    }
+    if a.jobs == 0 || a.jobs > MAX_JOBS {
+        return Err(format!("--jobs {} is not between 1 and {MAX_JOBS}", a.jobs).into());
+    }
+    if a.writes == Some(0) {
+        return Err("--writes must be at least 1".into());
+    }
+    if a.duration.is_some_and(|d| d.is_zero()) {
+        return Err("--duration must be more than 0 s".into());
+    }
+    if a.progress.is_some_and(|d| d.is_zero()) {
+        return Err("-P/--progress must be more than 0 s".into());
+    }
+    Ok(a.size / a.block_size)
+}
+/// Runs `plugpull write file`. Returns `Ok(true)` when the run ended as planned,
+/// `Ok(false)` (exit 1) when it ended by a device error: a `pwrite` or durability call
+/// failed (EIO, ENODEV, ENXIO, ENOSPC, …). The run is then the cut: every worker stops,
+/// no ack is handed over after the error, the ledger records the error
+/// ([`plugpull::ledger::DeviceError`]) and `verify` judges the acks confirmed before it.
+///
+/// Errors (exit 2): bad arguments, a target of the wrong kind, too small or that
+/// cannot be opened, an unreachable listener or a wrong secret (all found before the
+/// target is created), a listener that cannot be reached at the end.
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<bool, Error> {
+    let blocks = check_args(args)?;
+    let existed = target_kind(&args.target)?.is_some();
+    // An unreachable listener or a wrong secret is found before the target is created.
+    drop(crate::net::connect(listener, secret).await?);
+    let size = blocks * args.block_size;
+    let (_locked, files) = open_run_target(args, size, existed)?;
+    let (manifest, target) = run_manifest(args, size)?;
+    let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
+    if !args.json {
+        print_write_head(run, &target, size, args);
+    }
+    let duration = match (args.writes, args.duration) {
+        (Some(_), _) => None,
+        (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
+    };
+    let start = Instant::now();
+    // check_args bounds the duration, so this cannot overflow.
+    let sh = Arc::new(Shared::new(
+        args.writes,
+        duration.and_then(|d| start.checked_add(d)),
+    ));
+    let plan = Plan {
+        jobs: args.jobs as u64,
+        blocks,
+        bs: args.block_size as usize,
+        sync: args.sync,
+        pattern: args.pattern,
+        seed: args.seed.unwrap_or_else(rand::random),
+    };
+    let enc = Arc::new(Encoder::new(run));
+    let handles = worker::spawn(files, plan, &enc, &sh, || reporter.sink());
+    let outs = wait_for_workers(handles, &sh, reporter.sink(), args.progress, start).await;
+    let elapsed = start.elapsed();
+    let end = end_run(reporter, &sh, &outs, elapsed).await?;
+    let s = WriteSummary {
+        run_id: run.to_string(),
+        target: target.display().to_string(),
+        size,
+        block_size: args.block_size,
+        blocks,
+        jobs: args.jobs,
+        sync: args.sync.name(),
+        pattern: args.pattern.name(),
+        duration_secs: elapsed.as_secs_f64(),
+        writes_issued: end.issued,
+        writes_acknowledged: end.confirmed,
+        writes_per_sec: end.hist.count() as f64 / elapsed.as_secs_f64(),
+        latency_ms: crate::latency::LatencySummary::of(&end.hist),
+        coverage_percent: plugpull::report::percent_floor(end.covered, blocks),
+        blocks_written: end.covered,
+        device_error: end.device_error.as_ref().map(|e| e.error.clone()),
+    };
+    print_write_summary(&s, args.json);
+    match &end.device_error {
+        None => Ok(true),
+        Some(e) => device_error_end(run, e, end.confirmed, listener),
+    }
+}
+
+/// Prepares and locks the target (see [`prepare_target`]) and opens one descriptor per
+/// worker; with `--sync direct-dsync` checks the `O_DIRECT` alignment, removing a file
+/// this run created when it does not fit.
+fn open_run_target(
+    args: &WriteArgs,
+    size: u64,
+    existed: bool,
+) -> Result<(LockedTarget, Vec<File>), Error> {
+    let locked = prepare_target(&args.target, size, args.force)?;
+    let files: Vec<File> = (0..args.jobs)
+        .map(|_| open_for_writes(&args.target, args.sync))
+        .collect::<Result<_, _>>()?;
+    if args.sync == SyncMode::DirectDsync {
+        if let Err(e) = check_direct_alignment(&files[0], &args.target, args.block_size) {
+            if !existed {
+                let _ = std::fs::remove_file(&args.target);
+            }
+            return Err(e);
+        }
+    }
+    Ok((locked, files))
+}
+
+/// The run's manifest and the target's path as recorded: the path as given (absolute,
+/// symlinks such as /dev/disk/by-id/… kept), its identity, and what it held before the
+/// first write.
+///
+/// Errors: the target's identity cannot be read.
+fn run_manifest(args: &WriteArgs, size: u64) -> Result<(Manifest, PathBuf), Error> {
+    let target = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
+    let identity = crate::target_id::identify(&target)
+        .map_err(|e| Error(format!("cannot identify target {}: {e}", target.display())))?;
+    let (prior_runs, prior_foreign) = File::open(&target)
+        .map(|f| target::scan_prior(&f, size))
+        .unwrap_or((Vec::new(), true));
+    let manifest = make_manifest(Workload::File(FileManifest {
+        target: target.display().to_string(),
+        size,
+        block_size: args.block_size as u32,
+        jobs: args.jobs,
+        sync: args.sync,
+        pattern: args.pattern,
+        identity,
+        prior_runs,
+        prior_foreign,
+    }));
+    Ok((manifest, target))
+}
+
+/// The counters behind the `-P` progress line, as of the last line printed.
+struct ProgressMeter {
+    at: Instant,
+    done: u64,
+    lat_us: u64,
+    lat_us2: u64,
+}
+
+impl ProgressMeter {
+    /// The progress line since the last one: write rate and the mean and standard
+    /// deviation of their latency (ms), with the listener's acknowledged count.
+    fn line(
+        &mut self,
+        sh: &Shared,
+        start: Instant,
+        acknowledged: u64,
+    ) -> crate::progress::Progress {
+        let now = Instant::now();
+        let (n, s1, s2) = (
+            sh.done.load(Ordering::Relaxed),
+            sh.lat_us.load(Ordering::Relaxed),
+            sh.lat_us2.load(Ordering::Relaxed),
+        );
+        let dn = (n - self.done) as f64;
+        let (mean, sd) = if dn > 0.0 {
+            let m = (s1 - self.lat_us) as f64 / dn;
+            let var = ((s2 - self.lat_us2) as f64 / dn - m * m).max(0.0);
+            (m / 1000.0, var.sqrt() / 1000.0)
+        } else {
+            (0.0, 0.0)
+        };
+        let line = crate::progress::Progress {
+            elapsed_s: start.elapsed().as_secs_f64(),
+            rate: dn / (now - self.at).as_secs_f64(),
+            unit: "writes/s",
+            lat_ms: mean,
+            stddev_ms: sd,
+            failed: None,
+            acknowledged,
+        };
+        *self = ProgressMeter {
+            at: now,
+            done: n,
+            lat_us: s1,
+            lat_us2: s2,
+        };
+        line
+    }
+}
+
+/// Waits for every writer thread, printing a progress line every `progress` on stderr;
+/// an interrupt (Ctrl-C) stops the workers after their writes in flight.
+async fn wait_for_workers(
+    handles: Vec<JoinHandle<WorkerOut>>,
+    sh: &Shared,
+    sink: AckSink,
+    progress: Option<Duration>,
+    start: Instant,
+) -> Vec<WorkerOut> {
+    let joined = tokio::task::spawn_blocking(move || {
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread panicked"))
+            .collect::<Vec<_>>()
+    });
+    tokio::pin!(joined);
+    let mut tick = progress.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
+    let mut meter = ProgressMeter {
+        at: Instant::now(),
+        done: 0,
+        lat_us: 0,
+        lat_us2: 0,
+    };
+    let mut interrupted = false;
+    let interrupt = crate::interrupt::interrupted();
+    tokio::pin!(interrupt);
+    loop {
+        tokio::select! {
+            r = &mut joined => break r.expect("join writers"),
+            _ = async { tick.as_mut().unwrap().tick().await }, if tick.is_some() => {
+                eprintln!("{}", meter.line(sh, start, sink.confirmed()));
+            }
+            _ = &mut interrupt, if !interrupted => {
+                interrupted = true;
+                eprintln!("interrupted: finishing the writes in flight");
+                sh.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// How a write run ended, once the listener has its end.
+struct RunEnd {
+    /// Writes issued.
+    issued: u64,
+    /// Acknowledgements the listener confirmed.
+    confirmed: u64,
+    /// Every worker's latencies merged (its count is the local acknowledgements).
+    hist: LatencyStats,
+    /// Blocks written at least once.
+    covered: u64,
+    /// The failed call that ended the run, as the ledger records it.
+    device_error: Option<DeviceError>,
+}
+
+/// Merges the workers' results and tells the listener how the run ended: its device
+/// error, or its summary.
+///
+/// Errors: the listener could not be reached to confirm the end.
+async fn end_run(
+    reporter: Reporter,
+    sh: &Shared,
+    outs: &[WorkerOut],
+    elapsed: Duration,
+) -> Result<RunEnd, Error> {
+    let issued = sh.issued.load(Ordering::Relaxed);
+    let mut hist = LatencyStats::new();
+    let mut covered = 0;
+    for o in outs {
+        hist.merge(&o.hist);
+        covered += o.covered;
+    }
+    let local_acks = hist.count();
+    let device_error = sh.first_error().map(|(error, at, device)| DeviceError {
+        error,
+        ms: reporter.sink().ms_at(at) as u64,
+        issued,
+        acknowledged: local_acks,
+        last_seq: sh.last_seq.load(Ordering::Relaxed),
+        device,
+    });
+    let confirmed = match &device_error {
+        Some(end) => reporter.device_error(end.clone()).await?,
+        None => {
+            reporter
+                .finish(RunSummary {
+                    issued,
+                    acknowledged: local_acks,
+                    duration_ms: elapsed.as_millis() as u64,
+                })
+                .await?
+        }
+    };
+    Ok(RunEnd {
+        issued,
+        confirmed,
+        hist,
+        covered,
+        device_error,
+    })
+}
+
+/// The end of a run a failed call stopped: exit 1 with the cut explained when it was a
+/// device error; an error (exit 2) when it was not, since the run itself went wrong.
+fn device_error_end(
+    run: RunId,
+    end: &DeviceError,
+    confirmed: u64,
+    listener: &str,
+) -> Result<bool, Error> {
+    let at = end.ms as f64 / 1000.0;
+    if !end.device {
+        return Err(Error(format!(
+            "run {run} stopped at {at:.3} s into the run on an error that is not a device failure: {}; \
+             the run itself went wrong (not the device), so `verify` will refuse it",
+            end.error
+        )));
+    }
+    eprintln!(
+        "plugpull: run {run} ended by a device error {at:.3} s into the run: {}; no acknowledgement was made after it; \
+         {confirmed} acknowledgements were confirmed by the listener before it. The device lost power, went away or \
+         filled up: this is the cut. Verify the run with `plugpull verify --listener {listener} --run {run}` (and the same secret) once the \
+         device is back (if it came back under a new name, give --target)",
+        end.error
+    );
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: WriteArgs,
+    }
+
+    fn args(extra: &[&str]) -> WriteArgs {
+        let mut argv = vec!["write", "--target", "/tmp/x", "--size", "1MiB"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).unwrap().args
+    }
+
+    fn refusal(extra: &[&str]) -> String {
+        check_args(&args(extra)).unwrap_err().0
+    }
+
+    #[test]
+    fn check_args_counts_whole_blocks_and_refuses_each_bad_argument_by_name() {
+        assert_eq!(check_args(&args(&[])).unwrap(), 256);
+        assert_eq!(check_args(&args(&["--block-size", "3072"])).unwrap(), 341);
+        assert_eq!(
+            refusal(&["--block-size", "1000"]),
+            "--block-size 1000 is not a multiple of 512 bytes between 512 and 64 MiB"
+        );
+        assert_eq!(
+            refusal(&["--block-size", "2MiB"]),
+            "--size 1048576 is smaller than one block (2097152 bytes)"
+        );
+        assert_eq!(refusal(&["-j", "0"]), "--jobs 0 is not between 1 and 1024");
+        assert_eq!(
+            refusal(&["-j", "1025"]),
+            "--jobs 1025 is not between 1 and 1024"
+        );
+        assert_eq!(refusal(&["--writes", "0"]), "--writes must be at least 1");
+    }
+}

@@ -1,0 +1,455 @@
+//! The target of `plugpull write file`, before the first write: its kind, the checks
+//! that keep a run from destroying a user's data or starting a run it cannot complete
+//! (signatures of filesystems, volume managers, RAID members and partition tables on
+//! it, the filesystem's free space, `O_DIRECT` alignment), then creating, locking and
+//! preallocating it, and scanning what it held before the run.
+//!
+//! Signatures are found by util-linux's `wipefs --no-act --json`, which probes with
+//! libblkid every place those formats keep a superblock or label (first MiB, 1 KiB,
+//! 4 KiB, 64 KiB, end-of-device backups: ext*, xfs, btrfs, LVM, MD, GPT/MBR, swap,
+//! ZFS, …) without writing anything.
+
+use super::medium::{len_of, read_full_at, AlignedBuf};
+use crate::Error;
+use plugpull::record::{decode_sector, Sector, SECTOR};
+use plugpull::units::human_bytes;
+use plugpull::RunId;
+use std::fs::{File, Metadata, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::Command;
+
+/// The target's metadata: `None` when it does not exist yet.
+///
+/// Errors: it exists but is neither a regular file nor a block device (a FIFO,
+/// socket, character device or directory: reading or writing one could block
+/// forever or mean nothing), or it cannot be looked up.
+pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Error> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error(format!("cannot look up target {shown}: {e}"))),
+        Ok(m) => {
+            let t = m.file_type();
+            if t.is_file() || t.is_block_device() {
+                return Ok(Some(m));
+            }
+            let kind = if t.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if t.is_socket() {
+                "a socket"
+            } else if t.is_char_device() {
+                "a character device"
+            } else if t.is_dir() {
+                "a directory"
+            } else {
+                "neither a regular file nor a block device"
+            };
+            Err(Error(format!(
+                "target {shown} is {kind}: give a regular file or a block device"
+            )))
+        }
+    }
+}
+
+/// Why the target's contents are not plugpull's, if they are not: the signatures
+/// `wipefs` finds (see [`signatures`]), else a first sector that is neither zeros nor a
+/// plugpull record. Where `wipefs` cannot run, a block device counts as foreign (its
+/// filesystems cannot be ruled out); a file falls back to the first-sector check.
+pub fn foreign_data(path: &Path, f: &File, block_device: bool) -> Option<String> {
+    match signatures(path) {
+        Ok(sigs) if !sigs.is_empty() => {
+            let list: Vec<String> = sigs
+                .iter()
+                .map(|s| format!("{} signature at byte {}", s.kind, s.offset))
+                .collect();
+            return Some(format!("wipefs found: {}", list.join(", ")));
+        }
+        Ok(_) => {}
+        Err(e) if block_device => {
+            return Some(format!(
+                "{e}: a filesystem, volume or partition table on it cannot be ruled out"
+            ))
+        }
+        Err(e) => eprintln!(
+            "warning: {e}; only the first sector of target {} is checked for foreign data",
+            path.display()
+        ),
+    }
+    holds_foreign_data(f)
+        .then(|| "its first sector is neither zeros nor a plugpull record".to_string())
+}
+
+/// True when the first sector holds something other than zeros or a plugpull record.
+fn holds_foreign_data(f: &File) -> bool {
+    let mut s = [0u8; plugpull::record::SECTOR];
+    let n = f.read_at(&mut s, 0).unwrap_or(0);
+    if n < plugpull::record::SECTOR {
+        return s[..n].iter().any(|&b| b != 0);
+    }
+    matches!(
+        plugpull::record::decode_sector(&s),
+        plugpull::record::Sector::Invalid(_)
+    )
+}
+
+/// One signature `wipefs` found: what and at which byte offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    /// libblkid's name of the format, e.g. `ext4`, `xfs`, `LVM2_member`, `gpt`.
+    pub kind: String,
+    /// Where its magic is, as wipefs prints it (e.g. `0x438`).
+    pub offset: String,
+}
+
+/// The signatures on `path` (a file or block device), per `wipefs --no-act --json`.
+///
+/// Errors: `wipefs` is missing or failed (its message).
+pub fn signatures(path: &Path) -> Result<Vec<Signature>, String> {
+    let o = Command::new("wipefs")
+        .args(["--no-act", "--json"])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("cannot run wipefs (util-linux): {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "wipefs --no-act {} failed ({}): {}",
+            path.display(),
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&o.stdout);
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("wipefs printed no JSON ({e}): {text}"))?;
+    Ok(v["signatures"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| Signature {
+                    kind: s["type"].as_str().unwrap_or("unknown").to_string(),
+                    offset: s["offset"].as_str().unwrap_or("?").to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Opens a block device read-write and exclusively (`O_EXCL`): the kernel refuses
+/// while it is mounted or held by device-mapper, LVM, MD or another exclusive opener.
+///
+/// Errors: busy (named as such), or cannot be opened.
+pub fn open_block_exclusive(path: &Path) -> Result<File, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_EXCL)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                Error(format!(
+                    "target {} is in use: it is mounted, or held by LVM, MD RAID, device-mapper or \
+                     another program (the kernel refused an exclusive open: {e}); unmount or release it first",
+                    path.display()
+                ))
+            } else {
+                Error(format!("cannot open target {}: {e}", path.display()))
+            }
+        })
+}
+
+/// Total bytes of the filesystem holding `f` (`fstatvfs`: `f_blocks × f_frsize`) and
+/// the bytes available to us (`f_bavail × f_frsize`).
+pub fn fs_space(f: &File) -> std::io::Result<(u64, u64)> {
+    // SAFETY: fstatvfs fills the zeroed struct on success.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatvfs(f.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+}
+
+/// The `O_DIRECT` offset/length alignment of `f` in bytes, and where it came from:
+/// `BLKSSZGET` (the logical block size) for block devices, `statx`'s
+/// `dio_offset_align` for files where the kernel reports it (Linux 6.1+). `None`
+/// when neither says (the caller then probes).
+pub fn direct_alignment(f: &File, block_device: bool) -> Option<(u64, &'static str)> {
+    let fd = f.as_raw_fd();
+    if block_device {
+        let mut ssz: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes one int.
+        if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut ssz) } == 0 && ssz > 0 {
+            return Some((ssz as u64, "the device's logical block size (BLKSSZGET)"));
+        }
+        return None;
+    }
+    // SAFETY: statx fills the zeroed struct on success; the empty path with
+    // AT_EMPTY_PATH means the descriptor itself.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::statx(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 && stx.stx_dio_offset_align > 0 {
+        return Some((
+            stx.stx_dio_offset_align as u64,
+            "statx dio_offset_align of the file",
+        ));
+    }
+    None
+}
+
+/// The target of a run, locked (`flock`, exclusive; block devices also opened
+/// `O_EXCL`) against a second writer and against mounting until dropped.
+pub struct LockedTarget {
+    _lock: File,
+}
+
+/// Creates or checks the target so it holds `size` bytes, durably (file and directory
+/// entry), and locks it for this run.
+///
+/// Errors: not a regular file or block device; a block device that is mounted or held
+/// (`O_EXCL` refused); another plugpull writer holds the target; the target holds a
+/// filesystem, volume, RAID or partition-table signature (`wipefs`), or a first sector
+/// that is neither zeros nor a plugpull record, and `force` is off; a block device
+/// smaller than `size`; a filesystem without `size` bytes free (checked before
+/// allocating; a file this call created is removed again). A filesystem whose
+/// `statfs` reports 0 bytes in all has an unknown size: a warning, not an error.
+pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarget, Error> {
+    let shown = path.display();
+    let meta = target_kind(path)?;
+    let block_device = meta
+        .as_ref()
+        .is_some_and(|m| m.file_type().is_block_device());
+    let created = meta.is_none();
+    let f = if block_device {
+        open_block_exclusive(path)?
+    } else {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(created)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error(format!("cannot open target {shown}: {e}")))?
+    };
+    let fail = |msg: String| {
+        if created {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(Error(msg))
+    };
+    // An exclusive flock(2), held until the run ends.
+    if f.try_lock().is_err() {
+        return fail(format!(
+            "target {shown} is in use by another plugpull writer (it holds the target's lock)"
+        ));
+    }
+    if !force && !created {
+        if let Some(why) = foreign_data(path, &f, block_device) {
+            return fail(format!(
+                "target {shown} holds data that is not plugpull's ({why}); \
+                 everything on it would be overwritten: give --force to use it anyway"
+            ));
+        }
+    }
+    if block_device {
+        let have = len_of(&f).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
+        if have < size {
+            return Err(Error(format!(
+                "target {shown} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
+                human_bytes(have),
+                human_bytes(size)
+            )));
+        }
+        return Ok(LockedTarget { _lock: f });
+    }
+    let allocated = f
+        .metadata()
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .unwrap_or(0);
+    let needed = size.saturating_sub(allocated);
+    match fs_space(&f) {
+        Ok((0, _)) => eprintln!(
+            "warning: the filesystem of target {shown} reports a size of 0 bytes (statfs): its size is unknown, \
+             so free space is not checked before preallocating {}",
+            human_bytes(size)
+        ),
+        Ok((_, free)) if free < needed => {
+            return fail(format!(
+                "not enough free space for target {shown}: its filesystem has {} free, --size {} needs {} more",
+                human_bytes(free),
+                human_bytes(size),
+                human_bytes(needed)
+            ));
+        }
+        _ => {}
+    }
+    if let Err(e) = preallocate(&f, size) {
+        return fail(format!(
+            "cannot preallocate {} ({size} bytes) for target {shown}: {e}",
+            human_bytes(size)
+        ));
+    }
+    f.sync_all()
+        .map_err(|e| Error(format!("fsync of target {shown}: {e}")))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error(format!("fsync of directory {}: {e}", dir.display())))?;
+    Ok(LockedTarget { _lock: f })
+}
+
+/// Refuses `--sync direct-dsync` when `--block-size` is not a multiple of the target's
+/// `O_DIRECT` alignment ([`direct_alignment`]); where the kernel does not say,
+/// probes with one `O_DIRECT` read of a block at offset 0.
+pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Error> {
+    let shown = path.display();
+    let block_device = f.metadata().is_ok_and(|m| m.file_type().is_block_device());
+    if let Some((align, source)) = direct_alignment(f, block_device) {
+        if !bs.is_multiple_of(align) {
+            return Err(Error(format!(
+                "--sync direct-dsync: --block-size {bs} is not a multiple of {align} bytes, {source} of target {shown}, \
+                 so O_DIRECT writes would fail; give --block-size {} (or a multiple of it), or --sync dsync",
+                align.max(4096)
+            )));
+        }
+        return Ok(());
+    }
+    let probe = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| {
+            Error(format!(
+                "--sync direct-dsync: cannot open target {shown} with O_DIRECT: {e}"
+            ))
+        })?;
+    let mut buf = AlignedBuf::new(bs as usize);
+    match probe.read_at(buf.bytes_mut(), 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error(format!(
+            "--sync direct-dsync: target {shown} refused an O_DIRECT read of one --block-size {bs} block ({e}): \
+             its alignment is larger than {bs} bytes; give a larger --block-size, or --sync dsync"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Allocates `size` bytes with `posix_fallocate`, falling back to writing zeros where
+/// the filesystem does not support it.
+fn preallocate(f: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid descriptor.
+    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, size as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    if rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    let have = f.metadata()?.len();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = have;
+    while at < size {
+        let n = (size - at).min(zeros.len() as u64) as usize;
+        f.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// What the target held before the run: the other runs whose records are on it (at
+/// most 64) and whether it held foreign bytes (neither zeros nor plugpull records).
+/// Targets up to 1 GiB are read whole; larger ones in 1024 evenly spaced 1 MiB
+/// samples, and then foreign bytes are assumed possible. An unreadable target is
+/// assumed to have held foreign bytes.
+pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
+    const WHOLE: u64 = 1 << 30;
+    const CHUNK: u64 = 1 << 20;
+    let mut runs = Vec::new();
+    let mut foreign = size > WHOLE;
+    let offsets: Vec<u64> = if size <= WHOLE {
+        (0..size.div_ceil(CHUNK)).map(|i| i * CHUNK).collect()
+    } else {
+        let step = (size / 1024) / SECTOR as u64 * SECTOR as u64;
+        (0..1024).map(|i| i * step).collect()
+    };
+    let mut buf = vec![0u8; CHUNK as usize];
+    for at in offsets {
+        let want = (size - at).min(CHUNK) as usize;
+        let got = match read_full_at(f, &mut buf[..want], at) {
+            Ok(n) => n,
+            Err(_) => return (runs, true),
+        };
+        for s in buf[..got].chunks_exact(SECTOR) {
+            match decode_sector(s.try_into().unwrap()) {
+                Sector::Valid(h) => {
+                    if runs.len() < 64 && !runs.contains(&h.run) {
+                        runs.push(h.run);
+                    }
+                }
+                Sector::Blank => {}
+                Sector::Invalid(_) => foreign = true,
+            }
+        }
+    }
+    (runs, foreign)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plugpull::record::Encoder;
+
+    /// A file of `blocks` 4 KiB blocks in a fresh directory, each block written by `fill`.
+    fn file_with(name: &str, blocks: usize, fill: impl Fn(usize, &mut [u8])) -> (File, u64) {
+        let dir =
+            std::env::temp_dir().join(format!("plugpull-target-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = vec![0u8; blocks * 4096];
+        for (i, b) in bytes.chunks_exact_mut(4096).enumerate() {
+            fill(i, b);
+        }
+        let path = dir.join("t.dat");
+        std::fs::write(&path, &bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        (f, bytes.len() as u64)
+    }
+
+    #[test]
+    fn the_prior_scan_names_each_earlier_run_once_and_tells_foreign_bytes_from_zeros() {
+        let (a, b) = (Encoder::new(RunId(0xa)), Encoder::new(RunId(0xb)));
+        let (f, size) = file_with("runs", 4, |i, buf| match i {
+            0 | 2 => a.encode_block(buf, i as u64, i as u64 + 1, 0),
+            3 => b.encode_block(buf, 3, 1, 0),
+            _ => {}
+        });
+        assert_eq!(scan_prior(&f, size), (vec![RunId(0xa), RunId(0xb)], false));
+        let (f, size) = file_with("zeros", 2, |_, _| {});
+        assert_eq!(scan_prior(&f, size), (vec![], false));
+        let (f, size) = file_with("foreign", 2, |i, buf| {
+            if i == 1 {
+                buf[512..517].copy_from_slice(b"ext4!");
+            }
+        });
+        assert_eq!(scan_prior(&f, size), (vec![], true));
+        // Only the first sector is read for the foreign-data guard.
+        assert!(!holds_foreign_data(&f));
+    }
+}

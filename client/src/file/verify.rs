@@ -1,0 +1,459 @@
+//! Verifying a file run: read its target from the medium (or find it gone), check
+//! every block against the run's acknowledgements, place the other runs' records found
+//! on it as earlier or later than the run, and make its [`FileReport`].
+//!
+//! The classification of one block is the core's ([`plugpull::verdict::classify_block`]);
+//! this module is the I/O around it and the refusals (exit 2) that only the target can
+//! tell: wrong target, reused target, nothing of the run on it.
+
+use super::medium::{locate, open_target, read_full_at, AlignedBuf, Opened};
+use crate::target_id;
+use crate::verify::{device_error_rule, fetch, RunLedger, VerifyArgs};
+use crate::Error;
+use plugpull::auth::Secret;
+use plugpull::ledger::{Acks, FileManifest, Workload};
+use plugpull::report::{FileReport, ReportHead, TargetFinding};
+use plugpull::units::human_bytes;
+use plugpull::verdict::{classify_block, AckTable, Tally};
+use plugpull::RunId;
+use std::fs::File;
+use std::path::PathBuf;
+
+/// What verifying a file run needs besides its ledger: where to read and whether to
+/// draw a progress bar.
+#[derive(Debug, Clone, Default)]
+pub struct FileVerifyOptions {
+    /// Read this path instead of the manifest's target (`--target`: a device renamed
+    /// after reboot, or a copy).
+    pub target: Option<PathBuf>,
+    /// No progress bar on stderr (`--json`); a bar is drawn only on a terminal and
+    /// for targets of 256 MiB or more anyway.
+    pub quiet: bool,
+}
+
+impl From<&VerifyArgs> for FileVerifyOptions {
+    /// The two fields of `plugpull verify`'s arguments a file run reads.
+    fn from(a: &VerifyArgs) -> Self {
+        FileVerifyOptions {
+            target: a.target.clone(),
+            quiet: a.json,
+        }
+    }
+}
+
+/// Verifies a file run: the device-error rule, then reads its target and classifies
+/// every block. Used by `plugpull verify` and by `plugpull demo`.
+///
+/// Runs whose records are on the target are the target's prior contents when the
+/// manifest's `prior_runs` lists them, or when the listener created them before this
+/// run on the same target (a sampled start-of-run scan of a large target can miss
+/// them; their ledgers are fetched from `listener` to tell). Any other run's record
+/// is a later run's: it excuses a lost write from `unserializable`, and a target
+/// holding only such records is refused as the wrong one.
+///
+/// Errors (exit 2): writes acknowledged after a device error; nothing was acknowledged
+/// ("not measured"); the target is not the run's (a block device with another
+/// identity; only records of runs that were not on it when the run started); its
+/// filesystem is not mounted; a writer still holds it; it exists but cannot be read.
+/// A file gone from the right filesystem is a finding: every acknowledged block is
+/// then missing.
+///
+/// `opts` is a [`FileVerifyOptions`] or anything that gives one (`&VerifyArgs`).
+pub async fn verify_file_run(
+    l: &RunLedger,
+    fm: &FileManifest,
+    opts: impl Into<FileVerifyOptions>,
+    listener: &str,
+    secret: &Secret,
+) -> Result<FileReport, Error> {
+    let opts = opts.into();
+    let device_error = device_error_rule(l)?;
+    let read = read_file_target(l, fm, &opts)?;
+    let (prior, reused_by) = place_other_runs(l, fm, &read.tally, listener, secret).await;
+    let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
+    report.device_error = device_error;
+    Ok(report)
+}
+
+/// Places the other runs whose records [`read_file_target`] found: earlier than `l`
+/// on the same target (the manifest's `prior_runs`, or created before it by the
+/// listener: a sampled start-of-run scan can miss them), or later on the same target
+/// (it was reused). Their ledgers are fetched from `listener`; a run that cannot be
+/// fetched, or was on another target, is neither.
+async fn place_other_runs(
+    l: &RunLedger,
+    fm: &FileManifest,
+    tally: &Tally,
+    listener: &str,
+    secret: &Secret,
+) -> (Vec<RunId>, Vec<RunId>) {
+    let mut prior = fm.prior_runs.clone();
+    let mut reused_by = Vec::new();
+    for &r in tally.other_runs() {
+        if prior.contains(&r) {
+            continue;
+        }
+        let Ok(o) = fetch(listener, secret, Some(r), "").await else {
+            continue;
+        };
+        let same = match &o.manifest.workload {
+            Workload::File(ofm) => {
+                ofm.target == fm.target || target_id::same_target(&ofm.identity, &fm.identity)
+            }
+            Workload::Pgbench(_) => false,
+        };
+        let order = o.manifest.listener_order;
+        if same && order > 0 && order < l.manifest.listener_order {
+            prior.push(r);
+        } else if same && order > l.manifest.listener_order {
+            reused_by.push(r);
+        }
+    }
+    (prior, reused_by)
+}
+
+/// What reading a file run's target found, before the other runs' records on it are
+/// placed as earlier or later than the run.
+struct TargetRead {
+    acks: AckTable,
+    tally: Tally,
+    target_findings: Vec<TargetFinding>,
+    shown_path: PathBuf,
+    read_mode: &'static str,
+    read_note: String,
+    /// A file given with `--target` that is provably not the file the run wrote
+    /// (another inode or filesystem): what it is, for the refusal when it holds
+    /// nothing of the run.
+    other_file: Option<String>,
+}
+
+/// Reads the target of a file run (or finds it gone) and adds every block's check.
+fn read_file_target(
+    l: &RunLedger,
+    fm: &FileManifest,
+    opts: &FileVerifyOptions,
+) -> Result<TargetRead, Error> {
+    let blocks = fm.blocks();
+    let bs = fm.block_size as usize;
+    let mut acks = AckTable::new(blocks);
+    for b in &l.batches {
+        if let Acks::File(v) = &b.acks {
+            for a in v {
+                if !acks.add(a.seq, a.block, a.ms) {
+                    return Err(Error(format!("ledger of run {} acknowledges block {} beyond the target's {blocks} blocks", l.run, a.block)));
+                }
+            }
+        }
+    }
+    if acks.acknowledged == 0 {
+        return Err(Error(format!(
+            "not measured: run {} has no acknowledged writes in the ledger",
+            l.run
+        )));
+    }
+    let mut tally = Tally::default();
+    let mut target_findings = Vec::new();
+    let mut shown_path = opts
+        .target
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&fm.target));
+    let (mut read_mode, mut read_note) = ("none", String::new());
+    let mut other_file = None;
+    match locate(fm, opts.target.as_deref())? {
+        None => {
+            target_findings.push(TargetFinding {
+                kind: "file_gone".into(),
+                detail: format!(
+                    "the file is gone: {} does not exist on its filesystem",
+                    shown_path.display()
+                ),
+            });
+            for b in 0..blocks {
+                if let Some(c) =
+                    classify_block(l.run, b, bs, acks.seq[b as usize], &[], fm.prior_foreign)
+                {
+                    tally.add(b, c, &acks);
+                }
+            }
+        }
+        Some(path) => {
+            let o = open_target(&path)?;
+            shown_path = o.path.clone();
+            if opts.target.is_some() && fm.identity.kind == "file" {
+                if let Ok(have) = target_id::identify(&path) {
+                    if !target_id::same_target(&have, &fm.identity) {
+                        other_file = Some(format!(
+                            "inode {} on device {}, where the run wrote {} (inode {} on device {})",
+                            have.inode, have.dev, fm.target, fm.identity.inode, fm.identity.dev
+                        ));
+                    }
+                }
+            }
+            if o.is_block && fm.identity.size > 0 && o.len != fm.identity.size {
+                target_findings.push(TargetFinding {
+                    kind: "capacity_changed".into(),
+                    detail: format!(
+                        "device capacity changed {} → {}",
+                        human_bytes(fm.identity.size),
+                        human_bytes(o.len)
+                    ),
+                });
+            } else if o.len < fm.size {
+                target_findings.push(TargetFinding {
+                    kind: "target_shorter".into(),
+                    detail: format!(
+                        "target is shorter than the run's: {} ({} bytes) where the run used {} ({} bytes)",
+                        human_bytes(o.len),
+                        o.len,
+                        human_bytes(fm.size),
+                        fm.size
+                    ),
+                });
+            }
+            let (mode, note) = read_blocks(l, fm, &acks, opts.quiet, o, &mut tally)?;
+            (read_mode, read_note) = (mode, note);
+        }
+    }
+    Ok(TargetRead {
+        acks,
+        tally,
+        target_findings,
+        shown_path,
+        read_mode,
+        read_note,
+        other_file,
+    })
+}
+
+/// Classifies what [`read_file_target`] found, `prior` being the runs whose records
+/// were on the target before this run, and makes the report.
+///
+/// Errors (exit 2): the target holds no record of the run but records of runs not in
+/// `prior`.
+fn judge_file(
+    l: &RunLedger,
+    fm: &FileManifest,
+    read: TargetRead,
+    prior: &[RunId],
+    reused_by: &[RunId],
+) -> Result<FileReport, Error> {
+    let TargetRead {
+        acks,
+        tally,
+        mut target_findings,
+        shown_path,
+        read_mode,
+        read_note,
+        other_file,
+    } = read;
+    let blocks = fm.blocks();
+    let outcome = tally.finish(prior);
+    // Records of a run the listener created later on this same target mean the target
+    // was reused before this run was verified: the blocks it overwrote cannot be
+    // judged. (A later run's record from another target is evidence of a misdirected
+    // write and stays a finding.)
+    let later: Vec<String> = outcome
+        .other_runs
+        .iter()
+        .filter(|r| reused_by.contains(r))
+        .map(|r| r.to_string())
+        .collect();
+    if !later.is_empty() && outcome.run_data_blocks > 0 {
+        return Err(Error(format!(
+            "target {} holds records of run {} but also of later runs on the same target ({}): \
+             the target was reused before run {} was verified, and the blocks they overwrote cannot be judged",
+            shown_path.display(),
+            l.run,
+            later.join(", "),
+            l.run
+        )));
+    }
+    if read_mode != "none" && outcome.run_data_blocks == 0 {
+        let unknown: Vec<String> = outcome
+            .other_runs
+            .iter()
+            .filter(|r| !prior.contains(r))
+            .map(|r| r.to_string())
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Error(format!(
+                "target {} holds no record of run {} but records of other plugpull runs in {} blocks \
+                 (runs {}, which were not on the target when run {} started): \
+                 wrong --target, or a later run reused this target",
+                shown_path.display(),
+                l.run,
+                outcome.other_run_blocks,
+                unknown.join(", "),
+                l.run
+            )));
+        }
+        if let (Some(what), 0) = (&other_file, outcome.run_data_blocks) {
+            return Err(Error(format!(
+                        "target {} holds no record of run {} and is not the file the run wrote ({what}): wrong --target?",
+                        shown_path.display(),
+                        l.run
+                )));
+        }
+        let earlier = if outcome.other_runs.is_empty() {
+            String::new()
+        } else {
+            let r: Vec<String> = outcome.other_runs.iter().map(|r| r.to_string()).collect();
+            format!(
+                " (only records of runs {}, which were on it before this run started)",
+                r.join(", ")
+            )
+        };
+        target_findings.push(TargetFinding {
+            kind: "no_record_of_run".into(),
+            detail: format!(
+                "no record of run {} survived anywhere on the target{earlier}",
+                l.run
+            ),
+        });
+    }
+    let boot = boot_relation(&l.manifest.boot_id, &target_id::boot_id());
+    let head = ReportHead {
+        run_id: l.run.to_string(),
+        host: l.manifest.host.clone(),
+        target: shown_path.display().to_string(),
+        block_size: fm.block_size,
+        blocks,
+        finished: l.finished,
+        acknowledged: acks.acknowledged,
+        target_findings,
+        read_mode: read_mode.into(),
+        read_note,
+        boot: boot.into(),
+        run_started_unix_ms: l.manifest.started_unix_ms,
+        run_chosen: l.chosen.clone(),
+    };
+    Ok(FileReport::new(head, outcome))
+}
+
+/// Whether this host rebooted since the run: `same_boot`, `rebooted`, or `unknown` when
+/// either boot id (the run's, this host's) is unknown (`""`).
+fn boot_relation(run: &str, here: &str) -> &'static str {
+    if run.is_empty() || here.is_empty() {
+        "unknown"
+    } else if run == here {
+        "same_boot"
+    } else {
+        "rebooted"
+    }
+}
+
+/// Reads every block of an opened target and adds its check to `tally`. Returns the
+/// read mode and note (a refused `O_DIRECT` read falls back to buffered reads).
+fn read_blocks(
+    l: &RunLedger,
+    fm: &FileManifest,
+    acks: &AckTable,
+    quiet: bool,
+    o: Opened,
+    tally: &mut Tally,
+) -> Result<(&'static str, String), Error> {
+    let blocks = fm.blocks();
+    let bs = fm.block_size as usize;
+    let (mut mode, mut note) = (o.read_mode, o.read_note);
+    let mut f = o.file;
+    let bar = progress_bar(blocks * bs as u64, quiet);
+    let per_read = ((4 << 20) / bs).max(1);
+    let mut storage = AlignedBuf::new(per_read * bs);
+    let buf = storage.bytes_mut();
+    let mut block = 0u64;
+    let mut eof = false;
+    while block < blocks {
+        let want = ((blocks - block) as usize).min(per_read) * bs;
+        let at = block * bs as u64;
+        let got = if eof {
+            0
+        } else {
+            match read_full_at(&f, &mut buf[..want], at) {
+                Err(e) if mode == "o_direct" && e.raw_os_error() == Some(libc::EINVAL) => {
+                    // O_DIRECT refused at read time (alignment, some FUSE): read buffered.
+                    let plain = File::open(&o.path).map_err(|e| {
+                        Error(format!("cannot read target {}: {e}", o.path.display()))
+                    })?;
+                    let n = if note.is_empty() { "" } else { "; " };
+                    note = format!("O_DIRECT read refused ({e}){n}{note}");
+                    mode = "buffered";
+                    f = plain;
+                    read_full_at(&f, &mut buf[..want], at)
+                }
+                r => r,
+            }
+            .map_err(|e| {
+                Error(format!(
+                    "reading target {} at byte {at}: {e}",
+                    o.path.display()
+                ))
+            })?
+        };
+        if got < want {
+            eof = true;
+        }
+        for i in 0..want / bs {
+            let b = block + i as u64;
+            let data = &buf[(i * bs).min(got)..((i + 1) * bs).min(got)];
+            if let Some(c) =
+                classify_block(l.run, b, bs, acks.seq[b as usize], data, fm.prior_foreign)
+            {
+                tally.add(b, c, acks);
+            }
+        }
+        block += (want / bs) as u64;
+        if let Some(bar) = &bar {
+            bar.set_position(block * bs as u64);
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok((mode, note))
+}
+
+fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if quiet || !std::io::stderr().is_terminal() || total < (256 << 20) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "reading target {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+        )
+        .expect("valid template"),
+    );
+    Some(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boot_relation_needs_both_boot_ids() {
+        let (a, b) = (
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+            "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+        );
+        assert_eq!(boot_relation(a, a), "same_boot");
+        assert_eq!(boot_relation(a, b), "rebooted");
+        assert_eq!(boot_relation("", b), "unknown");
+        assert_eq!(boot_relation(a, ""), "unknown");
+    }
+
+    #[test]
+    fn the_verify_command_line_gives_the_two_fields_a_file_run_reads() {
+        let args = VerifyArgs {
+            run: None,
+            host: Some("sut".into()),
+            target: Some(PathBuf::from("/dev/sdb")),
+            json: true,
+            show: 3,
+        };
+        let o = FileVerifyOptions::from(&args);
+        assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
+        assert!(o.quiet);
+    }
+}

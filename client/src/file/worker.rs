@@ -1,0 +1,357 @@
+//! The writer threads of `plugpull write file`: each `pwrite`s checksummed blocks and
+//! makes its durability call, and hands over an acknowledgement the moment that call
+//! returned.
+//!
+//! Worker `j` of `N` owns the blocks `b ≡ j (mod N)`, so each block is written by one
+//! worker at a time. Sequence numbers are assigned at issue from one run-wide counter
+//! ([`Shared::next_seq`]); each write carries the acknowledged [`Watermark`] at its
+//! issue. After the first failed write or durability call no worker hands over an
+//! acknowledgement (fsyncgate: a later success cannot be trusted).
+
+use super::medium::AlignedBuf;
+use super::{Pattern, SyncMode};
+use crate::latency::LatencyStats;
+use crate::reporter::AckSink;
+use crate::Error;
+use plugpull::ledger::FileAck;
+use plugpull::record::Encoder;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// The acknowledged watermark: the highest `w` with every seq `≤ w` acknowledged.
+#[derive(Default)]
+pub struct Watermark {
+    state: Mutex<(u64, BTreeSet<u64>)>,
+    value: AtomicU64,
+}
+
+impl Watermark {
+    /// Marks `seq` acknowledged, advancing the watermark over every seq now contiguous.
+    pub fn complete(&self, seq: u64) {
+        let mut g = self.state.lock().unwrap();
+        let (wm, done) = &mut *g;
+        if seq == *wm + 1 {
+            *wm = seq;
+            while done.remove(&(*wm + 1)) {
+                *wm += 1;
+            }
+            self.value.store(*wm, Ordering::Release);
+        } else {
+            done.insert(seq);
+        }
+    }
+
+    /// The current watermark (0 before the first seq is acknowledged).
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+}
+
+/// The first failed call of a run: its message, when it returned, and whether it is a
+/// device error ([`plugpull::ledger::is_device_errno`]).
+pub type FirstError = (String, Instant, bool);
+
+/// What the workers of one run share: the seq counter, the stop conditions, the
+/// watermark, the first error and the counters the progress line and summary read.
+pub struct Shared {
+    /// The last seq issued (the next write takes one more).
+    pub next_seq: AtomicU64,
+    /// `--writes`: no seq above it is issued.
+    pub limit: Option<u64>,
+    /// The end of `--duration`.
+    pub deadline: Option<Instant>,
+    /// Set to stop every worker after its write in flight.
+    pub stop: AtomicBool,
+    /// The acknowledged watermark each write carries.
+    pub watermark: Watermark,
+    /// Set (SeqCst) the moment a write or durability call failed: from then on no
+    /// worker hands over an ack (fsyncgate: a later success cannot be trusted).
+    failed: AtomicBool,
+    /// The first error.
+    error: Mutex<Option<FirstError>>,
+    /// Highest seq handed over as an ack.
+    pub last_seq: AtomicU64,
+    /// Writes issued.
+    pub issued: AtomicU64,
+    /// Writes acknowledged.
+    pub done: AtomicU64,
+    /// Sum of the acknowledged writes' latencies, µs.
+    pub lat_us: AtomicU64,
+    /// Sum of their squares, µs².
+    pub lat_us2: AtomicU64,
+}
+
+impl Shared {
+    /// A run that stops after `limit` writes or at `deadline` (or both, or neither).
+    pub fn new(limit: Option<u64>, deadline: Option<Instant>) -> Self {
+        Shared {
+            next_seq: AtomicU64::new(0),
+            limit,
+            deadline,
+            stop: AtomicBool::new(false),
+            watermark: Watermark::default(),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            last_seq: AtomicU64::new(0),
+            issued: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            lat_us: AtomicU64::new(0),
+            lat_us2: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a failed call: stops every worker, and no ack is handed over after this.
+    fn fail(&self, e: String, device: bool) {
+        self.failed.store(true, Ordering::SeqCst);
+        let at = Instant::now();
+        self.error.lock().unwrap().get_or_insert((e, at, device));
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// The first failed call, if one failed.
+    pub fn first_error(&self) -> Option<FirstError> {
+        self.error.lock().unwrap().clone()
+    }
+}
+
+/// What every worker of a run is told: the layout of the target, the durability call
+/// and the order of blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Workers (`--jobs`).
+    pub jobs: u64,
+    /// Blocks on the target.
+    pub blocks: u64,
+    /// Bytes per block.
+    pub bs: usize,
+    /// Durability call after each write.
+    pub sync: SyncMode,
+    /// Order of blocks.
+    pub pattern: Pattern,
+    /// Seed of the random block choice; worker `j` mixes in its id.
+    pub seed: u64,
+}
+
+/// One worker's result: its latencies and how many of its blocks it wrote at least once.
+pub struct WorkerOut {
+    /// Latency of every acknowledged write.
+    pub hist: LatencyStats,
+    /// Blocks it owns that it wrote at least once.
+    pub covered: u64,
+}
+
+/// Opens one descriptor of the target per worker with the flags `sync` needs
+/// (`O_DSYNC`, `O_DSYNC | O_DIRECT`).
+///
+/// Errors: the target cannot be opened for writing.
+pub fn open_for_writes(path: &Path, sync: SyncMode) -> Result<File, Error> {
+    let mut o = OpenOptions::new();
+    o.write(true);
+    match sync {
+        SyncMode::Dsync => {
+            o.custom_flags(libc::O_DSYNC);
+        }
+        SyncMode::DirectDsync => {
+            o.custom_flags(libc::O_DSYNC | libc::O_DIRECT);
+        }
+        SyncMode::Fdatasync | SyncMode::Fsync => {}
+    }
+    o.open(path).map_err(|e| {
+        Error(format!(
+            "cannot open target {} for writing ({}): {e}",
+            path.display(),
+            sync.name()
+        ))
+    })
+}
+
+/// Starts one writer thread per descriptor in `files` (thread `writer-j` is worker `j`);
+/// `sink` gives each its own acknowledgement sink.
+pub fn spawn(
+    files: Vec<File>,
+    plan: Plan,
+    enc: &Arc<Encoder>,
+    sh: &Arc<Shared>,
+    sink: impl Fn() -> AckSink,
+) -> Vec<JoinHandle<WorkerOut>> {
+    files
+        .into_iter()
+        .enumerate()
+        .map(|(j, f)| {
+            let (enc, sh, sink) = (enc.clone(), sh.clone(), sink());
+            std::thread::Builder::new()
+                .name(format!("writer-{j}"))
+                .spawn(move || worker(j as u64, plan, f, &enc, &sh, &sink))
+                .expect("spawn writer thread")
+        })
+        .collect()
+}
+
+/// How many of `blocks` worker `id` of `jobs` owns (the blocks `b ≡ id (mod jobs)`).
+fn owned_blocks(id: u64, jobs: u64, blocks: u64) -> u64 {
+    if id < blocks {
+        (blocks - id).div_ceil(jobs)
+    } else {
+        0
+    }
+}
+
+/// Writes `buf` as `block` and makes the durability call of `sync`. Errors: the failed
+/// call in words, and whether its errno is a device error.
+fn durable_write(
+    file: &File,
+    buf: &[u8],
+    block: u64,
+    sync: SyncMode,
+) -> Result<(), (String, bool)> {
+    let failed = |what: String, e: std::io::Error| {
+        let device = e
+            .raw_os_error()
+            .is_some_and(plugpull::ledger::is_device_errno);
+        (format!("{what}: {e}"), device)
+    };
+    let at = block * buf.len() as u64;
+    file.write_all_at(buf, at)
+        .map_err(|e| failed(format!("pwrite of block {block} at byte {at}"), e))?;
+    match sync {
+        SyncMode::Fdatasync => file
+            .sync_data()
+            .map_err(|e| failed(format!("fdatasync after block {block}"), e)),
+        SyncMode::Fsync => file
+            .sync_all()
+            .map_err(|e| failed(format!("fsync after block {block}"), e)),
+        SyncMode::Dsync | SyncMode::DirectDsync => Ok(()),
+    }
+}
+
+/// Worker `id`: writes its blocks until told to stop, the deadline or the write limit,
+/// a failed call, or a failed reporter.
+fn worker(
+    id: u64,
+    plan: Plan,
+    file: File,
+    enc: &Encoder,
+    sh: &Shared,
+    sink: &AckSink,
+) -> WorkerOut {
+    let own = owned_blocks(id, plan.jobs, plan.blocks);
+    let mut hist = LatencyStats::new();
+    let mut written = vec![false; own as usize];
+    let mut rng =
+        rand::rngs::StdRng::seed_from_u64(plan.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut buf = AlignedBuf::new(plan.bs);
+    let mut next = 0u64;
+    while own > 0 && !sh.stop.load(Ordering::Relaxed) && !sink.failed() {
+        if sh.deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        if sink.paused() {
+            sink.wait_while_paused(&sh.stop);
+        }
+        let seq = sh.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if sh.limit.is_some_and(|l| seq > l) {
+            break;
+        }
+        let idx = match plan.pattern {
+            Pattern::Random => rng.random_range(0..own),
+            Pattern::Sequential => {
+                let i = next;
+                next = (next + 1) % own;
+                i
+            }
+        };
+        let block = idx * plan.jobs + id;
+        enc.encode_block(buf.bytes_mut(), block, seq, sh.watermark.get());
+        sh.issued.fetch_add(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        if let Err((e, device)) = durable_write(&file, buf.bytes_mut(), block, plan.sync) {
+            sh.fail(e, device);
+            break;
+        }
+        let t1 = Instant::now();
+        // After another worker's failed call, this success is not trusted: no ack.
+        if sh.failed.load(Ordering::SeqCst) {
+            break;
+        }
+        let lat = t1 - t0;
+        sh.watermark.complete(seq);
+        // Handed over the moment the durability call returned: batching is the reporter's job.
+        sink.file_ack(FileAck {
+            seq,
+            block,
+            ms: sink.ms_at(t1),
+        });
+        sh.last_seq.fetch_max(seq, Ordering::Relaxed);
+        hist.record(lat);
+        written[idx as usize] = true;
+        let us = lat.as_micros() as u64;
+        sh.done.fetch_add(1, Ordering::Relaxed);
+        sh.lat_us.fetch_add(us, Ordering::Relaxed);
+        sh.lat_us2.fetch_add(us * us, Ordering::Relaxed);
+    }
+    WorkerOut {
+        hist,
+        covered: written.iter().filter(|&&w| w).count() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watermark_waits_for_the_gap_then_jumps_over_every_seq_done_behind_it() {
+        let w = Watermark::default();
+        assert_eq!(w.get(), 0);
+        w.complete(2);
+        w.complete(3);
+        assert_eq!(w.get(), 0);
+        w.complete(1);
+        assert_eq!(w.get(), 3);
+        w.complete(5);
+        assert_eq!(w.get(), 3);
+        w.complete(4);
+        assert_eq!(w.get(), 5);
+    }
+
+    #[test]
+    fn each_worker_owns_every_jobs_th_block_and_a_worker_beyond_the_blocks_none() {
+        // 10 blocks, 4 workers: 0,4,8 / 1,5,9 / 2,6 / 3,7.
+        assert_eq!(
+            (0..4).map(|j| owned_blocks(j, 4, 10)).collect::<Vec<_>>(),
+            vec![3, 3, 2, 2]
+        );
+        assert_eq!(owned_blocks(3, 4, 3), 0);
+        assert_eq!(owned_blocks(0, 1, 16384), 16384);
+    }
+
+    #[test]
+    fn a_durable_write_puts_the_block_at_its_offset_and_names_a_failed_call() {
+        let dir = std::env::temp_dir().join(format!("plugpull-worker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.dat");
+        std::fs::write(&path, vec![0u8; 3 * 512]).unwrap();
+        let f = open_for_writes(&path, SyncMode::Fdatasync).unwrap();
+        durable_write(&f, &[7u8; 512], 2, SyncMode::Fdatasync).unwrap();
+        let back = std::fs::read(&path).unwrap();
+        assert_eq!(back.len(), 1536);
+        assert!(back[..1024].iter().all(|&b| b == 0));
+        assert!(back[1024..].iter().all(|&b| b == 7));
+        // A descriptor opened read-only refuses the pwrite (EBADF: not a device error).
+        let ro = File::open(&path).unwrap();
+        let (msg, device) = durable_write(&ro, &[7u8; 512], 1, SyncMode::Fsync).unwrap_err();
+        assert_eq!(
+            msg,
+            "pwrite of block 1 at byte 512: Bad file descriptor (os error 9)"
+        );
+        assert!(!device);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
