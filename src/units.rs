@@ -14,6 +14,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .map_err(|e| format!("{s:?} is not a size ({e}); try 4096, 64MiB or 1GiB"))
 }
 
+/// Parses a number of seconds above 0 (`0.5`, `3`, `600`), for timeouts and
+/// intervals given as plain seconds.
+///
+/// Errors: not a finite number above 0, naming the value.
+pub fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds above 0")),
+    }
+}
+
 /// Formats a byte count the way the command line accepts it (`64 MiB`).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
@@ -94,6 +105,18 @@ pub fn utc(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_must_be_a_finite_number_above_zero() {
+        assert_eq!(positive_secs("0.5"), Ok(0.5));
+        assert_eq!(positive_secs("600"), Ok(600.0));
+        for bad in ["0", "-1", "inf", "NaN", "soon"] {
+            assert_eq!(
+                positive_secs(bad),
+                Err(format!("{bad:?} is not a number of seconds above 0"))
+            );
+        }
+    }
 
     #[test]
     fn sizes() {

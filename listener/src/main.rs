@@ -58,10 +58,10 @@ struct Args {
     #[arg(long, default_value_t = 512)]
     max_handshakes: usize,
     /// Seconds a new connection has to complete its handshake.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, value_parser = plugpull::units::positive_secs, default_value_t = 3.0)]
     handshake_timeout: f64,
     /// Seconds an authenticated connection may stay silent before it is dropped.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, value_parser = plugpull::units::positive_secs, default_value_t = 600.0)]
     idle_timeout: f64,
     /// FOR TESTS ONLY: sleep this many milliseconds before every ledger fdatasync,
     /// to stand in for a slow witness disk. Never use it for a real run.
