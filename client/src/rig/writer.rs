@@ -1,0 +1,158 @@
+//! A `plugpull write …` child: started, its run id read from its first line
+//! (`run id: ID`), then its stderr read for the progress line's acknowledged count
+//! (parsed by [`crate::progress::acknowledged`]).
+//!
+//! Two ways to read it: [`WriterChild`] keeps its stdout and stderr as readers and
+//! reads them only when asked (the tests: each wait is a blocking read); a
+//! [`Following`] writer has both drained by threads, so it can be left running while
+//! its latest progress line stays at hand and every wait can be cancelled (the demo).
+
+use super::proc;
+use crate::progress;
+use crate::Error;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+/// A running `plugpull write …` that printed its run id.
+pub struct WriterChild {
+    /// The process.
+    pub child: Child,
+    /// Its run id (16 hex digits).
+    pub run: String,
+    /// The rest of its stdout.
+    pub stdout: BufReader<ChildStdout>,
+    /// Its stderr (progress lines, messages).
+    pub stderr: BufReader<ChildStderr>,
+}
+
+impl WriterChild {
+    /// Spawns `cmd` (a `plugpull write …` command) with its stdout and stderr piped
+    /// and returns once it printed `run id: …`. `Err`, naming it `what` and carrying
+    /// its stderr, when its first line is something else; it is killed then.
+    pub fn spawn(mut cmd: Command, what: &str) -> Result<WriterChild, Error> {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error(format!("cannot start {what}: {e}")))?;
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
+            proc::Guard(Some(child)).kill();
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+            return Err(Error(format!("{what} said {line:?}; stderr: {rest}")));
+        };
+        Ok(WriterChild {
+            child,
+            run,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Reads stderr up to the first line for which `f` is true and returns that line;
+    /// `Err`, with what it read, when stderr ends first.
+    pub fn wait_stderr(&mut self, mut f: impl FnMut(&str) -> bool) -> Result<String, Error> {
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self
+                .stderr
+                .read_line(&mut line)
+                .map_err(|e| Error(format!("writer stderr: {e}")))?;
+            if n == 0 {
+                let st = self.child.wait().map_err(|e| Error(e.to_string()))?;
+                return Err(Error(format!("the writer ended ({st}); stderr:\n{seen}")));
+            }
+            if f(line.trim_end()) {
+                return Ok(line);
+            }
+            seen.push_str(&line);
+        }
+    }
+
+    /// Waits for a progress line reporting at least `n` acknowledgements confirmed by
+    /// the listener; returns that count.
+    pub fn wait_acknowledged(&mut self, n: u64) -> Result<u64, Error> {
+        let line = self.wait_stderr(|l| progress::acknowledged(l).is_some_and(|a| a >= n))?;
+        Ok(progress::acknowledged(line.trim_end()).unwrap_or(n))
+    }
+
+    /// Waits for the writer to exit; returns its status and the rest of its stdout
+    /// and stderr (both read at once: a writer blocked on a full stderr never closes
+    /// stdout).
+    pub fn finish(mut self) -> Result<(ExitStatus, String, String), Error> {
+        let mut stderr = self.stderr;
+        let err = std::thread::spawn(move || {
+            let mut err = String::new();
+            stderr.read_to_string(&mut err).map(|_| err)
+        });
+        let mut out = String::new();
+        self.stdout
+            .read_to_string(&mut out)
+            .map_err(|e| Error(format!("writer stdout: {e}")))?;
+        let err = err
+            .join()
+            .map_err(|_| Error("stderr reader panicked".into()))?
+            .map_err(|e| Error(format!("writer stderr: {e}")))?;
+        let st = self.child.wait().map_err(|e| Error(e.to_string()))?;
+        Ok((st, out, err))
+    }
+
+    /// From now on its output is drained by threads; see [`Following`].
+    pub fn follow(self) -> Following {
+        Following {
+            guard: proc::Guard(Some(self.child)),
+            run: self.run,
+            stderr: proc::lines(self.stderr),
+            _stdout: proc::lines(self.stdout),
+            last: String::new(),
+        }
+    }
+}
+
+/// A writer whose output threads drain; SIGKILLed and reaped on drop.
+pub struct Following {
+    /// The process.
+    pub guard: proc::Guard,
+    /// Its run id (16 hex digits).
+    pub run: String,
+    stderr: Receiver<String>,
+    _stdout: Receiver<String>,
+    last: String,
+}
+
+impl Following {
+    /// Waits (cancellably) for a progress line whose acknowledged count is positive:
+    /// acknowledgements are flowing to the listener. `what` names it in the error when
+    /// it ends first.
+    pub fn wait_acks(&mut self, what: &str) -> Result<(), Error> {
+        while let Some(l) = proc::recv_line(&self.stderr, Duration::MAX)? {
+            let Some(n) = progress::acknowledged(&l) else {
+                continue;
+            };
+            self.last = l;
+            if n > 0 {
+                return Ok(());
+            }
+        }
+        Err(Error(format!(
+            "the {what} ended before acknowledging anything"
+        )))
+    }
+
+    /// The latest progress line seen so far.
+    pub fn progress(&mut self) -> &str {
+        while let Ok(l) = self.stderr.try_recv() {
+            if l.starts_with(progress::PREFIX) {
+                self.last = l;
+            }
+        }
+        &self.last
+    }
+}
