@@ -56,52 +56,21 @@ impl WriterChild {
     }
 
     /// Reads stderr up to the first line for which `f` is true and returns that line;
-    /// `Err`, with what it read, when stderr ends first.
-    pub fn wait_stderr(&mut self, mut f: impl FnMut(&str) -> bool) -> Result<String, Error> {
-        let mut seen = String::new();
-        loop {
-            let mut line = String::new();
-            let n = self
-                .stderr
-                .read_line(&mut line)
-                .map_err(|e| Error(format!("writer stderr: {e}")))?;
-            if n == 0 {
-                let st = self.child.wait().map_err(|e| Error(e.to_string()))?;
-                return Err(Error(format!("the writer ended ({st}); stderr:\n{seen}")));
-            }
-            if f(line.trim_end()) {
-                return Ok(line);
-            }
-            seen.push_str(&line);
-        }
+    /// `Err`, with what it read, when stderr ends first. See [`wait_stderr`].
+    pub fn wait_stderr(&mut self, f: impl FnMut(&str) -> bool) -> Result<String, Error> {
+        wait_stderr(&mut self.child, &mut self.stderr, f)
     }
 
     /// Waits for a progress line reporting at least `n` acknowledgements confirmed by
-    /// the listener; returns that count.
+    /// the listener; returns that count. See [`wait_acknowledged`].
     pub fn wait_acknowledged(&mut self, n: u64) -> Result<u64, Error> {
-        let line = self.wait_stderr(|l| progress::acknowledged(l).is_some_and(|a| a >= n))?;
-        Ok(progress::acknowledged(line.trim_end()).unwrap_or(n))
+        wait_acknowledged(&mut self.child, &mut self.stderr, n)
     }
 
     /// Waits for the writer to exit; returns its status and the rest of its stdout
-    /// and stderr (both read at once: a writer blocked on a full stderr never closes
-    /// stdout).
-    pub fn finish(mut self) -> Result<(ExitStatus, String, String), Error> {
-        let mut stderr = self.stderr;
-        let err = std::thread::spawn(move || {
-            let mut err = String::new();
-            stderr.read_to_string(&mut err).map(|_| err)
-        });
-        let mut out = String::new();
-        self.stdout
-            .read_to_string(&mut out)
-            .map_err(|e| Error(format!("writer stdout: {e}")))?;
-        let err = err
-            .join()
-            .map_err(|_| Error("stderr reader panicked".into()))?
-            .map_err(|e| Error(format!("writer stderr: {e}")))?;
-        let st = self.child.wait().map_err(|e| Error(e.to_string()))?;
-        Ok((st, out, err))
+    /// and stderr. See [`finish`].
+    pub fn finish(self) -> Result<(ExitStatus, String, String), Error> {
+        finish(self.child, self.stdout, self.stderr)
     }
 
     /// From now on its output is drained by threads; see [`Following`].
@@ -114,6 +83,68 @@ impl WriterChild {
             last: String::new(),
         }
     }
+}
+
+/// Reads the writer's `stderr` up to the first line for which `f` is true and
+/// returns that line; `Err`, with what it read, when stderr ends first (the writer
+/// `child` is waited for then, and its status named).
+pub fn wait_stderr(
+    child: &mut Child,
+    stderr: &mut BufReader<ChildStderr>,
+    mut f: impl FnMut(&str) -> bool,
+) -> Result<String, Error> {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = stderr
+            .read_line(&mut line)
+            .map_err(|e| Error(format!("writer stderr: {e}")))?;
+        if n == 0 {
+            let st = child.wait().map_err(|e| Error(e.to_string()))?;
+            return Err(Error(format!("the writer ended ({st}); stderr:\n{seen}")));
+        }
+        if f(line.trim_end()) {
+            return Ok(line);
+        }
+        seen.push_str(&line);
+    }
+}
+
+/// Waits for a progress line on the writer's `stderr` reporting at least `n`
+/// acknowledgements confirmed by the listener; returns that count.
+pub fn wait_acknowledged(
+    child: &mut Child,
+    stderr: &mut BufReader<ChildStderr>,
+    n: u64,
+) -> Result<u64, Error> {
+    let line = wait_stderr(child, stderr, |l| {
+        progress::acknowledged(l).is_some_and(|a| a >= n)
+    })?;
+    Ok(progress::acknowledged(line.trim_end()).unwrap_or(n))
+}
+
+/// Waits for the writer `child` to exit; returns its status and the rest of its
+/// stdout and stderr (both read at once: a writer blocked on a full stderr never
+/// closes stdout).
+pub fn finish(
+    mut child: Child,
+    mut stdout: BufReader<ChildStdout>,
+    mut stderr: BufReader<ChildStderr>,
+) -> Result<(ExitStatus, String, String), Error> {
+    let err = std::thread::spawn(move || {
+        let mut err = String::new();
+        stderr.read_to_string(&mut err).map(|_| err)
+    });
+    let mut out = String::new();
+    stdout
+        .read_to_string(&mut out)
+        .map_err(|e| Error(format!("writer stdout: {e}")))?;
+    let err = err
+        .join()
+        .map_err(|_| Error("stderr reader panicked".into()))?
+        .map_err(|e| Error(format!("writer stderr: {e}")))?;
+    let st = child.wait().map_err(|e| Error(e.to_string()))?;
+    Ok((st, out, err))
 }
 
 /// A writer whose output threads drain; SIGKILLed and reaped on drop.
