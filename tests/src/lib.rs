@@ -283,8 +283,8 @@ impl RawConn {
 }
 
 /// A running `plugpull write …` that printed its run id. Its stdout and stderr stay
-/// open (the writer prints until it ends). The rig's [`rig::writer::WriterChild`],
-/// with methods that panic where the rig's return an error.
+/// open (the writer prints until it ends). What [`rig::writer::spawn`] returns, with
+/// the rig's reading functions as methods that panic where those return an error.
 pub struct Writer {
     /// The process.
     pub child: Child,
@@ -302,13 +302,13 @@ impl Writer {
     pub fn spawn(args: &[&str]) -> Writer {
         let mut cmd = Command::new(bin("plugpull"));
         cmd.args(args).env_remove("PLUGPULL_SECRET");
-        let w = rig::writer::WriterChild::spawn(cmd, &format!("plugpull {args:?}"))
+        let (child, run, stdout, stderr) = rig::writer::spawn(cmd, &format!("plugpull {args:?}"))
             .unwrap_or_else(|e| panic!("{e}"));
         Writer {
-            child: w.child,
-            run: w.run,
-            stdout: w.stdout,
-            stderr: w.stderr,
+            child,
+            run,
+            stdout,
+            stderr,
         }
     }
 

@@ -33,31 +33,10 @@ pub(super) struct Ctx {
 }
 
 /// The load `plugpull write pgbench` puts on the device, after its listener and DSN.
-const PGBENCH_LOAD: &[&str] = &[
-    "--init",
-    "--scale",
-    "1",
-    "--clients",
-    "4",
-    "--jobs",
-    "2",
-    "--duration",
-    "10m",
-    "--progress",
-    "1",
-];
+const PGBENCH_LOAD: &str = "--init --scale 1 --clients 4 --jobs 2 --duration 10m --progress 1";
 
 /// The load `plugpull write file` puts on the device, after its listener and target.
-const FILE_LOAD: &[&str] = &[
-    "--size",
-    "16MiB",
-    "--jobs",
-    "4",
-    "--duration",
-    "10m",
-    "--progress",
-    "0.5",
-];
+const FILE_LOAD: &str = "--size 16MiB --jobs 4 --duration 10m --progress 0.5";
 
 /// PostgreSQL's binary directory, checked to be usable here: server binaries, a user
 /// to run them as when we are root, a build of plugpull with the pgbench workload.

@@ -7,17 +7,8 @@ use crate::Error;
 use std::path::Path;
 use std::time::Duration;
 
-/// The load of the writer, after its listener.
-const LOAD: &[&str] = &[
-    "--size",
-    "64MiB",
-    "--jobs",
-    "4",
-    "--duration",
-    "10m",
-    "-P",
-    "1",
-];
+/// The load of the writer, after its listener and target.
+const LOAD: &str = "--size 64MiB --jobs 4 --duration 10m -P 1";
 
 /// Runs the fallback demo in `dir`; `Ok(true)` when nothing acknowledged was lost.
 pub(super) async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
@@ -31,9 +22,8 @@ pub(super) async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Er
         args.cut_after
     );
     let t = target.display().to_string();
-    let wargs = ["write", "file", "--listener", &addr];
-    let extra: Vec<&str> = LOAD.iter().copied().chain(["--target", &t]).collect();
-    let (mut w, run) = super::start_writer(&me, &wargs, &extra, "writer")?;
+    let wargs = ["write", "file", "--listener", &addr, "--target", &t];
+    let (mut w, run) = super::start_writer(&me, &wargs, LOAD, "writer")?;
     w.wait_acks("writer")?;
     crate::rig::proc::sleep(Duration::from_secs_f64(args.cut_after))?;
     println!("   {}", w.progress());

@@ -187,17 +187,17 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     Ok(works)
 }
 
-/// Starts `plugpull ARGS EXTRA` (this binary, `me`) and waits until it printed its
-/// run id; `what` names it in errors.
+/// Starts `plugpull ARGS LOAD` (this binary, `me`; `load` is options separated by
+/// spaces) and waits until it printed its run id; `what` names it in errors.
 fn start_writer(
     me: &Path,
     args: &[&str],
-    extra: &[&str],
+    load: &str,
     what: &str,
 ) -> Result<(rig::writer::Following, plugpull::RunId), Error> {
     let mut cmd = proc::command(me);
-    cmd.args(args).args(extra);
-    let w = rig::writer::WriterChild::spawn(cmd, &format!("the {what}"))?.follow();
+    cmd.args(args).args(load.split(' '));
+    let w = rig::writer::Following::new(rig::writer::spawn(cmd, &format!("the {what}"))?);
     let run = w.run.parse().map_err(Error)?;
     Ok((w, run))
 }

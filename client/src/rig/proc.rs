@@ -85,12 +85,8 @@ pub fn sleep(d: Duration) -> Result<(), Error> {
 
 /// Runs `cmd` to completion with its stdout and stderr captured. `what` names it in
 /// errors. When cancelled meanwhile the child is SIGKILLed and reaped.
-pub fn output(mut cmd: Command, what: &str) -> Result<Output, Error> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error(format!("cannot run {what}: {e}")))?;
+pub fn output(cmd: Command, what: &str) -> Result<Output, Error> {
+    let mut child = spawn_piped(cmd, what)?;
     let out = read_all(child.stdout.take());
     let err = read_all(child.stderr.take());
     let status = loop {
@@ -110,6 +106,14 @@ pub fn output(mut cmd: Command, what: &str) -> Result<Output, Error> {
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     })
+}
+
+/// Spawns `cmd` with its stdout and stderr piped; `Err` names it `what`.
+pub fn spawn_piped(mut cmd: Command, what: &str) -> Result<Child, Error> {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error(format!("cannot run {what}: {e}")))
 }
 
 /// Reads `r` to its end on a thread of its own.

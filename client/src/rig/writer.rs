@@ -2,87 +2,44 @@
 //! (`run id: ID`), then its stderr read for the progress line's acknowledged count
 //! (parsed by [`crate::progress::acknowledged`]).
 //!
-//! Two ways to read it: [`WriterChild`] keeps its stdout and stderr as readers and
-//! reads them only when asked (the tests: each wait is a blocking read); a
-//! [`Following`] writer has both drained by threads, so it can be left running while
+//! Two ways to read it: [`spawn`] hands over its stdout and stderr as readers,
+//! read only when asked with [`wait_stderr`], [`wait_acknowledged`], [`finish`]
+//! (the tests: each wait is a blocking read); a [`Following`] writer has both drained by threads, so it can be left running while
 //! its latest progress line stays at hand and every wait can be cancelled (the demo).
 
 use super::proc;
 use crate::progress;
 use crate::Error;
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-/// A running `plugpull write …` that printed its run id.
-pub struct WriterChild {
-    /// The process.
-    pub child: Child,
-    /// Its run id (16 hex digits).
-    pub run: String,
-    /// The rest of its stdout.
-    pub stdout: BufReader<ChildStdout>,
-    /// Its stderr (progress lines, messages).
-    pub stderr: BufReader<ChildStderr>,
-}
+/// A `plugpull write …` that printed its run id: the process, its run id (16 hex
+/// digits), the rest of its stdout, its stderr (progress lines, messages).
+pub type Spawned = (
+    Child,
+    String,
+    BufReader<ChildStdout>,
+    BufReader<ChildStderr>,
+);
 
-impl WriterChild {
-    /// Spawns `cmd` (a `plugpull write …` command) with its stdout and stderr piped
-    /// and returns once it printed `run id: …`. `Err`, naming it `what` and carrying
-    /// its stderr, when its first line is something else; it is killed then.
-    pub fn spawn(mut cmd: Command, what: &str) -> Result<WriterChild, Error> {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| Error(format!("cannot start {what}: {e}")))?;
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
-        let mut line = String::new();
-        let _ = stdout.read_line(&mut line);
-        let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
-            proc::Guard(Some(child)).kill();
-            let mut rest = String::new();
-            let _ = stderr.read_to_string(&mut rest);
-            return Err(Error(format!("{what} said {line:?}; stderr: {rest}")));
-        };
-        Ok(WriterChild {
-            child,
-            run,
-            stdout,
-            stderr,
-        })
-    }
-
-    /// Reads stderr up to the first line for which `f` is true and returns that line;
-    /// `Err`, with what it read, when stderr ends first. See [`wait_stderr`].
-    pub fn wait_stderr(&mut self, f: impl FnMut(&str) -> bool) -> Result<String, Error> {
-        wait_stderr(&mut self.child, &mut self.stderr, f)
-    }
-
-    /// Waits for a progress line reporting at least `n` acknowledgements confirmed by
-    /// the listener; returns that count. See [`wait_acknowledged`].
-    pub fn wait_acknowledged(&mut self, n: u64) -> Result<u64, Error> {
-        wait_acknowledged(&mut self.child, &mut self.stderr, n)
-    }
-
-    /// Waits for the writer to exit; returns its status and the rest of its stdout
-    /// and stderr. See [`finish`].
-    pub fn finish(self) -> Result<(ExitStatus, String, String), Error> {
-        finish(self.child, self.stdout, self.stderr)
-    }
-
-    /// From now on its output is drained by threads; see [`Following`].
-    pub fn follow(self) -> Following {
-        Following {
-            guard: proc::Guard(Some(self.child)),
-            run: self.run,
-            stderr: proc::lines(self.stderr),
-            _stdout: proc::lines(self.stdout),
-            last: String::new(),
-        }
-    }
+/// Spawns `cmd` (a `plugpull write …` command) with its stdout and stderr piped and
+/// returns once it printed `run id: …`. `Err`, naming it `what` and carrying its
+/// stderr, when its first line is something else; it is killed then.
+pub fn spawn(cmd: Command, what: &str) -> Result<Spawned, Error> {
+    let mut child = proc::spawn_piped(cmd, what)?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut line = String::new();
+    let _ = stdout.read_line(&mut line);
+    let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
+        proc::Guard(Some(child)).kill();
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        return Err(Error(format!("{what} said {line:?}; stderr: {rest}")));
+    };
+    Ok((child, run, stdout, stderr))
 }
 
 /// Reads the writer's `stderr` up to the first line for which `f` is true and
@@ -159,6 +116,17 @@ pub struct Following {
 }
 
 impl Following {
+    /// Hands a [`spawn`]ed writer's output to threads that drain it.
+    pub fn new((child, run, stdout, stderr): Spawned) -> Following {
+        Following {
+            guard: proc::Guard(Some(child)),
+            run,
+            stderr: proc::lines(stderr),
+            _stdout: proc::lines(stdout),
+            last: String::new(),
+        }
+    }
+
     /// Waits (cancellably) for a progress line whose acknowledged count is positive:
     /// acknowledgements are flowing to the listener. `what` names it in the error when
     /// it ends first.
