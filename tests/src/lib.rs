@@ -1,6 +1,11 @@
 //! Harness for the end-to-end tests: real `plugpull-listener` and `plugpull`
 //! processes on real sockets and files.
 //!
+//! The processes come from the rig the demo uses too ([`plugpull_client::rig`]):
+//! [`Listener`], [`Writer`], [`pg::PgCluster`] and [`simfs::SimFs`] are thin
+//! wrappers that panic where the rig returns an error, plus what only tests need
+//! (skip logging, hand-made wire frames, JSON helpers).
+//!
 //! The binaries come from the same target directory as the test executable
 //! (`target/release` or `target/debug`); build them first with
 //! `cargo build --release --workspace` (the README's test command does).

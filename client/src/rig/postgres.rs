@@ -202,13 +202,20 @@ impl Cluster {
     }
 
     /// SIGKILLs the postmaster of the last start and all its children at once, as a
-    /// power cut does ([`proc::kill_tree`]); `Err` lists processes still there 10 s later.
+    /// power cut does ([`proc::kill_tree`]); `Err` lists processes still there 10 s
+    /// later. Nothing happens when that pid no longer runs `postgres -D DATA` (it
+    /// ended, and the pid may belong to another process now).
     pub fn kill_all(&mut self) -> Result<(), Vec<u32>> {
         self.running = false;
-        match self.postmaster.take() {
-            Some(pid) => proc::kill_tree(pid, "postgres"),
-            None => Ok(()),
+        let Some(pid) = self.postmaster.take() else {
+            return Ok(());
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let data = self.data.as_os_str().as_encoded_bytes();
+        if !cmdline.split(|&b| b == 0).any(|arg| arg == data) {
+            return Ok(());
         }
+        proc::kill_tree(pid, "postgres")
     }
 
     /// Conninfo for the `postgres` superuser over the Unix socket, in database `db`.
