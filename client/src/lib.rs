@@ -12,6 +12,7 @@ pub mod net;
 pub mod pgbench;
 pub mod progress;
 pub mod reporter;
+pub mod rig;
 pub mod target_id;
 pub mod verify;
 

@@ -1,6 +1,11 @@
 //! Harness for the end-to-end tests: real `plugpull-listener` and `plugpull`
 //! processes on real sockets and files.
 //!
+//! The processes come from the rig the demo uses too ([`plugpull_client::rig`]):
+//! [`Listener`], [`Writer`], [`pg::PgCluster`] and [`simfs::SimFs`] are thin
+//! wrappers that panic where the rig returns an error, plus what only tests need
+//! (skip logging, hand-made wire frames, JSON helpers).
+//!
 //! The binaries come from the same target directory as the test executable
 //! (`target/release` or `target/debug`); build them first with
 //! `cargo build --release --workspace` (the README's test command does).
@@ -12,9 +17,10 @@ pub mod pg;
 pub mod proxy;
 pub mod simfs;
 
-use std::io::{BufRead, BufReader};
+use plugpull_client::rig;
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 /// A file-run manifest for tests that talk the wire protocol by hand (`RawConn`):
@@ -68,15 +74,10 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 /// A running listener on 127.0.0.1 with its own data directory; killed on drop.
-pub struct Listener {
-    child: Option<Child>,
-    addr: String,
-    /// Its data directory.
-    pub data_dir: PathBuf,
-    /// Where its stderr (the log) goes.
-    pub log: PathBuf,
-    extra: Vec<String>,
-}
+/// The rig's [`rig::listener::Listener`] (its `data_dir` and `log`, `addr()`,
+/// `kill()`, `log_text()`, `ledger_path()` are reached through it), panicking where
+/// that returns an error.
+pub struct Listener(rig::listener::Listener);
 
 impl Listener {
     /// Starts a listener on a free port with a data directory under `dir`.
@@ -86,102 +87,39 @@ impl Listener {
 
     /// Starts a listener with extra arguments.
     pub fn start_with(dir: &Path, extra: &[&str]) -> Listener {
-        let mut l = Listener {
-            child: None,
-            addr: String::new(),
-            data_dir: dir.join("listener-data"),
-            log: dir.join("listener.log"),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        l.spawn();
-        l
+        Listener::start_at(dir, &dir.join("listener-data"), extra)
     }
 
     /// Starts a listener with its data directory at `data_dir` (e.g. on a small
     /// filesystem) and its log at `dir/listener.log`.
     pub fn start_at(dir: &Path, data_dir: &Path, extra: &[&str]) -> Listener {
-        let mut l = Listener {
-            child: None,
-            addr: String::new(),
-            data_dir: data_dir.to_path_buf(),
-            log: dir.join("listener.log"),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        l.spawn();
-        l
-    }
-
-    fn spawn(&mut self) {
-        std::fs::create_dir_all(self.log.parent().unwrap()).expect("listener directory");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("listener log");
-        // A restart keeps the port, so agents can reconnect to the same address.
-        let listen = if self.addr.is_empty() {
-            "127.0.0.1:0".to_string()
-        } else {
-            self.addr.clone()
-        };
-        let mut child = Command::new(bin("plugpull-listener"))
-            .args(["--listen", &listen, "--data-dir"])
-            .arg(&self.data_dir)
-            .args(&self.extra)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn listener");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("listener stdout");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("listener said {line:?}; log: {}", self.log_text()));
-        self.addr = addr.to_string();
-        self.child = Some(child);
-    }
-
-    /// `IP:PORT` it listens on.
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    /// Kills it with SIGKILL and waits for it.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let log = dir.join("listener.log");
+        rig::listener::Listener::start(&bin("plugpull-listener"), data_dir, &log, extra)
+            .map(Listener)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Starts it again on the same data directory and port.
     pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// The log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.0.restart().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Process id of the running listener.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("listener running").id()
-    }
-
-    /// The ledger file of `run`.
-    pub fn ledger_path(&self, run: &str) -> PathBuf {
-        self.data_dir.join("runs").join(format!("{run}.ledger"))
+        self.0.pid().expect("listener running")
     }
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.kill();
+impl std::ops::Deref for Listener {
+    type Target = rig::listener::Listener;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Listener {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
     }
 }
 
@@ -258,8 +196,7 @@ pub fn skipped(test: &str, why: &str) {
 
 /// True when running as root (uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
+    rig::proc::is_root()
 }
 
 /// Sends SIGKILL to a child and reaps it.
@@ -351,7 +288,8 @@ impl RawConn {
 }
 
 /// A running `plugpull write …` that printed its run id. Its stdout and stderr stay
-/// open (the writer prints until it ends).
+/// open (the writer prints until it ends). What [`rig::writer::spawn`] returns, with
+/// the rig's reading functions as methods that panic where those return an error.
 pub struct Writer {
     /// The process.
     pub child: Child,
@@ -367,23 +305,10 @@ impl Writer {
     /// Spawns `plugpull ARGS` and returns once it printed `run id: …`; panics with its
     /// stderr when it does not.
     pub fn spawn(args: &[&str]) -> Writer {
-        let mut child = Command::new(bin("plugpull"))
-            .args(args)
-            .env_remove("PLUGPULL_SECRET")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn plugpull");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("writer stdout");
-        let Some(run) = line.trim().strip_prefix("run id: ").map(str::to_string) else {
-            sigkill(&mut child);
-            let mut rest = String::new();
-            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-            panic!("plugpull {args:?} said {line:?}; stderr: {rest}");
-        };
+        let mut cmd = Command::new(bin("plugpull"));
+        cmd.args(args).env_remove("PLUGPULL_SECRET");
+        let (child, run, stdout, stderr) = rig::writer::spawn(cmd, &format!("plugpull {args:?}"))
+            .unwrap_or_else(|e| panic!("{e}"));
         Writer {
             child,
             run,
@@ -394,41 +319,21 @@ impl Writer {
 
     /// Reads stderr up to the first line for which `f` is true and returns that line;
     /// panics, with what it read, when stderr ends first.
-    pub fn wait_stderr(&mut self, mut f: impl FnMut(&str) -> bool) -> String {
-        let mut seen = String::new();
-        loop {
-            let mut line = String::new();
-            if self.stderr.read_line(&mut line).expect("writer stderr") == 0 {
-                let st = self.child.wait().expect("wait for the writer");
-                panic!("the writer ended ({st}); stderr:\n{seen}");
-            }
-            if f(line.trim_end()) {
-                return line;
-            }
-            seen.push_str(&line);
-        }
+    pub fn wait_stderr(&mut self, f: impl FnMut(&str) -> bool) -> String {
+        rig::writer::wait_stderr(&mut self.child, &mut self.stderr, f)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits for a progress line (`progress: …, N acknowledged`, both workloads)
     /// reporting at least `n` acknowledgements confirmed by the listener; returns N.
     pub fn wait_acknowledged(&mut self, n: u64) -> u64 {
-        let line = self.wait_stderr(|l| progress_acknowledged(l).is_some_and(|a| a >= n));
-        progress_acknowledged(line.trim_end()).unwrap()
+        rig::writer::wait_acknowledged(&mut self.child, &mut self.stderr, n)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits for the writer to exit; returns its status and the rest of its stdout and stderr.
-    pub fn finish(mut self) -> (ExitStatus, String, String) {
-        // Read both pipes at once: a writer blocked on a full stderr never closes stdout.
-        let mut stderr = self.stderr;
-        let err = std::thread::spawn(move || {
-            let mut err = String::new();
-            std::io::Read::read_to_string(&mut stderr, &mut err).expect("writer stderr");
-            err
-        });
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut self.stdout, &mut out).expect("writer stdout");
-        let err = err.join().expect("stderr reader");
-        (self.child.wait().expect("wait for the writer"), out, err)
+    pub fn finish(self) -> (ExitStatus, String, String) {
+        rig::writer::finish(self.child, self.stdout, self.stderr).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

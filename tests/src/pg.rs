@@ -1,85 +1,44 @@
-//! A throwaway PostgreSQL cluster for tests: `initdb` and `pg_ctl` from the
-//! server's binary directory, a data directory in a temporary directory (or at a
-//! given path, e.g. a simfs mount), a free TCP port on 127.0.0.1 and a Unix socket
-//! directory of its own, so tests never touch a system cluster.
+//! A throwaway PostgreSQL cluster for tests: the rig's cluster
+//! ([`plugpull_client::rig::postgres`]: `initdb`, `pg_ctl`, as `postgres` when root)
+//! with a data directory in a temporary directory (or at a given path, e.g. a simfs
+//! mount), a free TCP port on 127.0.0.1 and a Unix socket directory of its own, so
+//! tests never touch a system cluster; plus what only tests do: `psql` (run as the
+//! caller, connecting as the `postgres` role over the socket with trust
+//! authentication), settings, `pg_hba.conf` lines, flipped bytes, report counts.
 //!
-//! PostgreSQL refuses to run as root: when the tests run as root, every server
-//! program runs as the `postgres` user (`Command::uid`/`gid`, which also drops the
-//! supplementary groups), and the directories it needs are chowned to it. `psql`
-//! runs as the caller and connects as the `postgres` role over the socket (trust
-//! authentication for local connections).
-//!
-//! The binary directory: `PLUGPULL_PG_BIN` if set, else the newest of
-//! `/usr/lib/postgresql/{17,16,15,14}/bin` that has `initdb`. When there is none,
+//! The binary directory is the rig's [`bin_dir`]. When there is none,
 //! [`PgCluster::available`] is false and tests print a SKIP line and return.
 
-use std::ffi::CString;
+use plugpull_client::rig::postgres::{Cluster, Layout};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The directory holding `initdb`, `pg_ctl`, `postgres`, `psql`, `pgbench`, if any.
-pub fn bin_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("PLUGPULL_PG_BIN") {
-        let d = PathBuf::from(d);
-        return d.join("initdb").exists().then_some(d);
-    }
-    ["17", "16", "15", "14"]
-        .iter()
-        .map(|v| PathBuf::from(format!("/usr/lib/postgresql/{v}/bin")))
-        .find(|d| d.join("initdb").exists())
-}
+pub use plugpull_client::rig::postgres::bin_dir;
 
-/// `(uid, gid)` of the `postgres` user, when we run as root and must switch to it.
-fn run_as() -> Option<(u32, u32)> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return None;
-    }
-    let name = CString::new("postgres").unwrap();
-    // SAFETY: getpwnam returns null or a pointer to static storage, read at once.
-    unsafe {
-        let pw = libc::getpwnam(name.as_ptr());
-        assert!(
-            !pw.is_null(),
-            "running as root, but there is no `postgres` user to run PostgreSQL as"
-        );
-        Some(((*pw).pw_uid, (*pw).pw_gid))
-    }
-}
-
-/// Chowns `path` (recursively) to `owner`.
-fn chown_r(path: &Path, owner: (u32, u32)) {
-    let st = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{}:{}", owner.0, owner.1))
-        .arg(path)
-        .status()
-        .expect("run chown");
-    assert!(st.success(), "chown -R {}", path.display());
-}
-
-/// A free TCP port on 127.0.0.1 (free when asked; the server binds it soon after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
-}
+/// The `postgresql.conf` lines of a test cluster, after the port and socket lines.
+const CONF: &str = "max_connections = 60\nshared_buffers = 64MB\nlog_min_messages = warning\n";
 
 /// A PostgreSQL cluster of its own; stopped (immediate mode) and removed on drop.
+/// The rig's [`Cluster`] (its `data`, `sock`, `log`, `port`, `conninfo_db()`,
+/// `log_tail()` are reached through it), panicking where that returns an error.
 pub struct PgCluster {
+    // Field order is drop order: the server stops before its directory goes.
+    inner: Cluster,
     _tmp: tempfile::TempDir,
-    /// The data directory.
-    pub data: PathBuf,
-    /// The Unix socket directory.
-    pub sock: PathBuf,
-    /// The server log (`pg_ctl -l`).
-    pub log: PathBuf,
-    /// The TCP port on 127.0.0.1 (and the socket's port number).
-    pub port: u16,
-    bin: PathBuf,
-    owner: Option<(u32, u32)>,
-    running: bool,
+}
+
+impl std::ops::Deref for PgCluster {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for PgCluster {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.inner
+    }
 }
 
 impl PgCluster {
@@ -135,77 +94,31 @@ impl PgCluster {
             .prefix("pp-pg")
             .tempdir()
             .expect("temp dir");
-        let data = data
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| tmp.path().join("data"));
-        let sock = tmp.path().join("sock");
-        std::fs::create_dir_all(&sock).unwrap();
-        std::fs::create_dir_all(&data).unwrap();
-        let owner = run_as();
-        if let Some(o) = owner {
-            chown_r(tmp.path(), o);
-            chown_r(&data, o);
-        }
-        let c = PgCluster {
-            _tmp: tmp,
-            log: sock.parent().unwrap().join("postgres.log"),
-            data,
-            sock,
-            port: free_port(),
-            bin,
-            owner,
-            running: false,
+        let layout = Layout {
+            data: data
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| tmp.path().join("data")),
+            sock: tmp.path().join("sock"),
+            log: tmp.path().join("postgres.log"),
         };
-        let o = c.server_cmd("initdb", |cmd| {
-            cmd.arg("-D")
-                .arg(&c.data)
-                .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"])
-                .args(initdb_args);
-        });
-        assert!(
-            o.status.success(),
-            "initdb failed: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let conf = format!(
-            "\n# plugpull test cluster\nport = {}\nlisten_addresses = '127.0.0.1'\n\
-             unix_socket_directories = '{}'\nmax_connections = 60\n\
-             shared_buffers = 64MB\nlog_min_messages = warning\n",
-            c.port,
-            c.sock.display()
-        );
-        c.append_file("postgresql.conf", &conf);
-        c
+        let inner = Cluster::init(
+            &bin,
+            layout,
+            initdb_args,
+            "plugpull test cluster",
+            "127.0.0.1",
+            CONF,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        PgCluster { inner, _tmp: tmp }
     }
 
     /// Runs a server program from the binary directory as the server's user.
     fn server_cmd(&self, prog: &str, f: impl FnOnce(&mut Command)) -> Output {
-        let mut cmd = Command::new(self.bin.join(prog));
+        let mut cmd = self.inner.server_cmd(prog);
         f(&mut cmd);
-        cmd.current_dir(self.sock.parent().unwrap())
-            .env("LC_ALL", "C")
-            .env_remove("PGDATA")
-            .env_remove("PGPORT")
-            .env_remove("PGHOST");
-        if let Some((uid, gid)) = self.owner {
-            use std::os::unix::process::CommandExt;
-            cmd.uid(uid).gid(gid);
-        }
         cmd.output()
             .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"))
-    }
-
-    /// Appends `text` to a file in the data directory (keeping its owner).
-    fn append_file(&self, name: &str, text: &str) {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.data.join(name))
-            .unwrap_or_else(|e| panic!("open {name}: {e}"));
-        f.write_all(text.as_bytes()).unwrap();
-        // Durable, like everything initdb writes: a data directory on simfs may be cut.
-        f.sync_all().unwrap_or_else(|e| panic!("fsync {name}: {e}"));
     }
 
     /// Starts the server and waits until it accepts connections (crash recovery
@@ -218,23 +131,13 @@ impl PgCluster {
 
     /// Starts the server; `Err` carries pg_ctl's output and the log's tail.
     pub fn try_start(&mut self) -> Result<(), String> {
-        let o = self.server_cmd("pg_ctl", |cmd| {
-            cmd.arg("-D")
-                .arg(&self.data)
-                .arg("-l")
-                .arg(&self.log)
-                .args(["-w", "-t", "120", "start"]);
-        });
-        if !o.status.success() {
-            return Err(format!(
-                "pg_ctl start failed: {}{}\nlog tail:\n{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr),
+        match self.inner.start(120).unwrap_or_else(|e| panic!("{e}")) {
+            Ok(()) => Ok(()),
+            Err(out) => Err(format!(
+                "pg_ctl start failed: {out}\nlog tail:\n{}",
                 self.log_tail(30)
-            ));
+            )),
         }
-        self.running = true;
-        Ok(())
     }
 
     /// `pg_ctl stop -m immediate`: every server process quits at once without a
@@ -250,18 +153,10 @@ impl PgCluster {
     }
 
     fn stop_mode(&mut self, mode: &str) {
-        let o = self.server_cmd("pg_ctl", |cmd| {
-            cmd.arg("-D")
-                .arg(&self.data)
-                .args(["-m", mode, "-w", "-t", "60", "stop"]);
-        });
-        self.running = false;
-        assert!(
-            o.status.success(),
-            "pg_ctl stop -m {mode} failed: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let r = self.inner.stop(mode, 60).unwrap_or_else(|e| panic!("{e}"));
+        if let Err(out) = r {
+            panic!("pg_ctl stop -m {mode} failed: {out}");
+        }
     }
 
     /// `pg_ctl promote -w`: ends recovery of a standby (or a server in recovery).
@@ -281,7 +176,7 @@ impl PgCluster {
 
     /// Whether the server was started and not stopped through this handle.
     pub fn is_running(&self) -> bool {
-        self.running
+        self.inner.running
     }
 
     /// Stops cleanly and starts again.
@@ -292,20 +187,7 @@ impl PgCluster {
 
     /// Conninfo for the `postgres` superuser over the Unix socket.
     pub fn conninfo(&self) -> String {
-        format!(
-            "host={} port={} user=postgres dbname=postgres",
-            self.sock.display(),
-            self.port
-        )
-    }
-
-    /// Conninfo for the `postgres` superuser over the Unix socket, in database `db`.
-    pub fn conninfo_db(&self, db: &str) -> String {
-        format!(
-            "host={} port={} user=postgres dbname={db}",
-            self.sock.display(),
-            self.port
-        )
+        self.conninfo_db("postgres")
     }
 
     /// Conninfo for `user` with `password` over TCP on 127.0.0.1.
@@ -392,27 +274,6 @@ impl PgCluster {
     pub fn program(&self, name: &str) -> PathBuf {
         self.bin.join(name)
     }
-
-    /// The last `n` lines of the server log.
-    pub fn log_tail(&self, n: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-}
-
-impl Drop for PgCluster {
-    fn drop(&mut self) {
-        if self.running {
-            let _ = self.server_cmd("pg_ctl", |cmd| {
-                cmd.arg("-D")
-                    .arg(&self.data)
-                    .args(["-m", "immediate", "-w", "-t", "30", "stop"]);
-            });
-        }
-        // The temporary directory removes itself; a data directory at a given
-        // path belongs to the caller.
-    }
 }
 
 impl PgCluster {
@@ -439,6 +300,16 @@ impl PgCluster {
         f.write_all(&page).unwrap();
         f.sync_all().unwrap();
         (lower, upper)
+    }
+}
+
+/// SIGKILLs the postmaster `pid` and all its children at once, as a power cut does
+/// (the rig's [`plugpull_client::rig::proc::kill_tree`]), and waits until they are
+/// gone; panics when some are still there 10 s later. Nothing happens when `pid` is
+/// not a `postgres` process (any more).
+pub fn kill_postgres(pid: u32) {
+    if let Err(left) = plugpull_client::rig::proc::kill_tree(pid, "postgres") {
+        panic!("PostgreSQL processes {left:?} still exist 10 s after SIGKILL (is there an init that reaps orphans?)");
     }
 }
 

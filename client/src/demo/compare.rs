@@ -1,0 +1,90 @@
+//! The two devices side by side, from their typed reports: the file workload's
+//! [`FileReport`] and, when the PostgreSQL part ran, the pgbench [`PgReport`]. Also
+//! each device's one-line verdict.
+
+use crate::pgbench::PgReport;
+use plugpull::report::FileReport;
+
+/// What one simulated device produced.
+pub(super) struct DeviceResult {
+    /// `honest` or `lying`.
+    pub mode: &'static str,
+    /// The file run's report.
+    pub file: FileReport,
+    /// The pgbench run's report, when the PostgreSQL part ran.
+    pub pg: Option<PgReport>,
+}
+
+impl DeviceResult {
+    /// Blocks that lost or damaged acknowledged data.
+    fn lost(&self) -> u64 {
+        self.file.verdicts.failures()
+    }
+
+    /// Whether every report of this device passed.
+    pub fn passed(&self) -> bool {
+        self.file.ok && self.pg.as_ref().is_none_or(|p| p.ok)
+    }
+
+    /// `honest device: PASS, N acknowledged (W writes, C commits), 0 lost`, or
+    /// `lying device: FAIL, N acknowledged writes lost, C commits lost…`.
+    pub fn verdict_line(&self) -> String {
+        let commits = self.pg.as_ref().map(|p| p.acknowledged_commits);
+        if self.passed() {
+            let total = self.file.acknowledged + commits.unwrap_or(0);
+            let parts = match commits {
+                Some(c) => format!(" ({} writes, {c} commits)", self.file.acknowledged),
+                None => String::new(),
+            };
+            return format!(
+                "{} device: PASS, {total} acknowledged{parts}, 0 lost",
+                self.mode
+            );
+        }
+        let mut s = format!(
+            "{} device: FAIL, {} acknowledged writes lost",
+            self.mode,
+            self.lost()
+        );
+        if let Some(p) = &self.pg {
+            if !p.server_reachable {
+                s.push_str(", PostgreSQL did not recover");
+            } else {
+                s.push_str(&format!(", {} commits lost", p.lost_commits));
+                if !p.invariant.holds {
+                    s.push_str(", balance invariant broken");
+                }
+            }
+        }
+        s
+    }
+}
+
+/// Prints the two devices' key figures in two columns.
+pub(super) fn side_by_side(a: &DeviceResult, b: &DeviceResult) {
+    let row = |name: &str, f: &dyn Fn(&DeviceResult) -> String| {
+        println!("{name:<26} {:>16} {:>16}", f(a), f(b));
+    };
+    row("", &|d| format!("{} device", d.mode));
+    row("acknowledged writes", &|d| d.file.acknowledged.to_string());
+    row("blocks lost or damaged", &|d| d.lost().to_string());
+    if a.pg.is_some() || b.pg.is_some() {
+        let pg = |figure: fn(&PgReport) -> u64| {
+            move |d: &DeviceResult| match &d.pg {
+                Some(p) if !p.server_reachable => "no recovery".to_string(),
+                Some(p) => figure(p).to_string(),
+                None => "-".to_string(),
+            }
+        };
+        row("acknowledged commits", &pg(|p| p.acknowledged_commits));
+        row("lost commits", &pg(|p| p.lost_commits));
+        row("balance invariant", &|d| match &d.pg {
+            Some(p) if p.invariant.holds => "holds".to_string(),
+            Some(_) => "broken".to_string(),
+            None => "-".to_string(),
+        });
+    }
+    row("verdict", &|d| {
+        if d.passed() { "PASS" } else { "FAIL" }.to_string()
+    });
+}

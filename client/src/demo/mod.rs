@@ -1,0 +1,223 @@
+//! `plugpull demo`: the whole procedure on this machine, without hardware.
+//!
+//! With FUSE (root, `/dev/fuse`, `fusermount3`) the demo runs the real procedure
+//! twice against the power-cut simulator `plugpull-simfs`: once on an **honest**
+//! simulated device, once on a **lying** one (fsync returns before the data is
+//! durable). On each: a listener on loopback; the file workload and — when
+//! PostgreSQL is installed — `plugpull write pgbench` against a throwaway cluster
+//! whose data directory lives on the simulated device; a power cut under load;
+//! unmount, mount again, PostgreSQL crash recovery; verify. It prints both reports
+//! and one verdict line per device:
+//!
+//! ```text
+//! honest device: PASS, 41230 acknowledged (38112 writes, 3118 commits), 0 lost
+//! lying device: FAIL, 2875 acknowledged writes lost, 402 commits lost
+//! ```
+//!
+//! Exit status: 0 when the honest device passes and the lying one is caught (the
+//! tool works), 1 otherwise, 2 when the demo could not run (or was interrupted).
+//!
+//! Without FUSE it says so and falls back to the old demo ([`fallback`]): the writer
+//! is SIGKILLed mid-run on the local disk (the page cache survives, so nothing may be
+//! lost). Without PostgreSQL it runs the file workload only and says so.
+//!
+//! Rooms: this file is the flow; [`device`] runs one simulated device end to end;
+//! [`compare`] puts the two devices' reports side by side. The processes come from
+//! [`crate::rig`], shared with the end-to-end tests.
+//!
+//! It leaves nothing mounted or running behind, also when interrupted with Ctrl-C:
+//! every process and the mount live in guards whose `Drop` kills or unmounts them.
+//! Ctrl-C cancels the rig's waits ([`crate::rig::proc::cancel`]) and drops the work
+//! in progress, and so the guards. Children run in their own process groups, so a
+//! Ctrl-C at the terminal reaches only the demo, which then tears down in order:
+//! writers, PostgreSQL, the mount, the listener.
+
+mod compare;
+mod device;
+mod fallback;
+
+use crate::rig::{self, proc};
+use crate::Error;
+use plugpull::report::FileReport;
+use std::path::Path;
+use std::time::Duration;
+
+/// Parses a number of seconds above 0.
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds above 0")),
+    }
+}
+
+/// Options of `plugpull demo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Seconds of load before each cut (more than 0).
+    #[arg(long, default_value_t = 3.0, value_parser = positive_secs)]
+    pub cut_after: f64,
+    /// Keep the scratch directory (listener data, backing directories, logs) for inspection.
+    #[arg(long)]
+    pub keep: bool,
+    /// Run only the file workload, even where PostgreSQL is installed.
+    #[arg(long)]
+    pub no_pg: bool,
+    /// Seed of the simulator's random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// A binary installed beside this one (`plugpull-listener`, `plugpull-simfs`).
+pub use crate::rig::sibling;
+
+/// Runs the demo; `Ok(true)` when every verdict came out as expected.
+pub async fn demo(args: &DemoArgs) -> Result<bool, Error> {
+    let dir = std::env::temp_dir().join(format!("plugpull-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
+    proc::detach_children();
+    // A task of its own sees Ctrl-C even while the flow waits in the rig.
+    let watcher = tokio::spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "\ninterrupted: stopping the writers and PostgreSQL, unmounting the simulator"
+            );
+            proc::cancel();
+        }
+    });
+    let until_cancelled = async {
+        while !proc::cancelled() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let result = tokio::select! {
+        r = run(&dir, args) => r,
+        _ = until_cancelled => Err(Error("interrupted".into())),
+    };
+    watcher.abort();
+    let result = if proc::cancelled() {
+        Err(Error("interrupted".into()))
+    } else {
+        result
+    };
+    // Guards inside `run` are dropped by now: nothing is left running or mounted.
+    if args.keep {
+        eprintln!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
+
+/// Why FUSE cannot be used here, if it cannot.
+fn fuse_unavailable() -> Option<String> {
+    if let Some(why) = rig::simfs::fuse_unavailable() {
+        return Some(why.into());
+    }
+    if let Err(e) = sibling("plugpull-simfs") {
+        return Some(e.0);
+    }
+    None
+}
+
+/// Starts the listener with its data directory and log under `dir`; prints where.
+fn start_listener(dir: &Path) -> Result<rig::listener::Listener, Error> {
+    let l = rig::listener::Listener::start(
+        &sibling("plugpull-listener")?,
+        &dir.join("listener-data"),
+        &dir.join("listener.log"),
+        &[],
+    )?;
+    println!(
+        "== listener on {} (ledger in {})",
+        l.addr(),
+        l.data_dir.display()
+    );
+    Ok(l)
+}
+
+async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
+    if let Some(why) = fuse_unavailable() {
+        println!("== FUSE is not available: {why}.");
+        println!("== Without the power-cut simulator the demo can only SIGKILL the writer on the local disk.");
+        return fallback::sigkill_demo(dir, args).await;
+    }
+    // PostgreSQL's postmaster outlives pg_ctl, its parent: as a child subreaper the
+    // demo inherits it and can reap it after killing it.
+    proc::set_subreaper();
+    let listener = start_listener(dir)?;
+    let pg = if args.no_pg {
+        println!("== PostgreSQL part skipped (--no-pg)");
+        None
+    } else {
+        match device::pg_setup() {
+            Ok(p) => Some(p),
+            Err(why) => {
+                println!("== PostgreSQL is not available ({why}): running the file workload only");
+                None
+            }
+        }
+    };
+    let ctx = device::Ctx {
+        dir: dir.to_path_buf(),
+        addr: listener.addr().to_string(),
+        me: std::env::current_exe().map_err(|e| Error(e.to_string()))?,
+        simfs: sibling("plugpull-simfs")?,
+        pg,
+        args: args.clone(),
+    };
+    let honest = device::device(&ctx, "honest").await?;
+    let lying = device::device(&ctx, "lying").await?;
+    println!();
+    compare::side_by_side(&honest, &lying);
+    println!();
+    println!("{}", honest.verdict_line());
+    println!("{}", lying.verdict_line());
+    let works = honest.passed() && !lying.passed();
+    println!(
+        "{}",
+        if works {
+            "the tool works: the honest device kept every acknowledged write, the lying one was caught"
+        } else if !honest.passed() {
+            "UNEXPECTED: the honest device lost acknowledged data"
+        } else {
+            "UNEXPECTED: the lying device was not caught losing anything"
+        }
+    );
+    Ok(works)
+}
+
+/// Starts `plugpull ARGS LOAD` (this binary, `me`; `load` is options separated by
+/// spaces) and waits until it printed its run id; `what` names it in errors.
+fn start_writer(
+    me: &Path,
+    args: &[&str],
+    load: &str,
+    what: &str,
+) -> Result<(rig::writer::Following, plugpull::RunId), Error> {
+    let mut cmd = proc::command(me);
+    cmd.args(args).args(load.split(' '));
+    let w = rig::writer::Following::new(rig::writer::spawn(cmd, &format!("the {what}"))?);
+    let run = w.run.parse().map_err(Error)?;
+    Ok((w, run))
+}
+
+/// Verifies file run `run` at the listener `addr` with the verifier's own function
+/// (device-error rule included), prints its report (`show` findings) and returns it.
+async fn verify_file(addr: &str, run: plugpull::RunId, show: usize) -> Result<FileReport, Error> {
+    let secret = plugpull::auth::Secret::default();
+    let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
+    let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
+        return Err(Error(format!("run {run} is not a file run")));
+    };
+    let vargs = crate::verify::VerifyArgs {
+        run: Some(run),
+        host: None,
+        target: None,
+        json: false,
+        show,
+    };
+    let report = crate::verify::verify_file_run(&l, fm, &vargs, addr, &secret).await?;
+    crate::verify::print_file_report(&report, show);
+    Ok(report)
+}

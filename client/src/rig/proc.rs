@@ -1,0 +1,306 @@
+//! Processes the rig starts: how they are spawned, waited for, killed and reaped.
+//!
+//! Everything here is synchronous (`std::process`), so the end-to-end tests call it
+//! directly and the demo calls it from its sequential flow. Two process-wide
+//! switches serve the demo:
+//!
+//! * [`detach_children`]: every child made by [`command`] afterwards gets a process
+//!   group of its own, so a Ctrl-C at the terminal reaches only the demo, which then
+//!   stops everything in order.
+//! * [`cancel`]: every wait in the rig ([`sleep`], [`output`], [`recv_line`]) returns
+//!   an "interrupted" [`Error`] within ~20 ms, killing the child it waited for; the
+//!   caller's guards then tear the rest down as they are dropped.
+//!
+//! PostgreSQL's postmaster outlives `pg_ctl`, its parent, so it is not the child of
+//! whoever started it: [`set_subreaper`] makes this process inherit such orphans, and
+//! [`kill_tree`] SIGKILLs a process with its children and reaps what it can.
+
+use crate::Error;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+static DETACH: AtomicBool = AtomicBool::new(false);
+static CANCEL: AtomicBool = AtomicBool::new(false);
+
+/// How often the waits here look at the cancel switch.
+const POLL: Duration = Duration::from_millis(20);
+
+/// From now on, children made by [`command`] get a process group of their own.
+pub fn detach_children() {
+    DETACH.store(true, Ordering::SeqCst);
+}
+
+/// Makes every wait in the rig return "interrupted" (set from a Ctrl-C handler).
+pub fn cancel() {
+    CANCEL.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`cancel`] was called.
+pub fn cancelled() -> bool {
+    CANCEL.load(Ordering::SeqCst)
+}
+
+/// `Err("interrupted")` once [`cancel`] was called.
+pub fn check() -> Result<(), Error> {
+    if cancelled() {
+        Err(Error("interrupted".into()))
+    } else {
+        Ok(())
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
+pub fn set_subreaper() {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// A command with stdin from `/dev/null`, in a process group of its own after
+/// [`detach_children`].
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(program);
+    c.stdin(Stdio::null());
+    if DETACH.load(Ordering::SeqCst) {
+        c.process_group(0);
+    }
+    c
+}
+
+/// Sleeps for `d`; `Err` at once when cancelled.
+pub fn sleep(d: Duration) -> Result<(), Error> {
+    let end = Instant::now() + d;
+    loop {
+        check()?;
+        let now = Instant::now();
+        if now >= end {
+            return Ok(());
+        }
+        std::thread::sleep(POLL.min(end - now));
+    }
+}
+
+/// Runs `cmd` to completion with its stdout and stderr captured. `what` names it in
+/// errors. When cancelled meanwhile the child is SIGKILLed and reaped.
+pub fn output(cmd: Command, what: &str) -> Result<Output, Error> {
+    let mut child = spawn_piped(cmd, what)?;
+    let out = read_all(child.stdout.take());
+    let err = read_all(child.stderr.take());
+    let status = loop {
+        if cancelled() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error("interrupted".into()));
+        }
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => std::thread::sleep(POLL),
+            Err(e) => return Err(Error(format!("{what}: {e}"))),
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// Spawns `cmd` with its stdout and stderr piped; `Err` names it `what`.
+pub fn spawn_piped(mut cmd: Command, what: &str) -> Result<Child, Error> {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error(format!("cannot run {what}: {e}")))
+}
+
+/// Reads `r` to its end on a thread of its own.
+fn read_all(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_end(&mut v);
+        }
+        v
+    })
+}
+
+/// The lines of a child's output, read by a thread until EOF (which also keeps the
+/// pipe drained, so the child never blocks on it).
+pub fn lines(r: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            // When nobody listens any more, keep draining.
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// The next line from `rx` within `limit` (`Duration::MAX`: no limit): `Ok(None)` when the output ended or the
+/// time ran out, `Err` when cancelled.
+pub fn recv_line(rx: &Receiver<String>, limit: Duration) -> Result<Option<String>, Error> {
+    let end = Instant::now().checked_add(limit);
+    loop {
+        check()?;
+        let step = match end {
+            Some(end) => {
+                let now = Instant::now();
+                if now >= end {
+                    return Ok(None);
+                }
+                POLL.min(end - now)
+            }
+            None => POLL,
+        };
+        match rx.recv_timeout(step) {
+            Ok(l) => return Ok(Some(l)),
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return Ok(None),
+        }
+    }
+}
+
+/// A child process SIGKILLed and reaped on drop.
+pub struct Guard(pub Option<Child>);
+
+impl Guard {
+    /// Kills (SIGKILL) and reaps the child now.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Process ids whose parent is `pid`, from `/proc/*/stat`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| stat_of(p).is_some_and(|(_, ppid)| ppid == pid))
+        .collect()
+}
+
+/// `(state, ppid)` of a process, from `/proc/PID/stat` (after the comm's last `)`);
+/// `None` once it is gone (reaped).
+pub fn stat_of(pid: u32) -> Option<(char, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut f = rest.split(' ');
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// SIGKILLs process `pid` and its children at once, as a power cut does, when its
+/// command name (`/proc/PID/comm`) is `comm`; `pid` is stopped (SIGSTOP) first so it
+/// cannot fork meanwhile. Then reaps those that are our children (see
+/// [`set_subreaper`]) and waits up to 10 s until every one is gone, since a zombie
+/// postmaster makes PostgreSQL's next start refuse ("lock file postmaster.pid
+/// already exists").
+///
+/// `Ok(())` when nothing was left to kill or all are gone; `Err` lists the survivors.
+pub fn kill_tree(pid: u32, comm: &str) -> Result<(), Vec<u32>> {
+    let is = std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm);
+    if !is {
+        return Ok(());
+    }
+    // SAFETY: plain kill(2) calls on a process id just read from /proc.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    let mut victims = children_of(pid);
+    victims.push(pid);
+    for &v in &victims {
+        // SAFETY: as above.
+        unsafe { libc::kill(v as libc::pid_t, libc::SIGKILL) };
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        for &v in &victims {
+            // SAFETY: waitpid on a specific pid; ECHILD when it is not ours.
+            unsafe { libc::waitpid(v as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
+        }
+        if victims.iter().all(|&v| stat_of(v).is_none()) {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(victims);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the server binds it soon after).
+pub fn free_port() -> Result<u16, Error> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error(format!("no free port: {e}")))
+}
+
+/// Whether an executable named `name` is in a directory of `PATH`.
+pub fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+/// Whether we run as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_of_reads_our_own_parent_and_nothing_for_a_reaped_child() {
+        let me = std::process::id();
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        assert_eq!(stat_of(me).map(|s| s.1), Some(parent));
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        assert_eq!(stat_of(pid), None);
+    }
+
+    #[test]
+    fn output_captures_both_streams_and_the_status() {
+        let mut c = command("sh");
+        c.args(["-c", "echo out; echo err >&2; exit 3"]);
+        let o = output(c, "sh").unwrap();
+        assert_eq!(o.status.code(), Some(3));
+        assert_eq!(o.stdout, b"out\n");
+        assert_eq!(o.stderr, b"err\n");
+    }
+
+    #[test]
+    fn recv_line_gives_the_lines_then_none_at_the_end() {
+        let mut c = Command::new("printf")
+            .arg("a\nb\n")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rx = lines(c.stdout.take().unwrap());
+        let t = Duration::from_secs(10);
+        assert_eq!(recv_line(&rx, t).unwrap().as_deref(), Some("a"));
+        assert_eq!(recv_line(&rx, t).unwrap().as_deref(), Some("b"));
+        assert_eq!(recv_line(&rx, t).unwrap(), None);
+        c.wait().unwrap();
+    }
+}
