@@ -1005,7 +1005,7 @@ async fn verify_pg(
     };
     let report =
         crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts).await?;
-    report.print_human(10);
+    crate::pgbench::print::print_human(&report, 10);
     serde_json::to_value(&report).map_err(|e| Error(e.to_string()))
 }
 

@@ -36,6 +36,8 @@
 //! flipped-bit count of a damaged record, where a misdirected write went, and the
 //! surviving write that proves an unserializable one.
 
+pub mod pgbench;
+
 use crate::record::{decode_sector, Encoder, InvalidReason, Sector, SectorHeader, SECTOR};
 use crate::RunId;
 use serde::{Deserialize, Serialize};

@@ -25,8 +25,8 @@
 //! `pg_controldata` and the last lines of the server log (`--pg-log`, else the newest
 //! file in `PGDATA/log`).
 
-use super::check::PgVerifyArgs;
-use super::conn::{self, describe};
+use super::PgVerifyArgs;
+use crate::pgbench::conn::{self, describe};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
