@@ -24,7 +24,7 @@ pub mod sql;
 use crate::pgbench::conn::{self, describe};
 use crate::pgbench::{print, schema, tag};
 use crate::Error;
-use pages::{Damage, LogSource};
+use pages::Damage;
 use plugpull::ledger::{AckBatch, Manifest, PgManifest};
 use plugpull::report::{Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings};
 use plugpull::verdict::pgbench::{self as rules, ClientAcks, Counts};
@@ -111,7 +111,12 @@ pub async fn verify(
     rep.clients = clients;
 
     // Connect, waiting for crash recovery (see ready.rs for the rule).
-    let client = match ready::wait(&cfg, &conninfo, opts, manifest.started_unix_ms).await? {
+    let files = ready::ServerFiles {
+        pgdata: opts.pgdata.as_deref(),
+        pg_log: opts.pg_log.as_deref(),
+    };
+    let since = manifest.started_unix_ms;
+    let client = match ready::wait(&cfg, &conninfo, opts.pg_wait, files, since).await? {
         ready::Ready::Up(c) => c,
         ready::Ready::Stopped(detail) => {
             unreachable(&mut rep, detail);
@@ -179,11 +184,8 @@ pub async fn verify(
         scanned,
         tables_missing: !missing.is_empty(),
         counter_start: (pg.checksum_failures_start, &pg.stats_reset_start),
-        since_ms: manifest.started_unix_ms,
-        log: LogSource {
-            pgdata: opts.pgdata.as_deref(),
-            pg_log: opts.pg_log.as_deref(),
-        },
+        since_ms: since,
+        files,
     };
     pages::check(&client, damage, &mut rep, &mut out).await?;
     rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;

@@ -3,26 +3,16 @@
 //! [`damage`] for the evidence and what counts as the run's data).
 
 use super::damage::{self, Page};
-use super::ready;
+use super::ready::{self, ServerFiles};
 use super::sql::{q, Findings};
 use crate::pgbench::conn::describe;
 use crate::pgbench::schema;
 use crate::Error;
 use plugpull::report::{PgFinding, PgFindingKind, PgReport};
-use std::path::Path;
 use tokio_postgres::Client;
 
 /// How many lines of the server log verify reads for "invalid page" lines.
 const LOG_LINES: usize = 100_000;
-
-/// Where the server log is, when verify was told: `--pg-log`, else `PGDATA/log`.
-#[derive(Clone, Copy, Default)]
-pub struct LogSource<'a> {
-    /// `--pgdata`.
-    pub pgdata: Option<&'a Path>,
-    /// `--pg-log`.
-    pub pg_log: Option<&'a Path>,
-}
 
 /// What the damage phase starts from.
 pub struct Damage<'a> {
@@ -36,8 +26,8 @@ pub struct Damage<'a> {
     pub counter_start: (i64, &'a str),
     /// When the run started, Unix ms (only log lines since then count).
     pub since_ms: u64,
-    /// The server log.
-    pub log: LogSource<'a>,
+    /// Where the server log is.
+    pub files: ServerFiles<'a>,
 }
 
 /// Reads the checksum failure counter, names every damaged page (now unreadable, or
@@ -67,7 +57,7 @@ pub async fn check(
     pages.sort();
     pages.dedup();
     let mut repaired = unreadable_now(&pages, rep, out);
-    let (logged, clean_again) = from_log(client, d.log, d.since_ms, &mut pages, rep, out).await;
+    let (logged, clean_again) = from_log(client, d.files, d.since_ms, &mut pages, rep, out).await;
     repaired += logged;
     // Every failure the counter shows must be explained by a page: an FSM/VM page
     // does not excuse the others.
@@ -151,13 +141,8 @@ fn unreadable_now(pages: &[Page], rep: &mut PgReport, out: &mut Findings) -> u64
 
 /// The server log's lines since `since_ms` (and how many "invalid page" lines carry
 /// no timestamp verify can read).
-fn log_since(log: LogSource<'_>, since_ms: u64) -> (String, u64) {
-    let log_text = log
-        .pg_log
-        .map(Path::to_path_buf)
-        .or_else(|| log.pgdata.map(|d| d.join("log")))
-        .map(|p| ready::log_tail(log.pgdata.unwrap_or(&p), log.pg_log, LOG_LINES))
-        .unwrap_or_default();
+fn log_since(files: ServerFiles<'_>, since_ms: u64) -> (String, u64) {
+    let log_text = files.log_tail(LOG_LINES);
     let (mut since_run, mut undated) = (String::new(), 0u64);
     for line in log_text.lines() {
         match ready::line_time_ms(line) {
@@ -178,13 +163,13 @@ fn log_since(log: LogSource<'_>, since_ms: u64) -> (String, u64) {
 /// rebuilt by design and those that read clean again.
 async fn from_log(
     client: &Client,
-    log: LogSource<'_>,
+    files: ServerFiles<'_>,
     since_ms: u64,
     pages: &mut Vec<Page>,
     rep: &mut PgReport,
     out: &mut Findings,
 ) -> (u64, u64) {
-    let (since_run, undated) = log_since(log, since_ms);
+    let (since_run, undated) = log_since(files, since_ms);
     if undated > 0 {
         rep.notes.push(format!(
             "{undated} \"invalid page\" lines of the server log carry no timestamp verify can read \
