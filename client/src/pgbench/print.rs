@@ -221,3 +221,72 @@ fn print_findings(r: &PgReport, show: usize) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> PgReport {
+        PgReport {
+            promised: true,
+            acknowledged_commits: 10,
+            present_commits: 11,
+            unacknowledged_present: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_summary_says_pass_with_what_survived() {
+        let r = PgReport {
+            ok: true,
+            unpromised_lost: 2,
+            ..report()
+        };
+        assert_eq!(
+            summary(&r, &[]),
+            "PASS: 10 acknowledged commits, 11 present (1 beyond the acknowledged: in flight or \
+             unconfirmed), none lost; balances consistent; 2 unpromised commits lost, as the \
+             configuration allowed"
+        );
+    }
+
+    #[test]
+    fn the_summary_names_each_failure_and_only_what_the_configuration_forbids() {
+        let mut r = PgReport {
+            lost_commits: 2,
+            duplicates: 1,
+            ..report()
+        };
+        r.invariant.checked = true;
+        assert_eq!(
+            summary(&r, &["pgbench_history"]),
+            "FAIL: pgbench_history missing, 2 lost commits, 1 duplicates, balance invariant broken \
+             out of 10 acknowledged commits"
+        );
+        r.promised = false;
+        assert_eq!(
+            summary(&r, &[]),
+            "FAIL: 1 duplicates out of 10 acknowledged commits"
+        );
+    }
+
+    #[test]
+    fn the_summary_of_an_all_unpromised_run_is_not_measured() {
+        let mut r = PgReport {
+            promised: false,
+            not_measured: true,
+            unpromised_acknowledged: 10,
+            unpromised_lost: 3,
+            ..report()
+        };
+        r.run_settings.settings.fsync = "off".into();
+        r.run_settings.settings.synchronous_commit = "on".into();
+        assert_eq!(
+            summary(&r, &[]),
+            "NOT MEASURED: all 10 acknowledged commits were unpromised (the configuration did not \
+             promise durability: fsync=off), so the run measured nothing about the device; 3 of \
+             them lost, as that configuration allows"
+        );
+    }
+}
