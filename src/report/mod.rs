@@ -1,7 +1,7 @@
 //! Verification reports: one typed model per workload, shared by the human output
 //! and `--json` (one JSON object; field names are a stable interface for scripts).
 //!
-//! * [`file`] — [`FileReport`], the report of a file run, built from the verdict
+//! * [`file`](mod@file) — [`FileReport`], the report of a file run, built from the verdict
 //!   engine's [`Classification`](crate::verdict::Classification).
 //! * [`pgbench`] — [`PgReport`], the report of a pgbench run, and its parts.
 //! * [`Report`] — either of them, for code that handles both workloads alike.

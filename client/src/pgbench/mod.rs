@@ -10,13 +10,13 @@
 //! * [`schema`] — `pgbench -i` compatible tables and the balance sums.
 //! * [`tag`] — the 22-character tag in `pgbench_history.filler`: run, client, seq.
 //! * [`run`] — the clients and their transaction.
-//! * [`verify`] — the verifier: set-based SQL over the tags, the balance invariant,
-//!   amcheck, damaged pages and checksum failures, gathered for the rules of
-//!   `plugpull::verdict::pgbench` into a `PgReport` (`plugpull::report::pgbench`);
-//!   with [`ready`] (waiting for PostgreSQL after the cut: "not up yet" vs
-//!   "stopped") and [`damage`] (where each damaged page is, and whether it is the
-//!   run's data or a page PostgreSQL rebuilds by design).
-//! * [`print`] — the human report and its summary line.
+//! * [`verify`](mod@verify) — the verifier: set-based SQL over the tags, the
+//!   balance invariant, amcheck, damaged pages and checksum failures, gathered for
+//!   the rules of `plugpull::verdict::pgbench` into a `PgReport`
+//!   (`plugpull::report::pgbench`); with [`ready`] (waiting for PostgreSQL after the
+//!   cut: "not up yet" vs "stopped") and [`damage`] (where each damaged page is, and
+//!   whether it is the run's data or a page PostgreSQL rebuilds by design).
+//! * [`print`](mod@print) — the human report and its summary line.
 //!
 //! The only difference from pgbench's transaction is the `filler` value of the
 //! history row, which names the transaction, so the verifier can tell which
