@@ -271,7 +271,7 @@ pub async fn verify(
                     serde_json::to_string(&report).expect("report serializes")
                 );
             } else {
-                report.print_human(args.show);
+                crate::pgbench::print::print_human(&report, args.show);
             }
             if report.not_measured {
                 // Exit 2 with the report already printed (one JSON object with --json).

@@ -8,11 +8,14 @@
 //! * [`file`](mod@file) — the file workload's rules, block by block:
 //!   [`classify_block`], then [`Tally`] over every block with its [`AckTable`]
 //!   (re-exported here).
+//! * [`pgbench`](mod@pgbench) — the pgbench workload's rules, client by client: which
+//!   acknowledged commits must exist, the sequence bound after a cut, and what fails.
 //!
 //! The verdicts are tabled, with what each means on disk, in the README's
 //! "Verdicts (file workload)" section.
 
 pub mod file;
+pub mod pgbench;
 
 pub use file::{classify_block, AckTable, BlockCheck, Tally};
 

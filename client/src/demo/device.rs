@@ -224,6 +224,6 @@ async fn verify_pg(
     };
     let report =
         crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts).await?;
-    report.print_human(10);
+    crate::pgbench::print::print_human(&report, 10);
     Ok(report)
 }

@@ -10,30 +10,30 @@
 //! * [`schema`] — `pgbench -i` compatible tables and the balance sums.
 //! * [`tag`] — the 22-character tag in `pgbench_history.filler`: run, client, seq.
 //! * [`run`] — the clients and their transaction; `summary` — what `write` prints after.
-//! * [`check`] — the verifier: set-based SQL over the tags, the balance invariant,
-//!   amcheck, checksum failures, and the report.
-//! * [`report`] — the verification report, its summary line and human rendering.
-//! * [`ready`] — waiting for PostgreSQL after the cut: "not up yet" vs "stopped".
-//! * [`damage`] — damaged pages: where each checksum failure is, and whether it is
-//!   the run's data or a page PostgreSQL rebuilds by design.
+//! * [`verify`](mod@verify) — the verifier: set-based SQL over the tags, the
+//!   balance invariant, amcheck, damaged pages and checksum failures, gathered for
+//!   the rules of `plugpull::verdict::pgbench` into a `PgReport`
+//!   (`plugpull::report::pgbench`); with [`ready`] (waiting for PostgreSQL after the
+//!   cut: "not up yet" vs "stopped") and [`damage`] (where each damaged page is, and
+//!   whether it is the run's data or a page PostgreSQL rebuilds by design).
+//! * [`print`](mod@print) — the human report and its summary line.
 //!
 //! The only difference from pgbench's transaction is the `filler` value of the
 //! history row, which names the transaction, so the verifier can tell which
 //! acknowledged commits are missing, one by one.
 
-pub mod check;
 pub mod conn;
-pub mod damage;
-pub mod ready;
-pub mod report;
+pub mod print;
 pub mod run;
 pub mod schema;
 mod summary;
 pub mod tag;
+pub mod verify;
 
+pub use plugpull::report::pgbench as report;
 #[allow(unused_imports)] // PgReport is the type verify() returns
-pub use check::{verify, PgVerifyArgs};
 pub use report::PgReport;
+pub use verify::{damage, ready, verify, PgVerifyArgs};
 
 use crate::manifest::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};

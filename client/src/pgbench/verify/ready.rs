@@ -25,13 +25,34 @@
 //! `pg_controldata` and the last lines of the server log (`--pg-log`, else the newest
 //! file in `PGDATA/log`).
 
-use super::check::PgVerifyArgs;
-use super::conn::{self, describe};
+use crate::pgbench::conn::{self, describe};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config};
+
+/// The server's files verify may read when it runs on the database host: the data
+/// directory (`--pgdata`) and the server log (`--pg-log`, else the newest file in
+/// `PGDATA/log`). Both are optional.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerFiles<'a> {
+    /// The data directory.
+    pub pgdata: Option<&'a Path>,
+    /// The server log.
+    pub pg_log: Option<&'a Path>,
+}
+
+impl ServerFiles<'_> {
+    /// The last `n` lines of the server log (see [`log_tail`]); empty when neither
+    /// file was given.
+    pub fn log_tail(&self, n: usize) -> String {
+        if self.pgdata.is_none() && self.pg_log.is_none() {
+            return String::new();
+        }
+        log_tail(self.pgdata.unwrap_or(Path::new("")), self.pg_log, n)
+    }
+}
 
 /// The outcome of waiting.
 pub enum Ready {
@@ -41,7 +62,7 @@ pub enum Ready {
     Stopped(String),
 }
 
-/// Waits for PostgreSQL as the module doc says.
+/// Waits for PostgreSQL as the module doc says, at most `pg_wait`.
 ///
 /// Errors (exit 2): nothing accepted connections by the deadline, the server was still
 /// starting up, the peer is not PostgreSQL, or PostgreSQL refused the session for
@@ -52,11 +73,12 @@ pub enum Ready {
 pub async fn wait(
     cfg: &Config,
     conninfo: &str,
-    opts: &PgVerifyArgs,
+    pg_wait: Duration,
+    files: ServerFiles<'_>,
     since_ms: u64,
 ) -> Result<Ready, Error> {
     let start = Instant::now();
-    let deadline = start + opts.pg_wait;
+    let deadline = start + pg_wait;
     let mut seen_starting = false;
     loop {
         let e = match conn::connect(cfg).await {
@@ -77,15 +99,15 @@ pub async fn wait(
             )));
         }
         seen_starting |= starting;
-        let why = match (&opts.pgdata, &opts.pg_log) {
-            (Some(d), _) => stopped(d, opts.pg_log.as_deref(), since_ms),
+        let why = match (files.pgdata, files.pg_log) {
+            (Some(d), _) => stopped(d, files.pg_log, since_ms),
             (None, Some(log)) if !starting => stopped_by_log(log, since_ms),
             _ => None,
         };
         if let Some(why) = why {
             return Ok(Ready::Stopped(format!(
                 "PostgreSQL at {conninfo} stopped: {why}{}",
-                evidence(opts)
+                evidence(files)
             )));
         }
         if Instant::now() >= deadline {
@@ -95,7 +117,7 @@ pub async fn wait(
                     "PostgreSQL at {conninfo} is still starting up after {waited} ({}): crash recovery \
                      can take minutes; run verify again, or give a longer --pg-wait{}",
                     describe(&e),
-                    evidence(opts)
+                    evidence(files)
                 )));
             }
             if seen_starting {
@@ -103,14 +125,14 @@ pub async fn wait(
                     "PostgreSQL at {conninfo} was starting up (crash recovery) and then stopped \
                      accepting connections: {}{}",
                     describe(&e),
-                    evidence(opts)
+                    evidence(files)
                 )));
             }
             return Err(Error(format!(
                 "nothing accepts connections at {conninfo} (waited {waited}): {}; is PostgreSQL \
                  running?{}",
                 describe(&e),
-                evidence(opts)
+                evidence(files)
             )));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -350,9 +372,9 @@ fn read_tail(path: &Path, n: usize) -> std::io::Result<String> {
 }
 
 /// The cluster state and the log's tail, for a message (empty without either).
-pub fn evidence(opts: &PgVerifyArgs) -> String {
+pub fn evidence(files: ServerFiles<'_>) -> String {
     let mut s = String::new();
-    if let Some(d) = &opts.pgdata {
+    if let Some(d) = files.pgdata {
         match controldata_state(d) {
             Some(st) => s.push_str(&format!(
                 "\npg_controldata {}: cluster state \"{st}\"",
@@ -361,12 +383,9 @@ pub fn evidence(opts: &PgVerifyArgs) -> String {
             None => s.push_str(&format!("\n(cannot run pg_controldata on {})", d.display())),
         }
     }
-    if opts.pgdata.is_some() || opts.pg_log.is_some() {
-        let d = opts.pgdata.clone().unwrap_or_default();
-        let tail = log_tail(&d, opts.pg_log.as_deref(), 20);
-        if !tail.is_empty() {
-            s.push_str(&format!("\nlast lines of the server log:\n{tail}"));
-        }
+    let tail = files.log_tail(20);
+    if !tail.is_empty() {
+        s.push_str(&format!("\nlast lines of the server log:\n{tail}"));
     }
     s
 }

@@ -1,27 +1,9 @@
 //! The verification report of a file run: one model for the human report and for
 //! `--json` (one JSON object; field names are a stable interface for scripts).
 
+use super::{lag_histogram, LagBucket, MAX_FINDINGS};
 use crate::verdict::{Classification, Finding, Verdict, VerdictCounts};
 use serde::{Deserialize, Serialize};
-
-/// How many findings a report lists at most.
-pub const MAX_FINDINGS: usize = 1000;
-
-/// Upper edges, in seconds, of the "acknowledged N s before the end" histogram
-/// buckets; the last bucket is open-ended.
-pub const LAG_EDGES_SECS: [f64; 7] = [0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0];
-
-/// One bucket of the lag histogram: lost acknowledged writes whose ack came
-/// `from_secs ≤ lag < to_secs` before the last ack of the run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LagBucket {
-    /// Lower edge, seconds (inclusive).
-    pub from_secs: f64,
-    /// Upper edge, seconds (exclusive); `None` for the open last bucket.
-    pub to_secs: Option<f64>,
-    /// Lost writes in the bucket.
-    pub count: u64,
-}
 
 /// The report of verifying a file run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -197,58 +179,9 @@ pub struct ReportHead {
     pub run_chosen: String,
 }
 
-/// Buckets lags (seconds) by [`LAG_EDGES_SECS`]; empty input gives empty buckets.
-pub fn lag_histogram(lags: &[f64]) -> Vec<LagBucket> {
-    let mut out = Vec::new();
-    let mut from = 0.0;
-    for i in 0..=LAG_EDGES_SECS.len() {
-        let to = LAG_EDGES_SECS.get(i).copied();
-        let count = lags
-            .iter()
-            .filter(|&&l| l >= from && to.is_none_or(|t| l < t))
-            .count() as u64;
-        out.push(LagBucket {
-            from_secs: from,
-            to_secs: to,
-            count,
-        });
-        if let Some(t) = to {
-            from = t;
-        }
-    }
-    out
-}
-
-/// The histogram as text lines, one per bucket (`   0.01 - 0.1     s        3 ###`),
-/// bars scaled to the largest count; the same for every workload's report.
-pub fn lag_histogram_text(buckets: &[LagBucket]) -> String {
-    let max = buckets.iter().map(|b| b.count).max().unwrap_or(1).max(1);
-    let mut s = String::new();
-    for b in buckets {
-        let range = match b.to_secs {
-            Some(t) => format!("{:>7} - {:<7} s", b.from_secs, t),
-            None => format!("{:>7} s or more  ", b.from_secs),
-        };
-        s.push_str(&format!(
-            "  {range} {:>8} {}\n",
-            b.count,
-            "#".repeat((40 * b.count).div_ceil(max) as usize)
-        ));
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_buckets() {
-        let h = lag_histogram(&[0.0, 0.05, 0.05, 2.0, 1000.0]);
-        let counts: Vec<u64> = h.iter().map(|b| b.count).collect();
-        assert_eq!(counts, vec![1, 2, 0, 0, 1, 0, 0, 1]);
-        assert_eq!(h[7].to_secs, None);
-    }
 
     #[test]
     fn percent_never_rounds_up_to_100() {

@@ -21,36 +21,10 @@
 //! Log lines count only when written since the run started and naming a file of the
 //! run's database (`base/D/…` with D its OID).
 
-use super::conn::describe;
-use serde::Serialize;
+use crate::pgbench::conn::describe;
+pub use plugpull::report::Page;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
-
-/// One page that failed verification.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Page {
-    /// The relation (`pgbench_history`, `pgbench_accounts_pkey`, …), or the file
-    /// path (`base/D/F`) when it names no relation of this database.
-    pub relation: String,
-    /// `main`, `fsm`, `vm` or `init`.
-    pub fork: String,
-    /// Block number within the fork.
-    pub block: u64,
-}
-
-impl Page {
-    /// Whether the page holds the run's data: a main-fork page of a pgbench table
-    /// or of one of their indexes.
-    pub fn is_data(&self) -> bool {
-        self.fork == "main" && self.relation.starts_with("pgbench_")
-    }
-
-    /// Whether PostgreSQL zeroes and rebuilds a damaged page of this kind by design:
-    /// a free-space-map or visibility-map page (these forks are not fully WAL-logged).
-    pub fn is_rebuilt_by_design(&self) -> bool {
-        self.fork == "fsm" || self.fork == "vm"
-    }
-}
 
 /// Whether an error is PostgreSQL saying a page is damaged (`XX001`, `XX002`).
 pub fn is_page_error(e: &tokio_postgres::Error) -> bool {

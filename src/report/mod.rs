@@ -1,0 +1,137 @@
+//! Verification reports: one typed model per workload, shared by the human output
+//! and `--json` (one JSON object; field names are a stable interface for scripts).
+//!
+//! * [`file`](mod@file) — [`FileReport`], the report of a file run, built from the verdict
+//!   engine's [`Classification`](crate::verdict::Classification).
+//! * [`pgbench`] — [`PgReport`], the report of a pgbench run, and its parts.
+//! * [`Report`] — either of them, for code that handles both workloads alike.
+//! * Here: the "acknowledged N s before the end" histogram both reports carry.
+//!
+//! The reports are data; the client renders them (text) or serializes them (JSON).
+
+pub mod file;
+pub mod pgbench;
+
+pub use file::{percent_floor, FileReport, ReportHead, TargetFinding};
+pub use pgbench::{
+    Amcheck, Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings, Timings,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// The report of verifying one run, whatever its workload.
+///
+/// Serialized untagged: the JSON is exactly the inner report's (each carries its own
+/// `workload` field, `"file"` or `"pgbench"`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+#[allow(clippy::large_enum_variant)] // one per verification, moved, never in a collection
+pub enum Report {
+    /// A file run.
+    File(FileReport),
+    /// A pgbench run.
+    Pgbench(PgReport),
+}
+
+impl Report {
+    /// True when nothing acknowledged (and promised) was lost or damaged.
+    pub fn ok(&self) -> bool {
+        match self {
+            Report::File(r) => r.ok,
+            Report::Pgbench(r) => r.ok,
+        }
+    }
+
+    /// The one-line verdict: `PASS: …`, `FAIL: …` or (pgbench) `NOT MEASURED: …`.
+    pub fn summary(&self) -> &str {
+        match self {
+            Report::File(r) => &r.summary,
+            Report::Pgbench(r) => &r.summary,
+        }
+    }
+}
+
+impl From<FileReport> for Report {
+    fn from(r: FileReport) -> Self {
+        Report::File(r)
+    }
+}
+
+impl From<PgReport> for Report {
+    fn from(r: PgReport) -> Self {
+        Report::Pgbench(r)
+    }
+}
+
+/// How many findings a report lists at most.
+pub const MAX_FINDINGS: usize = 1000;
+
+/// Upper edges, in seconds, of the "acknowledged N s before the end" histogram
+/// buckets; the last bucket is open-ended.
+pub const LAG_EDGES_SECS: [f64; 7] = [0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0];
+
+/// One bucket of the lag histogram: lost acknowledged writes whose ack came
+/// `from_secs ≤ lag < to_secs` before the last ack of the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LagBucket {
+    /// Lower edge, seconds (inclusive).
+    pub from_secs: f64,
+    /// Upper edge, seconds (exclusive); `None` for the open last bucket.
+    pub to_secs: Option<f64>,
+    /// Lost writes in the bucket.
+    pub count: u64,
+}
+
+/// Buckets lags (seconds) by [`LAG_EDGES_SECS`]; empty input gives empty buckets.
+pub fn lag_histogram(lags: &[f64]) -> Vec<LagBucket> {
+    let mut out = Vec::new();
+    let mut from = 0.0;
+    for i in 0..=LAG_EDGES_SECS.len() {
+        let to = LAG_EDGES_SECS.get(i).copied();
+        let count = lags
+            .iter()
+            .filter(|&&l| l >= from && to.is_none_or(|t| l < t))
+            .count() as u64;
+        out.push(LagBucket {
+            from_secs: from,
+            to_secs: to,
+            count,
+        });
+        if let Some(t) = to {
+            from = t;
+        }
+    }
+    out
+}
+
+/// The histogram as text lines, one per bucket (`   0.01 - 0.1     s        3 ###`),
+/// bars scaled to the largest count; the same for every workload's report.
+pub fn lag_histogram_text(buckets: &[LagBucket]) -> String {
+    let max = buckets.iter().map(|b| b.count).max().unwrap_or(1).max(1);
+    let mut s = String::new();
+    for b in buckets {
+        let range = match b.to_secs {
+            Some(t) => format!("{:>7} - {:<7} s", b.from_secs, t),
+            None => format!("{:>7} s or more  ", b.from_secs),
+        };
+        s.push_str(&format!(
+            "  {range} {:>8} {}\n",
+            b.count,
+            "#".repeat((40 * b.count).div_ceil(max) as usize)
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets() {
+        let h = lag_histogram(&[0.0, 0.05, 0.05, 2.0, 1000.0]);
+        let counts: Vec<u64> = h.iter().map(|b| b.count).collect();
+        assert_eq!(counts, vec![1, 2, 0, 0, 1, 0, 0, 1]);
+        assert_eq!(h[7].to_secs, None);
+    }
+}
