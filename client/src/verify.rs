@@ -8,6 +8,7 @@ use crate::net;
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{self, AckBatch, Acks, DeviceError, Entry, Manifest, Tail, Workload};
+use plugpull::report::Report;
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::path::PathBuf;
@@ -248,37 +249,38 @@ pub async fn verify(
             plugpull::units::utc(l.manifest.started_unix_ms)
         );
     }
-    match &l.manifest.workload {
-        Workload::File(fm) => {
-            let report = verify_file_run(&l, fm, args, listener, secret).await?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serializes")
-                );
-            } else {
-                print_file_report(&report, args.show);
-            }
-            Ok(Reported::Judged(report.ok))
-        }
+    let report: Report = match &l.manifest.workload {
+        Workload::File(fm) => verify_file_run(&l, fm, args, listener, secret)
+            .await?
+            .into(),
         Workload::Pgbench(pm) => {
             device_error_rule(&l)?;
-            let report =
-                crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg).await?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serializes")
-                );
-            } else {
-                crate::pgbench::print::print_human(&report, args.show);
-            }
-            if report.not_measured {
-                // Exit 2 with the report already printed (one JSON object with --json).
-                return Ok(Reported::NotMeasured(Error(report.summary)));
-            }
-            Ok(Reported::Judged(report.ok))
+            crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg)
+                .await?
+                .into()
         }
+    };
+    print_report(&report, args.json, args.show);
+    if report.not_measured() {
+        // Exit 2 with the report already printed (one JSON object with --json).
+        return Ok(Reported::NotMeasured(Error(report.summary().to_string())));
+    }
+    Ok(Reported::Judged(report.ok()))
+}
+
+/// Prints `report`: one JSON object with `json`, else the human report listing at most
+/// `show` findings of each kind.
+pub fn print_report(report: &Report, json: bool, show: usize) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("report serializes")
+        );
+        return;
+    }
+    match report {
+        Report::File(r) => print_file_report(r, show),
+        Report::Pgbench(r) => crate::pgbench::print::print_human(r, show),
     }
 }
 

@@ -42,6 +42,15 @@ impl Report {
         }
     }
 
+    /// True when the run measured nothing (a pgbench run without an acknowledged,
+    /// promised commit): neither a PASS nor a FAIL — the verifier exits 2.
+    pub fn not_measured(&self) -> bool {
+        match self {
+            Report::File(_) => false,
+            Report::Pgbench(r) => r.not_measured,
+        }
+    }
+
     /// The one-line verdict: `PASS: …`, `FAIL: …` or (pgbench) `NOT MEASURED: …`.
     pub fn summary(&self) -> &str {
         match self {

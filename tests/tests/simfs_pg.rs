@@ -21,7 +21,7 @@ use plugpull_tests::simfs::{skip_without_fuse, SimFs};
 use plugpull_tests::*;
 use serde_json::json;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Starts `plugpull write pgbench` and returns once it printed its run id (after `--init`).
 fn start_pg_writer(l: &Listener, dsn: &str, init: bool, seed: u64) -> Writer {
@@ -74,47 +74,11 @@ fn postmaster_pid(data: &Path) -> u32 {
         .unwrap_or_else(|| panic!("postmaster.pid says {text:?}"))
 }
 
-/// `(state, ppid)` of a process, from `/proc/PID/stat`.
-fn stat_of(pid: u32) -> Option<(char, u32)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let mut f = rest.split(' ');
-    Some((f.next()?.chars().next()?, f.next()?.parse().ok()?))
-}
-
-/// SIGKILLs the postmaster `pid` and all its children at once (the postmaster is
-/// stopped first so it cannot fork meanwhile) and waits until they are gone.
-fn kill_postgres(pid: u32) {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    if comm.trim() != "postgres" {
-        return; // already gone (e.g. it PANICked on the cut's EIO)
-    }
-    // SAFETY: plain kill(2) calls on process ids just read from /proc.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
-    let mut victims: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| stat_of(p).is_some_and(|(_, ppid)| ppid == pid))
-        .collect();
-    victims.push(pid);
-    for &v in &victims {
-        // SAFETY: as above.
-        unsafe { libc::kill(v as libc::pid_t, libc::SIGKILL) };
-    }
-    // Gone means reaped (by init, which inherited the postmaster from pg_ctl): a
-    // zombie postmaster would make the next start refuse ("lock file
-    // postmaster.pid already exists").
-    let gone = wait_for(Duration::from_secs(10), || {
-        victims.iter().all(|&v| stat_of(v).is_none())
-    });
-    assert!(gone, "PostgreSQL processes {victims:?} still exist 10 s after SIGKILL (is there an init that reaps orphans?)");
-}
-
 /// One cut: agent SIGKILLed, power cut, PostgreSQL SIGKILLed, remount honest.
 fn cut(sim: &mut SimFs, w: &mut Writer, postmaster: u32) {
     sigkill(&mut w.child);
     let truth = sim.cut();
-    kill_postgres(postmaster);
+    plugpull_tests::pg::kill_postgres(postmaster);
     sim.remount("honest");
     eprintln!(
         "cut: {} writes, {} cached ({} fsynced)",

@@ -42,19 +42,11 @@ use plugpull::report::FileReport;
 use std::path::Path;
 use std::time::Duration;
 
-/// Parses a number of seconds above 0.
-fn positive_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds above 0")),
-    }
-}
-
 /// Options of `plugpull demo`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
     /// Seconds of load before each cut (more than 0).
-    #[arg(long, default_value_t = 3.0, value_parser = positive_secs)]
+    #[arg(long, default_value_t = 3.0, value_parser = plugpull::units::positive_secs)]
     pub cut_after: f64,
     /// Keep the scratch directory (listener data, backing directories, logs) for inspection.
     #[arg(long)]

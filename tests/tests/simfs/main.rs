@@ -48,7 +48,7 @@
 //!   without the backing file: `{b : some dropped write to b has write_id ≤ A(b)}`.
 //! * The verdict of every block (not only the mode's headline verdict) is computed
 //!   from the backing file and the ledger by a small model of the rules in
-//!   `src/verdict.rs`, written independently here, and the verifier's counts and
+//!   `src/verdict/file.rs`, written independently here, and the verifier's counts and
 //!   findings must equal it; the headline numbers must equal what the ground truth
 //!   says (per mode, below).
 //!

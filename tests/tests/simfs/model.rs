@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// What the verifier must say, per the rules (independent model of `src/verdict.rs`).
+/// What the verifier must say, per the rules (independent model of `src/verdict/file.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct Model {
     /// Blocks per verdict (every verdict present, as in the report).
