@@ -25,6 +25,17 @@ pub fn positive_secs(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses a number of seconds of 0 or more (`0` = at once), for bounds where 0 is a
+/// meaningful strictest setting.
+///
+/// Errors: not a finite number of 0 or more, naming the value.
+pub fn non_negative_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds, 0 or more")),
+    }
+}
+
 /// Formats a byte count the way the command line accepts it (`64 MiB`).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
@@ -114,6 +125,18 @@ mod tests {
             assert_eq!(
                 positive_secs(bad),
                 Err(format!("{bad:?} is not a number of seconds above 0"))
+            );
+        }
+    }
+
+    #[test]
+    fn seconds_may_be_zero_where_zero_means_at_once() {
+        assert_eq!(non_negative_secs("0"), Ok(0.0));
+        assert_eq!(non_negative_secs("2.5"), Ok(2.5));
+        for bad in ["-1", "inf", "NaN", "soon"] {
+            assert_eq!(
+                non_negative_secs(bad),
+                Err(format!("{bad:?} is not a number of seconds, 0 or more"))
             );
         }
     }

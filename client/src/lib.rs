@@ -16,9 +16,6 @@ pub mod rig;
 pub mod target_id;
 pub mod verify;
 
-/// The target checks before a write run, at their old path (now [`file::target`]).
-pub use file::target as guard;
-
 /// "Could not do the job": bad arguments, unreachable listener, damaged ledger,
 /// unreadable target. Exit code 2. Findings are never an `Error`; "failure" means acknowledged data lost.
 #[derive(Debug)]

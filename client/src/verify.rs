@@ -13,9 +13,8 @@ use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::path::PathBuf;
 
-/// The file run's verification and report, at the path the demo has always used.
-pub use crate::file::print::print_file_report;
-pub use crate::file::verify::{verify_file_run, FileVerifyOptions};
+use crate::file::print::print_file_report;
+use crate::file::verify::{verify_file_run, FileVerifyOptions};
 
 /// Options of `plugpull verify`.
 #[derive(clap::Args, Debug, Clone)]
@@ -190,8 +189,9 @@ pub enum Reported {
     /// The run was judged: `true` = nothing acknowledged lost or damaged (exit 0),
     /// `false` = findings (exit 1).
     Judged(bool),
-    /// The report says the run measured nothing (a pgbench run without an acknowledged
-    /// commit): exit 2 with this cause on stderr, and no second JSON object.
+    /// The report says the run measured nothing (a pgbench run whose acknowledged
+    /// commits were all made under a configuration that did not promise durability):
+    /// exit 2 with this cause on stderr, and no second JSON object.
     NotMeasured(Error),
 }
 
@@ -250,9 +250,11 @@ pub async fn verify(
         );
     }
     let report: Report = match &l.manifest.workload {
-        Workload::File(fm) => verify_file_run(&l, fm, args, listener, secret)
-            .await?
-            .into(),
+        Workload::File(fm) => {
+            verify_file_run(&l, fm, &FileVerifyOptions::from(args), listener, secret)
+                .await?
+                .into()
+        }
         Workload::Pgbench(pm) => {
             device_error_rule(&l)?;
             crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg)

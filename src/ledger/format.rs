@@ -7,7 +7,7 @@ use super::Entry;
 use crate::RunId;
 
 /// Magic at byte 0 of every ledger file.
-pub const MAGIC: [u8; 8] = *b"PPLEDGR2";
+pub const MAGIC: [u8; 8] = *b"PPLEDGR3";
 /// Bytes before the first entry.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of an entry's length + CRC prefix.
@@ -386,7 +386,7 @@ mod proptests {
         assert_eq!(e, LedgerError::OtherVersion { found: '1' });
         assert_eq!(
             e.to_string(),
-            "ledger format 1 was written by another plugpull version (this one reads format 2): \
+            "ledger format 1 was written by another plugpull version (this one reads format 3): \
              verify it with the plugpull that wrote it"
         );
     }

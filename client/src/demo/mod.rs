@@ -36,6 +36,7 @@ mod compare;
 mod device;
 mod fallback;
 
+use crate::rig::sibling;
 use crate::rig::{self, proc};
 use crate::Error;
 use plugpull::report::FileReport;
@@ -58,9 +59,6 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
-
-/// A binary installed beside this one (`plugpull-listener`, `plugpull-simfs`).
-pub use crate::rig::sibling;
 
 /// Runs the demo; `Ok(true)` when every verdict came out as expected.
 pub async fn demo(args: &DemoArgs) -> Result<bool, Error> {
@@ -202,14 +200,11 @@ async fn verify_file(addr: &str, run: plugpull::RunId, show: usize) -> Result<Fi
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
         return Err(Error(format!("run {run} is not a file run")));
     };
-    let vargs = crate::verify::VerifyArgs {
-        run: Some(run),
-        host: None,
+    let opts = crate::file::verify::FileVerifyOptions {
         target: None,
-        json: false,
-        show,
+        quiet: false,
     };
-    let report = crate::verify::verify_file_run(&l, fm, &vargs, addr, &secret).await?;
-    crate::verify::print_file_report(&report, show);
+    let report = crate::file::verify::verify_file_run(&l, fm, &opts, addr, &secret).await?;
+    crate::file::print::print_file_report(&report, show);
     Ok(report)
 }

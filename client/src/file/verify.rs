@@ -58,17 +58,15 @@ impl From<&VerifyArgs> for FileVerifyOptions {
 /// A file gone from the right filesystem is a finding: every acknowledged block is
 /// then missing.
 ///
-/// `opts` is a [`FileVerifyOptions`] or anything that gives one (`&VerifyArgs`).
 pub async fn verify_file_run(
     l: &RunLedger,
     fm: &FileManifest,
-    opts: impl Into<FileVerifyOptions>,
+    opts: &FileVerifyOptions,
     listener: &str,
     secret: &Secret,
 ) -> Result<FileReport, Error> {
-    let opts = opts.into();
     let device_error = device_error_rule(l)?;
-    let read = read_file_target(l, fm, &opts)?;
+    let read = read_file_target(l, fm, opts)?;
     let (prior, reused_by) = place_other_runs(l, fm, &read.tally, listener, secret).await;
     let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
     report.device_error = device_error;

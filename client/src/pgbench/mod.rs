@@ -30,10 +30,10 @@ mod summary;
 pub mod tag;
 pub mod verify;
 
-pub use plugpull::report::pgbench as report;
-#[allow(unused_imports)] // PgReport is the type verify() returns
-pub use report::PgReport;
-pub use verify::{damage, ready, verify, PgVerifyArgs};
+pub use plugpull::report::pgbench::PgReport;
+pub use verify::{verify, PgVerifyArgs};
+
+use verify::damage;
 
 use crate::manifest::make_manifest;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};

@@ -93,7 +93,7 @@ pub struct ReporterOptions {
     pub max_unconfirmed: Option<u64>,
     /// Also pause writing while acks wait and the listener has confirmed nothing for
     /// this many seconds (a warning comes after 2 s)
-    #[arg(long, value_parser = plugpull::units::positive_secs, default_value_t = MAX_UNCONFIRMED_SECS)]
+    #[arg(long, value_parser = plugpull::units::non_negative_secs, default_value_t = MAX_UNCONFIRMED_SECS)]
     pub max_unconfirmed_secs: f64,
 }
 

@@ -203,19 +203,34 @@ impl Cluster {
 
     /// SIGKILLs the postmaster of the last start and all its children at once, as a
     /// power cut does ([`proc::kill_tree`]); `Err` lists processes still there 10 s
-    /// later. Nothing happens when that pid no longer runs `postgres -D DATA` (it
-    /// ended, and the pid may belong to another process now).
+    /// later. Nothing happens when that pid is no longer this cluster's postmaster (it
+    /// ended, and the pid may belong to another process now): a postmaster is ours
+    /// when its working directory (it changes into its data directory) or its `-D`
+    /// argument is our data directory.
     pub fn kill_all(&mut self) -> Result<(), Vec<u32>> {
         self.running = false;
         let Some(pid) = self.postmaster.take() else {
             return Ok(());
         };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let data = self.data.as_os_str().as_encoded_bytes();
-        if !cmdline.split(|&b| b == 0).any(|arg| arg == data) {
+        if !self.is_postmaster(pid) {
             return Ok(());
         }
         proc::kill_tree(pid, "postgres")
+    }
+
+    /// Whether process `pid` is this cluster's postmaster (see [`Cluster::kill_all`]).
+    fn is_postmaster(&self, pid: u32) -> bool {
+        // readlink of /proc/PID/cwd names the directory without touching its
+        // filesystem, so it answers also when a cut left the mount dead.
+        let data = std::fs::canonicalize(&self.data).unwrap_or_else(|_| self.data.clone());
+        if std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| cwd == data || cwd == self.data)
+        {
+            return true;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let data = self.data.as_os_str().as_encoded_bytes();
+        cmdline.split(|&b| b == 0).any(|arg| arg == data)
     }
 
     /// Conninfo for the `postgres` superuser over the Unix socket, in database `db`.
