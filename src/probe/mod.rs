@@ -1,0 +1,206 @@
+//! What `plugpull probe` found: the storage stack under a target, layer by layer
+//! from the mount down to every whole disk, the facts of each disk, the machine's
+//! environment, and the warnings those facts raise. Pure data and rules; the
+//! collector that reads sysfs and runs tools is `plugpull_client::probe`.
+//!
+//! * [`mountinfo`] — one `/proc/self/mountinfo` line, mount options → flags.
+//! * [`sysfs`] — small parsers for sysfs files and `dmsetup table` lines.
+//! * [`rules`] — the warnings, each with a stable id (`docs/probe.md`).
+//!
+//! Extension point for the timed flush measurement (issue 11 item 2): it lives in
+//! `src/probe/flush.rs` (built separately) and is wired into [`Probe`] as a
+//! `flush: Option<flush::FlushMeasurement>` field next to `warnings`.
+
+pub mod mountinfo;
+pub mod rules;
+pub mod sysfs;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one probe found about one target.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    /// The path probed, as given.
+    pub target: String,
+    /// The stack from the top (the mount) down, depth first; a layer with several
+    /// devices under it (dm, md) is followed by each one's layers in turn.
+    pub layers: Vec<Layer>,
+    /// Every whole disk at the bottom of the stack, each once.
+    pub leaves: Vec<Leaf>,
+    /// Virtualisation and preloaded libraries.
+    pub environment: Environment,
+    /// What could not be found out and why (a tool not installed, no block device
+    /// under the filesystem), one sentence each.
+    pub notes: Vec<String>,
+    /// What the rules found ([`rules::warnings`]).
+    pub warnings: Vec<Warning>,
+}
+
+/// One layer of the stack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Layer {
+    /// The filesystem holding the target (`/proc/self/mountinfo`).
+    Mount {
+        /// Mount source, e.g. `/dev/loop3`.
+        source: String,
+        /// Filesystem type, e.g. `ext4`.
+        fstype: String,
+        /// Mount point.
+        mountpoint: String,
+        /// Per-mount then superblock options, e.g. `rw,relatime,nobarrier`.
+        options: Vec<String>,
+    },
+    /// A partition (sysfs `partition` file) of the disk below it.
+    Partition {
+        /// Kernel name, e.g. `sda1`.
+        name: String,
+        /// Partition number.
+        number: u32,
+    },
+    /// A device-mapper device (sysfs `dm/name`, `dmsetup table`).
+    Dm {
+        /// Kernel name, e.g. `dm-0`.
+        name: String,
+        /// Its mapper name, e.g. `vg-root`.
+        dm_name: String,
+        /// Target types of its table, in order, e.g. `["linear"]`, `["crypt"]`.
+        targets: Vec<String>,
+        /// `writeback`, `writethrough` or `passthrough` for a `cache` or
+        /// `writecache` target (`writecache` is always `writeback`).
+        cache_mode: Option<String>,
+    },
+    /// An MD RAID device (`/sys/block/mdX/md/level`).
+    Md {
+        /// Kernel name, e.g. `md0`.
+        name: String,
+        /// RAID level, e.g. `raid1`.
+        level: String,
+    },
+    /// A loop device (`/sys/block/loopN/loop/`).
+    Loop {
+        /// Kernel name, e.g. `loop3`.
+        name: String,
+        /// Its backing file.
+        backing_file: String,
+        /// Whether it uses direct I/O on the backing file (`loop/dio`).
+        direct_io: Option<bool>,
+    },
+    /// A bcache device (`/sys/block/bcacheN/bcache/cache_mode`).
+    Bcache {
+        /// Kernel name, e.g. `bcache0`.
+        name: String,
+        /// The selected mode: `writethrough`, `writeback`, `writearound`, `none`.
+        cache_mode: String,
+    },
+    /// A ZFS dataset (`zfs get sync,logbias`).
+    Zfs {
+        /// Dataset name, e.g. `tank/data`.
+        dataset: String,
+        /// `standard`, `always` or `disabled`; `None` when `zfs` could not say.
+        sync: Option<String>,
+        /// `latency` or `throughput`.
+        logbias: Option<String>,
+    },
+    /// A whole disk: the bottom of the stack; its facts are in [`Probe::leaves`].
+    Disk {
+        /// Kernel name, e.g. `sda`, `nvme0n1`, `vda`.
+        name: String,
+    },
+}
+
+/// The facts of one whole disk, from sysfs (`/sys/block/NAME/…`) and, when
+/// installed, `hdparm`, `smartctl`, `nvme`. `None` or `""` where the kernel does not
+/// expose the fact.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaf {
+    /// Kernel name, e.g. `sda`.
+    pub name: String,
+    /// `device/model`.
+    pub model: String,
+    /// `device/firmware_rev` (NVMe) or `device/rev` (SCSI/ATA).
+    pub firmware: String,
+    /// `device/serial` or the disk's own `serial` (virtio).
+    pub serial: String,
+    /// `device/wwid` or the disk's own `wwid`.
+    pub wwn: String,
+    /// `nvme`, `ata`, `usb`, `scsi`, `virtio`, `mmc`, `virtual` … from the device path.
+    pub transport: String,
+    /// `queue/rotational`.
+    pub rotational: Option<bool>,
+    /// `queue/logical_block_size`, bytes.
+    pub logical_block_size: Option<u64>,
+    /// `queue/physical_block_size`, bytes.
+    pub physical_block_size: Option<u64>,
+    /// `queue/write_cache`: `write back` (volatile cache, the kernel sends flushes)
+    /// or `write through`.
+    pub write_cache: Option<String>,
+    /// `queue/fua`: the device honours Force Unit Access writes.
+    pub fua: Option<bool>,
+    /// SCSI `scsi_disk/*/cache_type` or virtio's `cache_type`, where present.
+    pub cache_type: Option<String>,
+    /// `queue/atomic_write_unit_min_bytes`, where present (Linux 6.11+).
+    pub atomic_write_unit_min: Option<u64>,
+    /// `queue/atomic_write_unit_max_bytes`, where present.
+    pub atomic_write_unit_max: Option<u64>,
+    /// What the drive itself says of its write cache (`hdparm -W`, `smartctl -g
+    /// wcache`, `nvme id-ctrl` VWC), one line, when a tool could ask it.
+    pub drive_write_cache: Option<String>,
+}
+
+/// The machine around the stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Environment {
+    /// `systemd-detect-virt`'s answer (`none` on bare metal, else `kvm`, `docker`…);
+    /// `None` when unknown.
+    pub virtualization: Option<String>,
+    /// Where `libeatmydata` is preloaded: `LD_PRELOAD`, `/etc/ld.so.preload`.
+    pub eatmydata_in: Vec<String>,
+}
+
+/// One warning: a stable id and a one-line explanation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    /// Stable id (JSON `"nobarrier"` …).
+    pub id: WarningId,
+    /// One line: what was found, where.
+    pub message: String,
+}
+
+/// The stable warning ids (`docs/probe.md` explains each and what to do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarningId {
+    /// The filesystem is mounted without barriers.
+    Nobarrier,
+    /// ext3/4 `data=writeback`.
+    DataWriteback,
+    /// SCSI/virtio `cache_type` disagrees with `queue/write_cache`.
+    KernelCacheViewOverridden,
+    /// A dm `cache` in writeback mode or a dm `writecache`.
+    DmWritebackCache,
+    /// bcache in writeback mode.
+    BcacheWriteback,
+    /// A ZFS dataset with `sync=disabled`.
+    ZfsSyncDisabled,
+    /// libeatmydata is preloaded: fsync does nothing.
+    Eatmydata,
+    /// Running in a VM or container: the host decides what a flush does.
+    Virtualized,
+}
+
+impl WarningId {
+    /// The id as JSON and the text output spell it, e.g. `nobarrier`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningId::Nobarrier => "nobarrier",
+            WarningId::DataWriteback => "data-writeback",
+            WarningId::KernelCacheViewOverridden => "kernel-cache-view-overridden",
+            WarningId::DmWritebackCache => "dm-writeback-cache",
+            WarningId::BcacheWriteback => "bcache-writeback",
+            WarningId::ZfsSyncDisabled => "zfs-sync-disabled",
+            WarningId::Eatmydata => "eatmydata",
+            WarningId::Virtualized => "virtualized",
+        }
+    }
+}
