@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
-use plugpull_client::{demo, file, pgbench, verify, Error};
+use plugpull_client::{demo, file, pgbench, probe, verify, Error};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -67,6 +67,14 @@ enum Cmd {
         args: verify::VerifyArgs,
         #[command(flatten)]
         pg: pgbench::PgVerifyArgs,
+    },
+    /// Show the storage stack under a target, layer by layer, and what in it can
+    /// make fsync a lie (warnings never fail: exit 0; 2 when it could not probe).
+    ///
+    /// Example: plugpull probe --target /mnt/test/pp.dat
+    Probe {
+        #[command(flatten)]
+        args: probe::ProbeArgs,
     },
 }
 
@@ -143,6 +151,7 @@ async fn run(cli: Cli) -> Result<bool, Error> {
             .await
             .map(|_| true),
         Cmd::Demo { args } => demo::demo(&args).await,
+        Cmd::Probe { args } => probe::command(&args),
         Cmd::Verify { listener, args, pg } => {
             verify::command(&args, &listener.listener, secret(&listener), &pg).await
         }

@@ -1,0 +1,89 @@
+//! `plugpull probe`: from a path (a file or a block device) down to every whole
+//! disk under it. The mount comes from `/proc/self/mountinfo` by the path's
+//! `st_dev`; below it the walk follows sysfs (`/sys/class/block/NAME`): a
+//! `partition` file leads to its disk, `dm/`, `md/`, `bcache/` to their `slaves/`,
+//! `loop/backing_file` to the filesystem holding that file and on to its disk.
+//! The pure model and rules are the core's [`plugpull::probe`]; this module only
+//! reads files and runs tools ([`tools`]), and [`print`] renders the result.
+
+pub mod env;
+pub mod print;
+pub mod stack;
+pub mod tools;
+
+use crate::Error;
+use plugpull::probe::{mountinfo, rules, Layer, Probe};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+/// `plugpull probe`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// The file (or block device) whose storage stack to probe; a file need not
+    /// exist yet if its directory does.
+    #[arg(long)]
+    pub target: std::path::PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
+pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
+    let p = probe(&args.target)?;
+    if args.json {
+        let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
+        println!("{s}");
+    } else {
+        print!("{}", print::text(&p));
+    }
+    Ok(true)
+}
+
+/// Probes the stack under `target`: layers, leaves, environment, notes, warnings.
+/// A file that does not exist is probed through its parent directory.
+pub fn probe(target: &Path) -> Result<Probe, Error> {
+    let existing = if target.exists() {
+        target.to_path_buf()
+    } else {
+        match target.parent() {
+            Some(d) if d.as_os_str().is_empty() => ".".into(),
+            Some(d) => d.to_path_buf(),
+            None => target.to_path_buf(),
+        }
+    };
+    let meta = std::fs::metadata(&existing)
+        .map_err(|e| Error(format!("cannot probe {}: {e}", target.display())))?;
+    let mut p = Probe {
+        target: target.display().to_string(),
+        ..Probe::default()
+    };
+    let mut walk = stack::Walk::default();
+    if meta.file_type().is_block_device() {
+        walk.device(&mut p, meta.rdev());
+    } else {
+        let m = mount_of(&existing, meta.dev())?;
+        p.layers.push(Layer::Mount {
+            source: m.source.clone(),
+            fstype: m.fstype.clone(),
+            mountpoint: m.mountpoint.clone(),
+            options: m.options.clone(),
+        });
+        walk.below_mount(&mut p, &m, meta.dev());
+    }
+    p.environment = env::environment(&mut p.notes);
+    p.warnings = rules::warnings(&p);
+    Ok(p)
+}
+
+/// The mountinfo entry of the filesystem holding `path` (whose `st_dev` is `dev`).
+pub fn mount_of(path: &Path, dev: u64) -> Result<mountinfo::MountInfo, Error> {
+    let canon = std::fs::canonicalize(path)
+        .map_err(|e| Error(format!("cannot resolve {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Error(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    let all = mountinfo::parse(&text);
+    mountinfo::mount_of(&all, &canon, libc::major(dev), libc::minor(dev))
+        .cloned()
+        .ok_or_else(|| Error(format!("no mount holds {}", canon.display())))
+}

@@ -1,0 +1,149 @@
+//! Facts that need more than one sysfs file: a leaf disk's attributes, and what
+//! `dmsetup`, `zfs`, `hdparm`, `smartctl` and `nvme` say when installed. A missing
+//! tool adds a note ("nvme-cli not installed: VWC unknown"); it is never fatal.
+
+use crate::rig::proc::on_path;
+use plugpull::probe::{sysfs, Layer, Leaf};
+use std::path::Path;
+use std::process::Command;
+
+fn read(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// `cmd ARGS`'s stdout when it ran and exited 0.
+fn run(cmd: &str, args: &[&str]) -> Option<String> {
+    let o = Command::new(cmd).args(args).output().ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The first file of `names` under `dir` that reads as non-empty.
+fn first(dir: &Path, names: &[&str]) -> String {
+    names
+        .iter()
+        .find_map(|n| read(&dir.join(n)).filter(|s| !s.is_empty()))
+        .unwrap_or_default()
+}
+
+/// A whole disk's facts; `dir` is its canonical sysfs directory.
+pub fn leaf(name: &str, dir: &Path, notes: &mut Vec<String>) -> Leaf {
+    let q = |f: &str| read(&dir.join("queue").join(f));
+    let num = |f: &str| q(f).and_then(|s| s.parse().ok());
+    let mut l = Leaf {
+        name: name.to_string(),
+        model: first(dir, &["device/model"]),
+        firmware: first(dir, &["device/firmware_rev", "device/rev"]),
+        serial: first(dir, &["device/serial", "serial"]),
+        wwn: first(dir, &["device/wwid", "wwid"]),
+        transport: sysfs::transport(&dir.to_string_lossy()),
+        rotational: q("rotational").and_then(|s| sysfs::flag(&s)),
+        logical_block_size: num("logical_block_size"),
+        physical_block_size: num("physical_block_size"),
+        write_cache: q("write_cache"),
+        fua: q("fua").and_then(|s| sysfs::flag(&s)),
+        cache_type: scsi_cache_type(dir).or_else(|| read(&dir.join("cache_type"))),
+        atomic_write_unit_min: num("atomic_write_unit_min_bytes"),
+        atomic_write_unit_max: num("atomic_write_unit_max_bytes"),
+        drive_write_cache: None,
+    };
+    l.drive_write_cache = drive_write_cache(&l, notes);
+    l
+}
+
+/// `device/scsi_disk/*/cache_type` of a SCSI (or SATA through libata) disk.
+fn scsi_cache_type(dir: &Path) -> Option<String> {
+    let d = std::fs::read_dir(dir.join("device/scsi_disk")).ok()?;
+    d.flatten().find_map(|e| read(&e.path().join("cache_type")))
+}
+
+/// What the drive says of its own write cache, asked with the tool its transport
+/// takes; `None` (with a note) when the tool is missing or could not tell.
+fn drive_write_cache(l: &Leaf, notes: &mut Vec<String>) -> Option<String> {
+    let dev = format!("/dev/{}", l.name);
+    match l.transport.as_str() {
+        "nvme" => {
+            if !on_path("nvme") {
+                notes.push(format!("nvme-cli not installed: {}'s VWC unknown", l.name));
+                return None;
+            }
+            let j = run("nvme", &["id-ctrl", &dev, "-o", "json"])?;
+            let v: serde_json::Value = serde_json::from_str(&j).ok()?;
+            let vwc = v.get("vwc")?.as_u64()?;
+            Some(format!(
+                "nvme id-ctrl: volatile write cache {}",
+                if vwc & 1 == 1 { "present" } else { "absent" }
+            ))
+        }
+        "ata" | "scsi" | "usb" => {
+            if on_path("hdparm") {
+                let o = run("hdparm", &["-W", &dev])?;
+                return o
+                    .lines()
+                    .find(|x| x.contains("write-caching"))
+                    .map(|x| format!("hdparm -W: {}", x.trim()));
+            }
+            if on_path("smartctl") {
+                let o = run("smartctl", &["-g", "wcache", &dev])?;
+                return o
+                    .lines()
+                    .find(|x| x.starts_with("Write cache"))
+                    .map(|x| format!("smartctl: {}", x.trim()));
+            }
+            notes.push(format!(
+                "hdparm and smartctl not installed: {}'s own write-cache setting unknown",
+                l.name
+            ));
+            None
+        }
+        _ => None,
+    }
+}
+
+/// A dm device's target types and cache mode from `dmsetup table NAME`; a note
+/// when `dmsetup` is not installed or fails.
+pub fn dm_table(dm_name: &str, notes: &mut Vec<String>) -> (Vec<String>, Option<String>) {
+    if !on_path("dmsetup") {
+        notes.push(format!(
+            "dmsetup not installed: {dm_name}'s target types unknown"
+        ));
+        return (Vec::new(), None);
+    }
+    match run("dmsetup", &["table", dm_name]) {
+        Some(t) => sysfs::dm_table(&t),
+        None => {
+            notes.push(format!(
+                "dmsetup table {dm_name} failed: target types unknown"
+            ));
+            (Vec::new(), None)
+        }
+    }
+}
+
+/// A ZFS dataset's `sync` and `logbias` (`zfs get -H -o value sync,logbias`).
+pub fn zfs(dataset: &str, notes: &mut Vec<String>) -> Layer {
+    let got = if on_path("zfs") {
+        run(
+            "zfs",
+            &["get", "-H", "-o", "value", "sync,logbias", dataset],
+        )
+    } else {
+        notes.push(format!(
+            "zfs not installed: {dataset}'s sync setting unknown"
+        ));
+        None
+    };
+    let mut v = got
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .map(|s| s.trim().to_string());
+    Layer::Zfs {
+        dataset: dataset.to_string(),
+        sync: v.next(),
+        logbias: v.next(),
+    }
+}
