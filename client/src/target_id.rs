@@ -17,6 +17,7 @@
 //! target is not the run's; everything else is reported but decides nothing.
 
 use plugpull::ledger::TargetIdentity;
+use plugpull::probe::mountinfo;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -78,23 +79,6 @@ impl FsInfo {
     }
 }
 
-fn unescape_mountinfo(s: &str) -> String {
-    // Octal escapes \040 (space), \011, \012, \134.
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            out.push(u8::from_str_radix(&s[i + 1..i + 4], 8).unwrap_or(b'?'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The filesystem holding `path` (which must exist): the mountinfo entry with the
 /// path's `st_dev` whose mount point is the longest prefix of the path; failing
 /// that, the longest mount point prefix.
@@ -102,38 +86,17 @@ pub fn fs_of(path: &Path) -> std::io::Result<FsInfo> {
     let meta = std::fs::metadata(path)?;
     let canon = std::fs::canonicalize(path)?;
     let dev = meta.dev();
-    let (maj, min) = (libc::major(dev), libc::minor(dev));
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let mut best: Option<(bool, usize, FsInfo)> = None;
-    for line in info.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let l: Vec<&str> = left.split(' ').collect();
-        let r: Vec<&str> = right.split(' ').collect();
-        if l.len() < 5 || r.len() < 2 {
-            continue;
-        }
-        let mp = unescape_mountinfo(l[4]);
-        if !canon.starts_with(&mp) {
-            continue;
-        }
-        let same_dev = l[2] == format!("{maj}:{min}");
-        let key = (same_dev, mp.len());
-        if best.as_ref().is_none_or(|(d, n, _)| key >= (*d, *n)) {
-            best = Some((
-                same_dev,
-                mp.len(),
-                FsInfo {
-                    uuid: String::new(),
-                    fstype: r[0].to_string(),
-                    source: unescape_mountinfo(r[1]),
-                    mountpoint: mp,
-                },
-            ));
-        }
-    }
-    let mut fs = best.map(|(_, _, f)| f).unwrap_or_default();
+    let all = mountinfo::parse(&info);
+    let best = mountinfo::mount_of(&all, &canon, libc::major(dev), libc::minor(dev));
+    let mut fs = best
+        .map(|m| FsInfo {
+            uuid: String::new(),
+            fstype: m.fstype.clone(),
+            source: m.source.clone(),
+            mountpoint: m.mountpoint.clone(),
+        })
+        .unwrap_or_default();
     fs.uuid = fs_uuid(&fs.source);
     Ok(fs)
 }
@@ -362,18 +325,4 @@ pub fn find_device(expected: &TargetIdentity) -> Option<PathBuf> {
         }
     }
     (found.len() == 1).then(|| found.remove(0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone_also_at_the_very_end() {
-        assert_eq!(unescape_mountinfo("/mnt/a\\040"), "/mnt/a ");
-        assert_eq!(unescape_mountinfo("/mnt/a\\040b\\011"), "/mnt/a b\t");
-        assert_eq!(unescape_mountinfo("/mnt/a\\134"), "/mnt/a\\");
-        // A backslash not followed by three digits stays as it is.
-        assert_eq!(unescape_mountinfo("/mnt/a\\04"), "/mnt/a\\04");
-    }
 }
