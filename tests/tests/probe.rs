@@ -154,8 +154,17 @@ fn ext4_on_loop(test: &str, opts: Option<&str>, want: Vec<&str>) {
     assert_eq!(v["leaves"].as_array().unwrap().len(), 1);
     let leaf = &v["leaves"][0];
     assert_eq!(leaf["name"], disk.as_str());
-    let wc = std::fs::read_to_string(format!("/sys/block/{disk}/queue/write_cache")).unwrap();
-    assert_eq!(leaf["write_cache"], wc.trim());
+    let q = |f: &str| {
+        let s = std::fs::read_to_string(format!("/sys/block/{disk}/queue/{f}")).unwrap();
+        s.trim().to_string()
+    };
+    assert_eq!(leaf["write_cache"], q("write_cache"));
+    assert_eq!(leaf["rotational"], q("rotational") == "1");
+    assert_eq!(leaf["fua"], q("fua") == "1");
+    let lbs: u64 = q("logical_block_size").parse().unwrap();
+    let pbs: u64 = q("physical_block_size").parse().unwrap();
+    assert_eq!(leaf["logical_block_size"], lbs);
+    assert_eq!(leaf["physical_block_size"], pbs);
     assert_eq!(ids(&v), expected_ids(want));
 }
 
@@ -285,4 +294,57 @@ fn text_output_names_the_target_and_a_path_that_cannot_be_probed_exits_2() {
         err.starts_with(&format!("plugpull: cannot probe {}", gone.display())),
         "{err}"
     );
+}
+
+#[test]
+fn a_partition_of_a_loop_device_given_as_the_target_is_partition_loop_disk() {
+    let test = "a_partition_of_a_loop_device_given_as_the_target_is_partition_loop_disk";
+    if skip_without_loop(test, &["sfdisk", "partx"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((below, disk)) = plain_disk_under(dir.path()) else {
+        skipped(
+            test,
+            "the temp dir's filesystem is not on a plain disk or partition",
+        );
+        return;
+    };
+    let img = dir.path().join("disk.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let sh = format!(
+        "printf 'label: gpt\\nsize=3MiB\\nsize=3MiB\\n' | sfdisk -q '{}'",
+        img.display()
+    );
+    let o = Command::new("sh").args(["-c", &sh]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lo = Loop::attach(&img, &["-P"]);
+    let part = format!("{}p2", lo.dev);
+    if !Path::new(&part).exists() {
+        run("partx", &["--add", &lo.dev]);
+    }
+    let t = Instant::now();
+    while !Path::new(&part).exists() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let v = probe_json(Path::new(&part));
+    let name = lo.dev.trim_start_matches("/dev/");
+    let backing = std::fs::canonicalize(&img).unwrap();
+    let mut want = vec![
+        json!({"kind": "partition", "name": format!("{name}p2"), "number": 2}),
+        json!({"kind": "loop", "name": name, "backing_file": backing.to_str().unwrap(), "direct_io": false}),
+    ];
+    want.extend(below);
+    assert_eq!(v["layers"], json!(want));
+    let leaves: Vec<&str> = v["leaves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(leaves, [disk.as_str()]);
+    assert_eq!(ids(&v), expected_ids(vec![]));
 }
