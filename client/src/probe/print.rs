@@ -140,3 +140,57 @@ pub fn text(p: &Probe) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plugpull::probe::{Warning, WarningId};
+
+    #[test]
+    fn one_line_per_layer_then_environment_notes_and_warnings() {
+        let p = Probe {
+            target: "/mnt/x/pp.dat".into(),
+            layers: vec![
+                Layer::Mount {
+                    source: "/dev/loop3".into(),
+                    fstype: "ext4".into(),
+                    mountpoint: "/mnt/x".into(),
+                    options: vec!["rw".into(), "nobarrier".into()],
+                },
+                Layer::Loop {
+                    name: "loop3".into(),
+                    backing_file: "/srv/d.img".into(),
+                    direct_io: Some(false),
+                },
+                Layer::Disk { name: "vda".into() },
+            ],
+            leaves: vec![Leaf {
+                name: "vda".into(),
+                transport: "virtio".into(),
+                write_cache: Some("write back".into()),
+                fua: Some(false),
+                rotational: Some(true),
+                logical_block_size: Some(512),
+                physical_block_size: Some(4096),
+                ..Leaf::default()
+            }],
+            notes: vec!["a note".into()],
+            warnings: vec![Warning {
+                id: WarningId::Nobarrier,
+                message: "m".into(),
+            }],
+            ..Probe::default()
+        };
+        let want = "stack under test: /mnt/x/pp.dat
+  mount   /dev/loop3 on /mnt/x type ext4 (rw,nobarrier)
+  loop    loop3 backing /srv/d.img (direct_io 0)
+  disk    vda virtio  write cache: write back, fua: 0, rotational: 1, blocks 512/4096
+virtualization: unknown
+notes:
+  a note
+warnings:
+  nobarrier: m
+";
+        assert_eq!(text(&p), want);
+    }
+}

@@ -72,10 +72,20 @@ fn drive_write_cache(l: &Leaf, notes: &mut Vec<String>) -> Option<String> {
             }
             let j = run("nvme", &["id-ctrl", &dev, "-o", "json"])?;
             let v: serde_json::Value = serde_json::from_str(&j).ok()?;
+            // NVMe base spec, Identify Controller: VWC bit 0 = a volatile write cache
+            // is present; AWUN/AWUPF = atomic write unit (normal / power fail), in
+            // logical blocks, 0's based.
             let vwc = v.get("vwc")?.as_u64()?;
+            let n = |k: &str| {
+                v.get(k)
+                    .and_then(|x| x.as_u64())
+                    .map_or("?".to_string(), |x| (x + 1).to_string())
+            };
             Some(format!(
-                "nvme id-ctrl: volatile write cache {}",
-                if vwc & 1 == 1 { "present" } else { "absent" }
+                "nvme id-ctrl: volatile write cache {}, atomic write unit {} blocks normal, {} on power fail",
+                if vwc & 1 == 1 { "present" } else { "absent" },
+                n("awun"),
+                n("awupf")
             ))
         }
         "ata" | "scsi" | "usb" => {
