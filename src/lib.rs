@@ -11,12 +11,14 @@
 //! * [`verdict`] — the per-block classification of what survived (the README's
 //!   "Verdicts" table).
 //! * [`report`] — the verification report model shared by the human and JSON output.
+//! * [`probe`] — the pre-flight probe's flush accounting and cut-evidence parsers.
 //! * [`units`] — parsing of sizes (`64MiB`) and durations (`30s`).
 #![deny(missing_docs)]
 
 pub mod auth;
 pub mod ledger;
 pub mod modes;
+pub mod probe;
 pub mod record;
 pub mod report;
 pub mod units;
