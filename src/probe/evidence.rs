@@ -120,6 +120,15 @@ pub fn parse_smartctl(disk: &str, json: &str) -> Result<CutEvidence, String> {
     })
 }
 
+/// A hard disk's rpm from `smartctl -j -i DEV` (or any smartctl JSON holding
+/// `rotation_rate`): `None` for a solid-state drive (0), an unknown rate, or
+/// output that is not smartctl JSON. Feeds the rotational flush rule.
+pub fn smartctl_rpm(json: &str) -> Option<u32> {
+    let v: Value = serde_json::from_str(json).ok()?;
+    let rpm = v.get("rotation_rate")?.as_u64()?;
+    u32::try_from(rpm).ok().filter(|r| *r > 0)
+}
+
 /// The text of an "unsafe shutdowns" delta of `d`.
 pub fn unsafe_shutdowns_text(d: u64) -> String {
     match d {

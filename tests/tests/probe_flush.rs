@@ -2,7 +2,9 @@
 //! a loop device, tmpfs, and a raw loop device (refused). Expected disks, caches
 //! and counts are derived from sysfs and from the devices the tests create.
 
-use plugpull::probe::flush::{warnings, FlushMeasurement, FLUSHES_NOT_REACHING_DEVICE};
+use plugpull::probe::flush::{
+    warnings, FlushMeasurement, FLUSHES_NOT_REACHING_DEVICE, FSYNC_TOO_FAST_FOR_ROTATIONAL,
+};
 use plugpull_client::probe::flush::{leaves_of, measure};
 use plugpull_tests::blockdev::{run, skip_without_loop, Loop, Mount};
 use plugpull_tests::{is_root, skipped};
@@ -69,6 +71,15 @@ fn check_disk_measurement(test: &str, m: &FlushMeasurement, disk: &str) {
     }
     assert!(m.notes.is_empty(), "{:?}", m.notes);
     let ids: Vec<String> = warnings(m).into_iter().map(|w| w.id).collect();
+    // The rotational rule on real figures: fires exactly when the measured rate
+    // beats the disk's revolutions per second (its rpm, or 7200 when unknown).
+    let revs = f64::from(d.rpm.unwrap_or(7200)) / 60.0;
+    let too_fast = d.rotational == Some(true) && m.rate_per_s > revs;
+    assert_eq!(
+        ids.iter().any(|i| i == FSYNC_TOO_FAST_FOR_ROTATIONAL),
+        too_fast,
+        "{m:?} {ids:?}"
+    );
     if sysfs(disk, "queue/write_cache") == "write back" {
         let delta = d.flushes_delta.expect("flush delta");
         assert!(
@@ -109,6 +120,7 @@ fn root_disk_counts_a_flush_per_fdatasync() {
     assert_eq!(leaves, std::slice::from_ref(&disk));
     let m = measure(dir.path(), 1.0, &leaves).unwrap();
     no_scratch_left(dir.path());
+    eprintln!("{test}: {m:?}");
     check_disk_measurement(test, &m, &disk);
     assert!(m.seconds >= 1.0, "{m:?}");
     assert!(m.p50_us <= m.p99_us, "{m:?}");

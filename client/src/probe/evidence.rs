@@ -4,7 +4,9 @@
 //! unreadable drive is a note, never an error. The parsers and the deltas are in
 //! the core ([`plugpull::probe::evidence`]).
 
-use plugpull::probe::evidence::{parse_nvme_cli, parse_smartctl, CutEvidence, Snapshot};
+use plugpull::probe::evidence::{
+    parse_nvme_cli, parse_smartctl, smartctl_rpm, CutEvidence, Snapshot,
+};
 use std::io::ErrorKind;
 use std::process::Command;
 
@@ -52,6 +54,15 @@ fn disk_evidence(disk: &str) -> Result<CutEvidence, String> {
         Ran::NotInstalled => Err(format!(
             "smartmontools not installed: unsafe shutdowns of {disk} unknown"
         )),
+    }
+}
+
+/// A rotational disk's rpm from `smartctl -j -i /dev/DISK`; `None` when smartctl
+/// is missing or does not know it (a virtual disk, a drive without the field).
+pub fn rpm_of(disk: &str) -> Option<u32> {
+    match run("smartctl", &["-j", "-i", &format!("/dev/{disk}")]) {
+        Ran::Output(out) => smartctl_rpm(&out),
+        _ => None,
     }
 }
 

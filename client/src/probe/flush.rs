@@ -168,6 +168,9 @@ fn disk_flushes(
     };
     d.rotational = queue_attr(disk, "rotational").map(|r| r.trim() == "1");
     d.write_cache = queue_attr(disk, "write_cache").and_then(|w| WriteCache::parse(&w));
+    if d.rotational == Some(true) {
+        d.rpm = super::evidence::rpm_of(disk);
+    }
     d
 }
 

@@ -1,10 +1,13 @@
-//! The cut-evidence parsers on published real `smartctl -j` output
-//! (`tests/fixtures/README.md` names the sources) and the delta texts.
+//! The cut-evidence parsers on published real `smartctl -j` output and one
+//! captured on the build machine (`tests/fixtures/README.md` names the sources),
+//! and the delta texts.
 
 use super::*;
 
 const NVME: &str = include_str!("../../../tests/fixtures/smartctl-nvme-samsung-970-evo-plus.json");
 const ATA: &str = include_str!("../../../tests/fixtures/smartctl-ata-intel-s3520-excerpt.json");
+const HDD: &str = include_str!("../../../tests/fixtures/smartctl-ata-hgst-hus726040-excerpt.json");
+const NO_SMART: &str = include_str!("../../../tests/fixtures/smartctl-vda-unable-to-detect.json");
 
 #[test]
 fn smartctl_nvme_health_log() {
@@ -26,6 +29,38 @@ fn smartctl_ata_attributes() {
     assert_eq!(
         (e.unsafe_shutdowns, e.power_cycles, e.power_off_retracts),
         (Some(167), Some(186), None)
+    );
+}
+
+#[test]
+fn smartctl_hard_disk_retracts_and_rpm() {
+    let e = parse_smartctl("sda", HDD).unwrap();
+    assert_eq!(
+        (e.unsafe_shutdowns, e.power_cycles, e.power_off_retracts),
+        (None, Some(11), Some(2256))
+    );
+    assert_eq!(smartctl_rpm(HDD), Some(7200));
+    assert_eq!(smartctl_rpm(ATA), None, "an SSD reports rotation_rate 0");
+    assert_eq!(smartctl_rpm(NVME), None);
+    assert_eq!(smartctl_rpm(NO_SMART), None);
+}
+
+#[test]
+fn a_hard_disk_cut() {
+    let mut before = snap("a", None, None);
+    before.disks = vec![parse_smartctl("sda", HDD).unwrap()];
+    let mut after = before.clone();
+    after.boot_id = "b".into();
+    after.disks[0].power_cycles = Some(12);
+    after.disks[0].power_off_retracts = Some(2257);
+    assert_eq!(
+        compare(&before, &after),
+        [
+            "boot id changed: the machine rebooted",
+            "sda: unsafe shutdowns unknown: not reported in both snapshots",
+            "sda: power cycles +1",
+            "sda: power-off retracts +1",
+        ]
     );
 }
 
@@ -55,9 +90,8 @@ fn nvme_cli_counters_as_numbers_or_strings() {
 #[test]
 fn smartctl_without_attributes_is_an_error() {
     assert_eq!(
-        parse_smartctl("sda", r#"{"smartctl":{"messages":[{"string":"Smartctl open device: /dev/sda failed: Permission denied","severity":"error"}]}}"#)
-            .unwrap_err(),
-        "smartctl reported no attributes: Smartctl open device: /dev/sda failed: Permission denied"
+        parse_smartctl("vda", NO_SMART).unwrap_err(),
+        "smartctl reported no attributes: /dev/vda: Unable to detect device type"
     );
 }
 
