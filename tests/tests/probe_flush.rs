@@ -205,3 +205,33 @@ fn a_raw_device_is_refused() {
         "the device was written"
     );
 }
+
+/// The scratch file is created `O_EXCL`: a file already there under its name is
+/// an error and is left alone (neither written nor removed); bad durations are
+/// refused before anything is created.
+#[test]
+fn an_existing_scratch_name_is_never_clobbered() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let name = dir
+        .path()
+        .join(format!(".plugpull-probe-{}", std::process::id()));
+    std::fs::write(&name, b"someone else's").unwrap();
+    let err = measure(dir.path(), 0.1, &[]).unwrap_err();
+    assert_eq!(
+        err.0,
+        format!(
+            "cannot create scratch file {}: File exists (os error 17)",
+            name.display()
+        )
+    );
+    assert_eq!(std::fs::read(&name).unwrap(), b"someone else's");
+    std::fs::remove_file(&name).unwrap();
+    for bad in [0.0, -1.0, f64::NAN] {
+        let err = measure(dir.path(), bad, &[]).unwrap_err();
+        assert_eq!(
+            err.0,
+            format!("probe --seconds must be a number above 0, not {bad}")
+        );
+    }
+    no_scratch_left(dir.path());
+}
