@@ -154,6 +154,22 @@ fn ext4_on_a_loop_device_counts_its_flushes() {
     let m = measure(&target, 0.5, &leaves).unwrap();
     no_scratch_left(&mnt.at);
     check_disk_measurement(test, &m, &loop_name);
+    // A target `write` has yet to create: its directory is probed.
+    let later = mnt.at.join("not-yet");
+    assert_eq!(leaves_of(&later), std::slice::from_ref(&loop_name));
+    let m = measure(&later, 0.2, &leaves).unwrap();
+    assert!(!later.exists());
+    no_scratch_left(&mnt.at);
+    check_disk_measurement(test, &m, &loop_name);
+    let gone = mnt.at.join("no-dir/not-yet");
+    let err = measure(&gone, 0.2, &leaves).unwrap_err();
+    assert_eq!(
+        err.0,
+        format!(
+            "cannot probe {}: No such file or directory (os error 2)",
+            gone.display()
+        )
+    );
 }
 
 #[test]

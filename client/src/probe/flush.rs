@@ -49,18 +49,36 @@ impl Drop for Scratch {
     }
 }
 
+/// `path`, or its parent directory when `path` does not exist yet (a target
+/// `write` has still to create); `None` when neither exists.
+fn existing(path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
+    if let Ok(md) = std::fs::metadata(path) {
+        return Some((path.to_path_buf(), md));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let md = std::fs::metadata(parent).ok().filter(|m| m.is_dir())?;
+    Some((parent.to_path_buf(), md))
+}
+
 /// The directory the scratch file goes in: `target` itself when it is a directory,
-/// else its parent. A block device is refused with [`RAW_DEVICE_REFUSED`].
+/// else its parent (also when `target` does not exist yet). A block device is
+/// refused with [`RAW_DEVICE_REFUSED`].
 fn scratch_dir(target: &Path) -> Result<PathBuf, Error> {
-    let md = std::fs::metadata(target)
-        .map_err(|e| Error(format!("cannot probe {}: {e}", target.display())))?;
+    let Some((path, md)) = existing(target) else {
+        let e = std::fs::metadata(target).err();
+        let why = e.map_or_else(|| "not found".to_string(), |e| e.to_string());
+        return Err(Error(format!("cannot probe {}: {why}", target.display())));
+    };
     if md.file_type().is_block_device() {
         return Err(Error(RAW_DEVICE_REFUSED.into()));
     }
     if md.is_dir() {
-        return Ok(target.to_path_buf());
+        return Ok(path);
     }
-    match target.parent() {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => Ok(p.to_path_buf()),
         _ => Ok(PathBuf::from(".")),
     }
@@ -212,10 +230,11 @@ fn leaves_from(disk: &str, out: &mut Vec<String>, depth: usize) {
 /// The leaf disks under `path`, minimal walk: its filesystem's `st_dev` →
 /// `/sys/dev/block/MAJ:MIN` → the whole disk (a partition's parent) → its
 /// `slaves/`, recursively (dm, md). Empty when `st_dev` is no block device (tmpfs,
-/// NFS, FUSE, btrfs's anonymous devices). A loop device is a leaf here: its backing
+/// NFS, FUSE, btrfs's anonymous devices). A `path` that does not exist yet counts
+/// as its parent directory. A loop device is a leaf here: its backing
 /// file is not followed. The probe's full walk (in `probe/mod.rs`) supersedes this.
 pub fn leaves_of(path: &Path) -> Vec<String> {
-    let Ok(md) = std::fs::metadata(path) else {
+    let Some((_, md)) = existing(path) else {
         return Vec::new();
     };
     let dev = md.dev();
