@@ -11,7 +11,8 @@
 //! * [`verdict`] — the per-block classification of what survived (the README's
 //!   "Verdicts" table).
 //! * [`report`] — the verification report model shared by the human and JSON output.
-//! * [`probe`] — the storage stack under a target and the warnings it raises.
+//! * [`probe`] — the storage stack under a target and the warnings it raises, flush
+//!   accounting and cut-evidence parsers.
 //! * [`units`] — parsing of sizes (`64MiB`) and durations (`30s`).
 #![deny(missing_docs)]
 

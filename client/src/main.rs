@@ -20,6 +20,7 @@ use std::process::ExitCode;
 ///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
+///   plugpull probe --target /mnt/test/pp.dat --seconds 5
 ///   plugpull demo            # the whole procedure on this machine, no hardware needed
 ///
 /// Exit codes: 0 nothing acknowledged lost or damaged, 1 findings, 2 could not do the job.
@@ -68,10 +69,15 @@ enum Cmd {
         #[command(flatten)]
         pg: pgbench::PgVerifyArgs,
     },
-    /// Show the storage stack under a target, layer by layer, and what in it can
-    /// make fsync a lie (warnings never fail: exit 0; 2 when it could not probe).
+    /// Show the storage stack under a target and what in it can make fsync a lie.
     ///
-    /// Example: plugpull probe --target /mnt/test/pp.dat
+    /// Layer by layer from the mount down to each disk; warnings never fail (exit 0;
+    /// 2 when it could not probe).
+    ///
+    /// Examples:
+    ///   plugpull probe --target /mnt/test/pp.dat
+    ///   plugpull probe --target /mnt/test/pp.dat --seconds 5 --json
+    #[command(verbatim_doc_comment)]
     Probe {
         #[command(flatten)]
         args: probe::ProbeArgs,

@@ -7,10 +7,11 @@
 //! * [`sysfs`] — small parsers for sysfs files and `dmsetup table` lines.
 //! * [`rules`] — the warnings, each with a stable id (`docs/probe.md`).
 //!
-//! Extension point for the timed flush measurement (issue 11 item 2): it lives in
-//! `src/probe/flush.rs` (built separately) and is wired into [`Probe`] as a
-//! `flush: Option<flush::FlushMeasurement>` field next to `warnings`.
+//! * [`flush`] — the timed `fdatasync` loop's accounting (`--seconds`) and its rules.
+//! * [`evidence`] — the counters a power loss moves (cut evidence), and their deltas.
 
+pub mod evidence;
+pub mod flush;
 pub mod mountinfo;
 pub mod rules;
 pub mod sysfs;
@@ -34,6 +35,14 @@ pub struct Probe {
     pub notes: Vec<String>,
     /// What the rules found ([`rules::warnings`]).
     pub warnings: Vec<Warning>,
+    /// The timed flush measurement (`plugpull probe --seconds N`); `None` when not
+    /// asked for or not measured (then a note says why).
+    #[serde(default)]
+    pub flush: Option<flush::FlushMeasurement>,
+    /// The cut-evidence snapshot of the leaf disks: boot id, uptime, and the
+    /// counters a power loss moves.
+    #[serde(default)]
+    pub evidence: Option<evidence::Snapshot>,
 }
 
 /// One layer of the stack.
@@ -187,6 +196,12 @@ pub enum WarningId {
     Eatmydata,
     /// Running in a VM or container: the host decides what a flush does.
     Virtualized,
+    /// A volatile write cache, and no flush counted during `fdatasync`s.
+    FlushesNotReachingDevice,
+    /// A rotational disk completing more `fdatasync`s per second than it turns.
+    FsyncTooFastForRotational,
+    /// A volatile write cache and a median `fdatasync` under 100 µs: a hint.
+    WriteBackCacheFastFlush,
 }
 
 impl WarningId {
@@ -201,6 +216,25 @@ impl WarningId {
             WarningId::ZfsSyncDisabled => "zfs-sync-disabled",
             WarningId::Eatmydata => "eatmydata",
             WarningId::Virtualized => "virtualized",
+            WarningId::FlushesNotReachingDevice => flush::FLUSHES_NOT_REACHING_DEVICE,
+            WarningId::FsyncTooFastForRotational => flush::FSYNC_TOO_FAST_FOR_ROTATIONAL,
+            WarningId::WriteBackCacheFastFlush => flush::WRITE_BACK_CACHE_FAST_FLUSH,
+        }
+    }
+}
+
+impl From<&flush::FlushWarning> for Warning {
+    /// A flush rule's warning as one of the probe's (its id is one of the flush
+    /// constants; the message names the disk).
+    fn from(w: &flush::FlushWarning) -> Self {
+        let id = match w.id.as_str() {
+            flush::FLUSHES_NOT_REACHING_DEVICE => WarningId::FlushesNotReachingDevice,
+            flush::FSYNC_TOO_FAST_FOR_ROTATIONAL => WarningId::FsyncTooFastForRotational,
+            _ => WarningId::WriteBackCacheFastFlush,
+        };
+        Warning {
+            id,
+            message: w.text.clone(),
         }
     }
 }

@@ -4,9 +4,12 @@
 //! `partition` file leads to its disk, `dm/`, `md/`, `bcache/` to their `slaves/`,
 //! `loop/backing_file` to the filesystem holding that file and on to its disk.
 //! The pure model and rules are the core's [`plugpull::probe`]; this module only
-//! reads files and runs tools ([`tools`]), and [`print`] renders the result.
+//! reads files and runs tools ([`tools`]), and [`print`] renders the result. The
+//! timed flush loop is [`flush`], the cut-evidence snapshot [`evidence`].
 
 pub mod env;
+pub mod evidence;
+pub mod flush;
 pub mod print;
 pub mod stack;
 pub mod tools;
@@ -23,6 +26,10 @@ pub struct ProbeArgs {
     /// exist yet if its directory does.
     #[arg(long)]
     pub target: std::path::PathBuf,
+    /// Also run a timed single-job `pwrite` + `fdatasync` loop on a scratch file
+    /// beside the target for this many seconds, counting each leaf disk's flushes.
+    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    pub seconds: Option<f64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -30,7 +37,12 @@ pub struct ProbeArgs {
 
 /// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
 pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
-    let p = probe(&args.target)?;
+    let mut p = probe(&args.target)?;
+    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
+    if let Some(seconds) = args.seconds {
+        measure_flushes(&mut p, &args.target, seconds, &disks);
+    }
+    p.evidence = Some(evidence::snapshot(&disks));
     if args.json {
         let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
         println!("{s}");
@@ -38,6 +50,20 @@ pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
         print!("{}", print::text(&p));
     }
     Ok(true)
+}
+
+/// Runs the timed flush loop beside the target (a raw device is refused) and adds its result and its
+/// warnings to `p`; what could not be measured becomes a note, never an error.
+fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
+    let m = flush::measure(target, seconds, disks);
+    match m {
+        Ok(m) => {
+            p.warnings
+                .extend(plugpull::probe::flush::warnings(&m).iter().map(Into::into));
+            p.flush = Some(m);
+        }
+        Err(e) => p.notes.push(format!("flush accounting not measured: {e}")),
+    }
 }
 
 /// Probes the stack under `target`: layers, leaves, environment, notes, warnings.

@@ -112,6 +112,52 @@ fn layer_line(p: &Probe, l: &Layer) -> String {
     }
 }
 
+/// The timed loop's figures, then one line per leaf disk.
+fn flush_lines(s: &mut String, m: &plugpull::probe::flush::FlushMeasurement) {
+    let _ = writeln!(
+        s,
+        "flush accounting: {} fdatasyncs in {:.1} s ({:.1}/s), p50 {:.3} ms, p99 {:.3} ms",
+        m.fdatasyncs,
+        m.seconds,
+        m.rate_per_s,
+        m.p50_us as f64 / 1000.0,
+        m.p99_us as f64 / 1000.0
+    );
+    for d in &m.per_disk {
+        let flushes = match (d.flushes_delta, d.per_fdatasync) {
+            (Some(n), Some(r)) => format!("{n} flushes, {r:.2} per fdatasync"),
+            (Some(n), None) => format!("{n} flushes"),
+            _ => "flushes not counted".to_string(),
+        };
+        let _ = writeln!(s, "  {}: {flushes}", d.disk);
+    }
+    for n in &m.notes {
+        let _ = writeln!(s, "  {n}");
+    }
+}
+
+/// The cut-evidence counters per leaf disk (what a power loss moves).
+fn evidence_lines(s: &mut String, e: &plugpull::probe::evidence::Snapshot) {
+    let _ = writeln!(
+        s,
+        "cut evidence: boot {}, up {:.0} s",
+        e.boot_id, e.uptime_s
+    );
+    for d in &e.disks {
+        let _ = writeln!(
+            s,
+            "  {}: unsafe shutdowns {}, power cycles {}, power-off retracts {}",
+            d.disk,
+            opt(&d.unsafe_shutdowns),
+            opt(&d.power_cycles),
+            opt(&d.power_off_retracts)
+        );
+    }
+    for n in &e.notes {
+        let _ = writeln!(s, "  {n}");
+    }
+}
+
 /// The whole text report.
 pub fn text(p: &Probe) -> String {
     let mut s = format!("stack under test: {}\n", p.target);
@@ -124,6 +170,12 @@ pub fn text(p: &Probe) -> String {
         "virtualization: {}",
         env.virtualization.as_deref().unwrap_or("unknown")
     );
+    if let Some(m) = &p.flush {
+        flush_lines(&mut s, m);
+    }
+    if let Some(e) = &p.evidence {
+        evidence_lines(&mut s, e);
+    }
     if !p.notes.is_empty() {
         s.push_str("notes:\n");
         for n in &p.notes {

@@ -1,0 +1,93 @@
+//! The cut-evidence snapshot: boot id, uptime, and per leaf disk the counters a
+//! power loss moves, read with `nvme smart-log DEV -o json` (NVMe, nvme-cli) or
+//! `smartctl -j -A DEV` (ATA; NVMe when nvme-cli is missing). A missing tool or an
+//! unreadable drive is a note, never an error. The parsers and the deltas are in
+//! the core ([`plugpull::probe::evidence`]).
+
+use plugpull::probe::evidence::{
+    parse_nvme_cli, parse_smartctl, smartctl_rpm, CutEvidence, Snapshot,
+};
+use std::io::ErrorKind;
+use std::process::Command;
+
+/// What running one tool gave: its stdout, or why there is none.
+enum Ran {
+    Output(String),
+    NotInstalled,
+    Failed(String),
+}
+
+fn run(tool: &str, args: &[&str]) -> Ran {
+    match Command::new(tool).args(args).output() {
+        // smartctl's exit status is a bit mask of findings; its JSON is still valid.
+        Ok(o) if !o.stdout.is_empty() => {
+            Ran::Output(String::from_utf8_lossy(&o.stdout).into_owned())
+        }
+        Ok(o) => Ran::Failed(format!(
+            "{tool} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ran::NotInstalled,
+        Err(e) => Ran::Failed(format!("{tool}: {e}")),
+    }
+}
+
+/// One disk's counters, or the note saying why there are none.
+fn disk_evidence(disk: &str) -> Result<CutEvidence, String> {
+    let dev = format!("/dev/{disk}");
+    if disk.starts_with("nvme") {
+        match run("nvme", &["smart-log", &dev, "-o", "json"]) {
+            Ran::Output(out) => {
+                return parse_nvme_cli(disk, &out).map_err(|e| format!("{disk}: {e}"))
+            }
+            Ran::Failed(e) => return Err(format!("{disk}: {e}")),
+            Ran::NotInstalled => {}
+        }
+    }
+    match run("smartctl", &["-j", "-A", &dev]) {
+        Ran::Output(out) => parse_smartctl(disk, &out).map_err(|e| format!("{disk}: {e}")),
+        Ran::Failed(e) => Err(format!("{disk}: {e}")),
+        Ran::NotInstalled if disk.starts_with("nvme") => Err(format!(
+            "nvme-cli and smartmontools not installed: unsafe shutdowns of {disk} unknown"
+        )),
+        Ran::NotInstalled => Err(format!(
+            "smartmontools not installed: unsafe shutdowns of {disk} unknown"
+        )),
+    }
+}
+
+/// A rotational disk's rpm from `smartctl -j -i /dev/DISK`; `None` when smartctl
+/// is missing or does not know it (a virtual disk, a drive without the field).
+pub fn rpm_of(disk: &str) -> Option<u32> {
+    match run("smartctl", &["-j", "-i", &format!("/dev/{disk}")]) {
+        Ran::Output(out) => smartctl_rpm(&out),
+        _ => None,
+    }
+}
+
+/// Seconds since boot (`/proc/uptime`'s first field); 0 when unreadable.
+pub fn uptime_s() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The snapshot of this machine now, for the leaf `disks` (kernel names). Every
+/// disk whose counters cannot be read adds a note instead.
+pub fn snapshot(disks: &[String]) -> Snapshot {
+    let mut snap = Snapshot {
+        boot_id: crate::target_id::boot_id(),
+        uptime_s: uptime_s(),
+        disks: Vec::new(),
+        notes: Vec::new(),
+    };
+    for d in disks {
+        match disk_evidence(d) {
+            Ok(e) => snap.disks.push(e),
+            Err(note) => snap.notes.push(note),
+        }
+    }
+    snap
+}

@@ -1,0 +1,247 @@
+//! The timed flush loop: single-job 4096-byte `pwrite` + `fdatasync` on a scratch
+//! file beside the target, with every given leaf disk's "flush requests completed"
+//! counter (`/sys/block/DISK/stat` field 16) sampled before and after. The rules
+//! over the result are in the core ([`plugpull::probe::flush`]).
+//!
+//! [`leaves_of`] is a deliberately minimal sysfs walk (st_dev → whole disk →
+//! `slaves/`, recursively); the probe's full stack walk lives in `probe/mod.rs`.
+
+use crate::latency::LatencyStats;
+use crate::Error;
+use plugpull::probe::flush::{DiskFlushes, DiskStat, FlushMeasurement, WriteCache};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The refusal for a raw block device target.
+pub const RAW_DEVICE_REFUSED: &str = "probe --seconds on a raw device: not in this version";
+/// Bytes each `pwrite` writes (at offset 0 of the scratch file).
+pub const WRITE_SIZE: usize = 4096;
+
+/// The scratch file: created `O_EXCL`, removed on drop (also on error or panic).
+struct Scratch {
+    path: PathBuf,
+    file: File,
+}
+
+impl Scratch {
+    fn create(dir: &Path) -> Result<Scratch, Error> {
+        let path = dir.join(format!(".plugpull-probe-{}", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| {
+                Error(format!(
+                    "cannot create scratch file {}: {e}",
+                    path.display()
+                ))
+            })?;
+        Ok(Scratch { path, file })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `path`, or its parent directory when `path` does not exist yet (a target
+/// `write` has still to create); `None` when neither exists.
+fn existing(path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
+    if let Ok(md) = std::fs::metadata(path) {
+        return Some((path.to_path_buf(), md));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let md = std::fs::metadata(parent).ok().filter(|m| m.is_dir())?;
+    Some((parent.to_path_buf(), md))
+}
+
+/// The directory the scratch file goes in: `target` itself when it is a directory,
+/// else its parent (also when `target` does not exist yet). A block device is
+/// refused with [`RAW_DEVICE_REFUSED`].
+fn scratch_dir(target: &Path) -> Result<PathBuf, Error> {
+    let Some((path, md)) = existing(target) else {
+        let e = std::fs::metadata(target).err();
+        let why = e.map_or_else(|| "not found".to_string(), |e| e.to_string());
+        return Err(Error(format!("cannot probe {}: {why}", target.display())));
+    };
+    if md.file_type().is_block_device() {
+        return Err(Error(RAW_DEVICE_REFUSED.into()));
+    }
+    if md.is_dir() {
+        return Ok(path);
+    }
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => Ok(p.to_path_buf()),
+        _ => Ok(PathBuf::from(".")),
+    }
+}
+
+/// Reads `/sys/block/DISK/stat`.
+pub fn read_stat(disk: &str) -> Result<DiskStat, String> {
+    let p = format!("/sys/block/{disk}/stat");
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{p}: {e}"))?;
+    DiskStat::parse(&text).map_err(|e| format!("{p}: {e}"))
+}
+
+fn queue_attr(disk: &str, name: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/block/{disk}/queue/{name}")).ok()
+}
+
+/// Runs the loop for `seconds` (at least one `fdatasync`) on a scratch file in
+/// `dir` (or beside it, when `dir` is a file), counting the flushes of `disks`
+/// (whole disks' kernel names; see [`leaves_of`]). The scratch file is removed
+/// afterwards, also on error. Errors: a raw block device ([`RAW_DEVICE_REFUSED`]),
+/// a bad `seconds`, a scratch file that cannot be created, written or synced.
+pub fn measure(dir: &Path, seconds: f64, disks: &[String]) -> Result<FlushMeasurement, Error> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(Error(format!(
+            "probe --seconds must be a number above 0, not {seconds}"
+        )));
+    }
+    let scratch = Scratch::create(&scratch_dir(dir)?)?;
+    let mut notes = Vec::new();
+    if disks.is_empty() {
+        notes.push(format!(
+            "no leaf disk under {} (tmpfs, a network or FUSE filesystem?): flushes not counted",
+            dir.display()
+        ));
+    }
+    let before: Vec<_> = disks.iter().map(|d| read_stat(d)).collect();
+    let (fdatasyncs, elapsed, lat) = run_loop(&scratch, Duration::from_secs_f64(seconds))?;
+    let after: Vec<_> = disks.iter().map(|d| read_stat(d)).collect();
+    drop(scratch);
+    let per_disk = disks
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|(disk, (b, a))| disk_flushes(disk, b, a, fdatasyncs, &mut notes))
+        .collect();
+    let secs = elapsed.as_secs_f64();
+    Ok(FlushMeasurement {
+        seconds: secs,
+        fdatasyncs,
+        rate_per_s: fdatasyncs as f64 / secs,
+        p50_us: (lat.percentile_ms(50.0) * 1000.0).round() as u64,
+        p99_us: (lat.percentile_ms(99.0) * 1000.0).round() as u64,
+        per_disk,
+        notes,
+    })
+}
+
+/// `pwrite` + `fdatasync` until `budget` has passed; returns the count, the time
+/// taken and the `fdatasync` latencies.
+fn run_loop(s: &Scratch, budget: Duration) -> Result<(u64, Duration, LatencyStats), Error> {
+    let block = [0x5au8; WRITE_SIZE];
+    let mut lat = LatencyStats::new();
+    let mut n = 0u64;
+    let start = Instant::now();
+    while n == 0 || start.elapsed() < budget {
+        s.file
+            .write_all_at(&block, 0)
+            .map_err(|e| Error(format!("pwrite {}: {e}", s.path.display())))?;
+        let t = Instant::now();
+        s.file
+            .sync_data()
+            .map_err(|e| Error(format!("fdatasync {}: {e}", s.path.display())))?;
+        lat.record(t.elapsed());
+        n += 1;
+    }
+    Ok((n, start.elapsed(), lat))
+}
+
+fn disk_flushes(
+    disk: &str,
+    before: &Result<DiskStat, String>,
+    after: &Result<DiskStat, String>,
+    fdatasyncs: u64,
+    notes: &mut Vec<String>,
+) -> DiskFlushes {
+    let mut d = match (before, after) {
+        (Ok(b), Ok(a)) => {
+            if a.flush_ios.is_none() {
+                notes.push(format!(
+                    "{disk}: /sys/block/{disk}/stat has {} fields, no flush counter (kernel before 5.5): flushes unknown",
+                    a.fields
+                ));
+            }
+            DiskFlushes::between(disk, b, a, fdatasyncs)
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            notes.push(format!("{disk}: flushes unknown: {e}"));
+            let none = DiskStat {
+                fields: 0,
+                write_ios: 0,
+                flush_ios: None,
+                flush_ticks_ms: None,
+            };
+            DiskFlushes::between(disk, &none, &none, fdatasyncs)
+        }
+    };
+    d.rotational = queue_attr(disk, "rotational").map(|r| r.trim() == "1");
+    d.write_cache = queue_attr(disk, "write_cache").and_then(|w| WriteCache::parse(&w));
+    if d.rotational == Some(true) {
+        d.rpm = super::evidence::rpm_of(disk);
+    }
+    d
+}
+
+/// The whole disk a `/sys/class/block/NAME` entry belongs to: itself, or its
+/// parent when it is a partition (it has a `partition` file).
+fn whole_disk(sys: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(sys).ok()?;
+    let disk = if real.join("partition").exists() {
+        real.parent()?
+    } else {
+        &real
+    };
+    Some(disk.file_name()?.to_string_lossy().into_owned())
+}
+
+fn leaves_from(disk: &str, out: &mut Vec<String>, depth: usize) {
+    let slaves: Vec<String> = std::fs::read_dir(format!("/sys/block/{disk}/slaves"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if slaves.is_empty() || depth > 16 {
+        if !out.iter().any(|d| d == disk) {
+            out.push(disk.to_string());
+        }
+        return;
+    }
+    let mut slaves = slaves;
+    slaves.sort();
+    for s in slaves {
+        if let Some(w) = whole_disk(&Path::new("/sys/class/block").join(&s)) {
+            leaves_from(&w, out, depth + 1);
+        }
+    }
+}
+
+/// The leaf disks under `path`, minimal walk: its filesystem's `st_dev` →
+/// `/sys/dev/block/MAJ:MIN` → the whole disk (a partition's parent) → its
+/// `slaves/`, recursively (dm, md). Empty when `st_dev` is no block device (tmpfs,
+/// NFS, FUSE, btrfs's anonymous devices). A `path` that does not exist yet counts
+/// as its parent directory. A loop device is a leaf here: its backing
+/// file is not followed. The probe's full walk (in `probe/mod.rs`) supersedes this.
+pub fn leaves_of(path: &Path) -> Vec<String> {
+    let Some((_, md)) = existing(path) else {
+        return Vec::new();
+    };
+    let dev = md.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let mut out = Vec::new();
+    if let Some(disk) = whole_disk(Path::new(&format!("/sys/dev/block/{major}:{minor}"))) {
+        leaves_from(&disk, &mut out, 0);
+    }
+    out
+}
