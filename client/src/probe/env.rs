@@ -15,7 +15,10 @@ pub fn environment(notes: &mut Vec<String>) -> Environment {
 
 fn virtualization(notes: &mut Vec<String>) -> Option<String> {
     // Exits 1 after printing "none" on bare metal: the answer is on stdout either way.
-    if let Ok(o) = Command::new("systemd-detect-virt").output() {
+    let cmd = Command::new("systemd-detect-virt");
+    if let Ok(o) =
+        crate::rig::proc::output_within(cmd, "systemd-detect-virt", super::tools::TOOL_TIMEOUT)
+    {
         let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
         if !v.is_empty() {
             return Some(v);

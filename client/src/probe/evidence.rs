@@ -7,7 +7,6 @@
 use plugpull::probe::evidence::{
     parse_nvme_cli, parse_smartctl, smartctl_rpm, CutEvidence, Snapshot,
 };
-use std::io::ErrorKind;
 use std::process::Command;
 
 /// What running one tool gave: its stdout, or why there is none.
@@ -18,7 +17,12 @@ enum Ran {
 }
 
 fn run(tool: &str, args: &[&str]) -> Ran {
-    match Command::new(tool).args(args).output() {
+    if !crate::rig::proc::on_path(tool) {
+        return Ran::NotInstalled;
+    }
+    let mut c = Command::new(tool);
+    c.args(args).stdin(std::process::Stdio::null());
+    match crate::rig::proc::output_within(c, tool, super::tools::TOOL_TIMEOUT).map_err(|e| e.0) {
         // smartctl's exit status is a bit mask of findings; its JSON is still valid.
         Ok(o) if !o.stdout.is_empty() => {
             Ran::Output(String::from_utf8_lossy(&o.stdout).into_owned())
@@ -28,8 +32,7 @@ fn run(tool: &str, args: &[&str]) -> Ran {
             args.join(" "),
             String::from_utf8_lossy(&o.stderr).trim()
         )),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ran::NotInstalled,
-        Err(e) => Ran::Failed(format!("{tool}: {e}")),
+        Err(e) => Ran::Failed(e),
     }
 }
 
@@ -45,7 +48,7 @@ fn disk_evidence(disk: &str) -> Result<CutEvidence, String> {
             Ran::NotInstalled => {}
         }
     }
-    match run("smartctl", &["-j", "-A", &dev]) {
+    match run("smartctl", &["-j", "-n", "standby", "-A", &dev]) {
         Ran::Output(out) => parse_smartctl(disk, &out).map_err(|e| format!("{disk}: {e}")),
         Ran::Failed(e) => Err(format!("{disk}: {e}")),
         Ran::NotInstalled if disk.starts_with("nvme") => Err(format!(
@@ -60,7 +63,10 @@ fn disk_evidence(disk: &str) -> Result<CutEvidence, String> {
 /// A rotational disk's rpm from `smartctl -j -i /dev/DISK`; `None` when smartctl
 /// is missing or does not know it (a virtual disk, a drive without the field).
 pub fn rpm_of(disk: &str) -> Option<u32> {
-    match run("smartctl", &["-j", "-i", &format!("/dev/{disk}")]) {
+    match run(
+        "smartctl",
+        &["-j", "-n", "standby", "-i", &format!("/dev/{disk}")],
+    ) {
         Ran::Output(out) => smartctl_rpm(&out),
         _ => None,
     }

@@ -19,7 +19,9 @@ pub const RAW_DEVICE_REFUSED: &str = "probe --seconds on a raw device: not in th
 /// Bytes each `pwrite` writes (at offset 0 of the scratch file).
 pub const WRITE_SIZE: usize = 4096;
 
-/// The scratch file: created `O_EXCL`, removed on drop (also on error or panic).
+/// The scratch file: created `O_EXCL` and unlinked at once, so nothing is left
+/// behind however the probe ends (error, panic, Ctrl-C, SIGKILL); the loop writes
+/// through the open descriptor.
 struct Scratch {
     path: PathBuf,
     file: File,
@@ -39,28 +41,32 @@ impl Scratch {
                     path.display()
                 ))
             })?;
+        std::fs::remove_file(&path).map_err(|e| {
+            Error(format!(
+                "cannot unlink scratch file {}: {e}",
+                path.display()
+            ))
+        })?;
         Ok(Scratch { path, file })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
 /// `path`, or its parent directory when `path` does not exist yet (a target
 /// `write` has still to create); `None` when neither exists.
+/// Symbolic links are resolved, so the scratch file lands on the filesystem the
+/// stack was probed on.
 fn existing(path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
-    if let Ok(md) = std::fs::metadata(path) {
-        return Some((path.to_path_buf(), md));
+    if let Ok(real) = std::fs::canonicalize(path) {
+        let md = std::fs::metadata(&real).ok()?;
+        return Some((real, md));
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let md = std::fs::metadata(parent).ok().filter(|m| m.is_dir())?;
-    Some((parent.to_path_buf(), md))
+    let real = std::fs::canonicalize(parent).ok()?;
+    let md = std::fs::metadata(&real).ok().filter(|m| m.is_dir())?;
+    Some((real, md))
 }
 
 /// The directory the scratch file goes in: `target` itself when it is a directory,
@@ -97,8 +103,8 @@ fn queue_attr(disk: &str, name: &str) -> Option<String> {
 
 /// Runs the loop for `seconds` (at least one `fdatasync`) on a scratch file in
 /// `dir` (or beside it, when `dir` is a file), counting the flushes of `disks`
-/// (whole disks' kernel names; see [`leaves_of`]). The scratch file is removed
-/// afterwards, also on error. Errors: a raw block device ([`RAW_DEVICE_REFUSED`]),
+/// (whole disks' kernel names; see [`leaves_of`]). The scratch file is unlinked
+/// as soon as it is created, so nothing is left however the probe ends. Errors: a raw block device ([`RAW_DEVICE_REFUSED`]),
 /// a bad `seconds`, a scratch file that cannot be created, written or synced.
 pub fn measure(dir: &Path, seconds: f64, disks: &[String]) -> Result<FlushMeasurement, Error> {
     if !(seconds.is_finite() && seconds > 0.0) {

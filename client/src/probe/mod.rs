@@ -58,12 +58,39 @@ fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String])
     let m = flush::measure(target, seconds, disks);
     match m {
         Ok(m) => {
-            p.warnings
-                .extend(plugpull::probe::flush::warnings(&m).iter().map(Into::into));
+            for w in plugpull::probe::flush::warnings(&m) {
+                if w.id == plugpull::probe::flush::FSYNC_TOO_FAST_FOR_ROTATIONAL
+                    && is_virtual_disk(p, &w.disk)
+                {
+                    p.notes.push(format!(
+                        "{}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply",
+                        w.disk
+                    ));
+                    continue;
+                }
+                p.warnings.push((&w).into());
+            }
             p.flush = Some(m);
         }
         Err(e) => p.notes.push(format!("flush accounting not measured: {e}")),
     }
+}
+
+/// Whether leaf `disk` is a virtual disk (virtio, a loop or other virtual device, an
+/// unknown transport, or any disk of a virtualised machine): its `rotational` flag
+/// says nothing about a platter.
+pub fn is_virtual_disk(p: &Probe, disk: &str) -> bool {
+    let virtualized = p
+        .environment
+        .virtualization
+        .as_deref()
+        .is_some_and(|v| v != "none");
+    let transport = p
+        .leaves
+        .iter()
+        .find(|l| l.name == disk)
+        .map(|l| l.transport.as_str());
+    virtualized || matches!(transport, None | Some("virtio" | "virtual" | ""))
 }
 
 /// Probes the stack under `target`: layers, leaves, environment, notes, warnings.

@@ -13,9 +13,14 @@ fn read(p: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// `cmd ARGS`'s stdout when it ran and exited 0.
+/// How long a tool may take before it is killed (a sleeping or wedged device).
+pub const TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `cmd ARGS`'s stdout when it ran and exited 0 within [`TOOL_TIMEOUT`].
 fn run(cmd: &str, args: &[&str]) -> Option<String> {
-    let o = Command::new(cmd).args(args).output().ok()?;
+    let mut c = Command::new(cmd);
+    c.args(args).stdin(std::process::Stdio::null());
+    let o = crate::rig::proc::output_within(c, cmd, TOOL_TIMEOUT).ok()?;
     o.status
         .success()
         .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -97,7 +102,7 @@ fn drive_write_cache(l: &Leaf, notes: &mut Vec<String>) -> Option<String> {
                     .map(|x| format!("hdparm -W: {}", x.trim()));
             }
             if on_path("smartctl") {
-                let o = run("smartctl", &["-g", "wcache", &dev])?;
+                let o = run("smartctl", &["-n", "standby", "-g", "wcache", &dev])?;
                 return o
                     .lines()
                     .find(|x| x.starts_with("Write cache"))

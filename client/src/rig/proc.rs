@@ -86,14 +86,30 @@ pub fn sleep(d: Duration) -> Result<(), Error> {
 /// Runs `cmd` to completion with its stdout and stderr captured. `what` names it in
 /// errors. When cancelled meanwhile the child is SIGKILLed and reaped.
 pub fn output(cmd: Command, what: &str) -> Result<Output, Error> {
+    output_limited(cmd, what, None)
+}
+
+/// [`output`], but a child still running after `limit` is SIGKILLed and reaped, and
+/// the error says `"{what}: no answer within N s"` (for tools that can hang on a
+/// wedged or sleeping device).
+pub fn output_within(cmd: Command, what: &str, limit: Duration) -> Result<Output, Error> {
+    output_limited(cmd, what, Some(limit))
+}
+
+fn output_limited(cmd: Command, what: &str, limit: Option<Duration>) -> Result<Output, Error> {
     let mut child = spawn_piped(cmd, what)?;
     let out = read_all(child.stdout.take());
     let err = read_all(child.stderr.take());
+    let end = limit.map(|l| Instant::now() + l);
     let status = loop {
-        if cancelled() {
+        let late = end.is_some_and(|e| Instant::now() >= e);
+        if cancelled() || late {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(Error("interrupted".into()));
+            return Err(Error(match limit {
+                Some(l) if late => format!("{what}: no answer within {} s", l.as_secs_f64()),
+                _ => "interrupted".into(),
+            }));
         }
         match child.try_wait() {
             Ok(Some(st)) => break st,
