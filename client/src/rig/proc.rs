@@ -296,6 +296,18 @@ mod tests {
     }
 
     #[test]
+    fn a_child_past_its_limit_is_killed_and_named() {
+        let mut c = Command::new("sleep");
+        c.arg("30");
+        let e = output_within(c, "sleep 30", Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.0, "sleep 30: no answer within 0.2 s");
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo done"]);
+        let o = output_within(c, "sh", Duration::from_secs(30)).unwrap();
+        assert_eq!(o.stdout, b"done\n");
+    }
+
+    #[test]
     fn output_captures_both_streams_and_the_status() {
         let mut c = command("sh");
         c.args(["-c", "echo out; echo err >&2; exit 3"]);
