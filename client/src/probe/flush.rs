@@ -2,15 +2,14 @@
 //! file beside the target, with every given leaf disk's "flush requests completed"
 //! counter (`/sys/block/DISK/stat` field 16) sampled before and after. The rules
 //! over the result are in the core ([`plugpull::probe::flush`]).
-//!
-//! [`leaves_of`] is a deliberately minimal sysfs walk (st_dev → whole disk →
-//! `slaves/`, recursively); the probe's full stack walk lives in `probe/mod.rs`.
+//! The leaf disks are the probe's own (`Probe::leaves`, from the stack walk in
+//! `probe/stack.rs`).
 
 use crate::latency::LatencyStats;
 use crate::Error;
 use plugpull::probe::flush::{DiskFlushes, DiskStat, FlushMeasurement, WriteCache};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -103,7 +102,7 @@ fn queue_attr(disk: &str, name: &str) -> Option<String> {
 
 /// Runs the loop for `seconds` (at least one `fdatasync`) on a scratch file in
 /// `dir` (or beside it, when `dir` is a file), counting the flushes of `disks`
-/// (whole disks' kernel names; see [`leaves_of`]). The scratch file is unlinked
+/// (whole disks' kernel names: the probe's `leaves`). The scratch file is unlinked
 /// as soon as it is created, so nothing is left however the probe ends. Errors: a raw block device ([`RAW_DEVICE_REFUSED`]),
 /// a bad `seconds`, a scratch file that cannot be created, written or synced.
 pub fn measure(dir: &Path, seconds: f64, disks: &[String]) -> Result<FlushMeasurement, Error> {
@@ -196,58 +195,4 @@ fn disk_flushes(
         d.rpm = super::evidence::rpm_of(disk);
     }
     d
-}
-
-/// The whole disk a `/sys/class/block/NAME` entry belongs to: itself, or its
-/// parent when it is a partition (it has a `partition` file).
-fn whole_disk(sys: &Path) -> Option<String> {
-    let real = std::fs::canonicalize(sys).ok()?;
-    let disk = if real.join("partition").exists() {
-        real.parent()?
-    } else {
-        &real
-    };
-    Some(disk.file_name()?.to_string_lossy().into_owned())
-}
-
-fn leaves_from(disk: &str, out: &mut Vec<String>, depth: usize) {
-    let slaves: Vec<String> = std::fs::read_dir(format!("/sys/block/{disk}/slaves"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    if slaves.is_empty() || depth > 16 {
-        if !out.iter().any(|d| d == disk) {
-            out.push(disk.to_string());
-        }
-        return;
-    }
-    let mut slaves = slaves;
-    slaves.sort();
-    for s in slaves {
-        if let Some(w) = whole_disk(&Path::new("/sys/class/block").join(&s)) {
-            leaves_from(&w, out, depth + 1);
-        }
-    }
-}
-
-/// The leaf disks under `path`, minimal walk: its filesystem's `st_dev` →
-/// `/sys/dev/block/MAJ:MIN` → the whole disk (a partition's parent) → its
-/// `slaves/`, recursively (dm, md). Empty when `st_dev` is no block device (tmpfs,
-/// NFS, FUSE, btrfs's anonymous devices). A `path` that does not exist yet counts
-/// as its parent directory. A loop device is a leaf here: its backing
-/// file is not followed. The probe's full walk (in `probe/mod.rs`) supersedes this.
-pub fn leaves_of(path: &Path) -> Vec<String> {
-    let Some((_, md)) = existing(path) else {
-        return Vec::new();
-    };
-    let dev = md.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let mut out = Vec::new();
-    if let Some(disk) = whole_disk(Path::new(&format!("/sys/dev/block/{major}:{minor}"))) {
-        leaves_from(&disk, &mut out, 0);
-    }
-    out
 }
