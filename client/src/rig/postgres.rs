@@ -206,7 +206,8 @@ impl Cluster {
     /// later. Nothing happens when that pid is no longer this cluster's postmaster (it
     /// ended, and the pid may belong to another process now): a postmaster is ours
     /// when its working directory (it changes into its data directory) or its `-D`
-    /// argument is our data directory.
+    /// argument is our data directory, or when it is a `postgres` that is exiting or
+    /// a zombie (nothing left to compare, and its pid still locks the data directory).
     pub fn kill_all(&mut self) -> Result<(), Vec<u32>> {
         self.running = false;
         let Some(pid) = self.postmaster.take() else {
@@ -230,7 +231,14 @@ impl Cluster {
         }
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let data = self.data.as_os_str().as_encoded_bytes();
-        cmdline.split(|&b| b == 0).any(|arg| arg == data)
+        if cmdline.split(|&b| b == 0).any(|arg| arg == data) {
+            return true;
+        }
+        // A postmaster that is exiting (a PANIC on the cut's I/O errors) or a zombie
+        // has no cmdline and no cwd left, but still holds its pid, which
+        // postmaster.pid names: it must be killed and reaped before the next start.
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        cmdline.is_empty() && comm.trim() == "postgres"
     }
 
     /// Conninfo for the `postgres` superuser over the Unix socket, in database `db`.
