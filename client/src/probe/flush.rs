@@ -55,6 +55,7 @@ impl Scratch {
 /// Symbolic links are resolved, so the scratch file lands on the filesystem the
 /// stack was probed on.
 fn existing(path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
+    let path = &super::follow_links(path);
     if let Ok(real) = std::fs::canonicalize(path) {
         let md = std::fs::metadata(&real).ok()?;
         return Some((real, md));

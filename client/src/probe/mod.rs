@@ -76,6 +76,27 @@ fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String])
     }
 }
 
+/// `path` with every symbolic link in its last component followed, also a link to a
+/// file that does not exist yet (which `write` would create where the link points),
+/// so the probe describes the filesystem the run will use. At most 40 links.
+pub fn follow_links(path: &Path) -> std::path::PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {}
+            _ => break,
+        }
+        let Ok(to) = std::fs::read_link(&p) else {
+            break;
+        };
+        p = match p.parent() {
+            Some(dir) if to.is_relative() => dir.join(to),
+            _ => to,
+        };
+    }
+    p
+}
+
 /// Whether leaf `disk` is a virtual disk (virtio, a loop or other virtual device, an
 /// unknown transport, or any disk of a virtualised machine): its `rotational` flag
 /// says nothing about a platter.
@@ -96,17 +117,27 @@ pub fn is_virtual_disk(p: &Probe, disk: &str) -> bool {
 /// Probes the stack under `target`: layers, leaves, environment, notes, warnings.
 /// A file that does not exist is probed through its parent directory.
 pub fn probe(target: &Path) -> Result<Probe, Error> {
-    let existing = if target.exists() {
-        target.to_path_buf()
+    let real = follow_links(target);
+    let existing = if real.exists() {
+        real.clone()
     } else {
-        match target.parent() {
+        match real.parent() {
             Some(d) if d.as_os_str().is_empty() => ".".into(),
             Some(d) => d.to_path_buf(),
-            None => target.to_path_buf(),
+            None => real.clone(),
         }
     };
-    let meta = std::fs::metadata(&existing)
-        .map_err(|e| Error(format!("cannot probe {}: {e}", target.display())))?;
+    let meta = std::fs::metadata(&existing).map_err(|e| {
+        if existing == real {
+            Error(format!("cannot probe {}: {e}", target.display()))
+        } else {
+            Error(format!(
+                "cannot probe {}: its directory {} does not exist ({e})",
+                target.display(),
+                existing.display()
+            ))
+        }
+    })?;
     let mut p = Probe {
         target: target.display().to_string(),
         ..Probe::default()
