@@ -55,18 +55,11 @@ impl Scratch {
 /// Symbolic links are resolved, so the scratch file lands on the filesystem the
 /// stack was probed on.
 fn existing(path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
-    let path = &super::follow_links(path);
-    if let Ok(real) = std::fs::canonicalize(path) {
-        let md = std::fs::metadata(&real).ok()?;
-        return Some((real, md));
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let real = std::fs::canonicalize(parent).ok()?;
-    let md = std::fs::metadata(&real).ok().filter(|m| m.is_dir())?;
-    Some((real, md))
+    let (followed, existing) = super::existing_of(path);
+    let real = std::fs::canonicalize(&existing).ok()?;
+    let md = std::fs::metadata(&real).ok()?;
+    // A target not created yet stands for its directory, never for another file.
+    (existing == followed || md.is_dir()).then_some((real, md))
 }
 
 /// The directory the scratch file goes in: `target` itself when it is a directory,

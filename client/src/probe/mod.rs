@@ -97,6 +97,24 @@ pub fn follow_links(path: &Path) -> std::path::PathBuf {
     p
 }
 
+/// What the probe (and its flush loop) look at for `target`: `(followed, existing)`,
+/// where `followed` is `target` with its links followed ([`follow_links`]) and
+/// `existing` is `followed` itself, or its parent directory when it does not exist
+/// yet (a file `write` has still to create; `.` for a bare file name). Nothing here
+/// checks that `existing` exists.
+pub fn existing_of(target: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let real = follow_links(target);
+    if real.exists() {
+        return (real.clone(), real);
+    }
+    let dir = match real.parent() {
+        Some(d) if d.as_os_str().is_empty() => ".".into(),
+        Some(d) => d.to_path_buf(),
+        None => real.clone(),
+    };
+    (real, dir)
+}
+
 /// Whether leaf `disk` is a virtual disk (virtio, a loop or other virtual device, an
 /// unknown transport, or any disk of a virtualised machine): its `rotational` flag
 /// says nothing about a platter.
@@ -117,16 +135,7 @@ pub fn is_virtual_disk(p: &Probe, disk: &str) -> bool {
 /// Probes the stack under `target`: layers, leaves, environment, notes, warnings.
 /// A file that does not exist is probed through its parent directory.
 pub fn probe(target: &Path) -> Result<Probe, Error> {
-    let real = follow_links(target);
-    let existing = if real.exists() {
-        real.clone()
-    } else {
-        match real.parent() {
-            Some(d) if d.as_os_str().is_empty() => ".".into(),
-            Some(d) => d.to_path_buf(),
-            None => real.clone(),
-        }
-    };
+    let (real, existing) = existing_of(target);
     let meta = std::fs::metadata(&existing).map_err(|e| {
         if existing == real {
             Error(format!("cannot probe {}: {e}", target.display()))
