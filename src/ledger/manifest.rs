@@ -173,4 +173,14 @@ pub struct PgSettings {
     pub data_checksums: String,
     /// `data_directory` (`(hidden)` without `pg_read_all_settings`).
     pub data_directory: String,
+    /// `wal_log_hints` (hint-bit changes WAL-logged: torn pages are repaired by
+    /// full-page images also when checksums are off).
+    pub wal_log_hints: String,
+    /// `data_sync_retry` (`on`: a failed fsync is retried instead of a PANIC, which
+    /// can lose data the kernel dropped; PostgreSQL 12+, 11.2+).
+    pub data_sync_retry: String,
+    /// `commit_delay`, µs.
+    pub commit_delay: String,
+    /// `synchronous_standby_names` (empty: no synchronous standby).
+    pub synchronous_standby_names: String,
 }

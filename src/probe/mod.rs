@@ -202,6 +202,17 @@ pub enum WarningId {
     FsyncTooFastForRotational,
     /// A volatile write cache and a median `fdatasync` under 100 µs: a hint.
     WriteBackCacheFastFlush,
+    /// The target lives in RAM (tmpfs, ramfs, a RAM disk, zram, or a loop device
+    /// whose image is on one): a power cut loses all of it, acknowledged or not.
+    VolatileMemory,
+    /// PostgreSQL `fsync=off`.
+    PgFsyncOff,
+    /// PostgreSQL `synchronous_commit=off`.
+    PgSynchronousCommitOff,
+    /// PostgreSQL `full_page_writes=off`.
+    PgFullPageWritesOff,
+    /// PostgreSQL `data_sync_retry=on`.
+    PgDataSyncRetryOn,
 }
 
 impl WarningId {
@@ -219,6 +230,11 @@ impl WarningId {
             WarningId::FlushesNotReachingDevice => flush::FLUSHES_NOT_REACHING_DEVICE,
             WarningId::FsyncTooFastForRotational => flush::FSYNC_TOO_FAST_FOR_ROTATIONAL,
             WarningId::WriteBackCacheFastFlush => flush::WRITE_BACK_CACHE_FAST_FLUSH,
+            WarningId::VolatileMemory => "volatile-memory",
+            WarningId::PgFsyncOff => "pg-fsync-off",
+            WarningId::PgSynchronousCommitOff => "pg-synchronous-commit-off",
+            WarningId::PgFullPageWritesOff => "pg-full-page-writes-off",
+            WarningId::PgDataSyncRetryOn => "pg-data-sync-retry-on",
         }
     }
 }

@@ -238,6 +238,10 @@ pub async fn read_settings(client: &Client) -> Result<PgSettings, tokio_postgres
                 "wal_sync_method",
                 "data_checksums",
                 "data_directory",
+                "wal_log_hints",
+                "data_sync_retry",
+                "commit_delay",
+                "synchronous_standby_names",
             ]],
         )
         .await?;
@@ -253,6 +257,10 @@ pub async fn read_settings(client: &Client) -> Result<PgSettings, tokio_postgres
             "wal_sync_method" => s.wal_sync_method = value,
             "data_checksums" => s.data_checksums = value,
             "data_directory" => s.data_directory = value,
+            "wal_log_hints" => s.wal_log_hints = value,
+            "data_sync_retry" => s.data_sync_retry = value,
+            "commit_delay" => s.commit_delay = value,
+            "synchronous_standby_names" => s.synchronous_standby_names = value,
             _ => {}
         }
     }
