@@ -1,0 +1,229 @@
+//! `plugpull probe --dsn`: real PostgreSQL clusters (the tests' [`PgCluster`]): one
+//! with default settings (no `pg-*` warning; its data directory probed as the target,
+//! or beside another target; a role that may not see the data directory), one started
+//! with unsafe settings under `LD_PRELOAD=libeatmydata` (every `pg-*` warning in order,
+//! then `eatmydata` naming the backend). Expected stacks come from `probe --target
+//! DATADIR` and `findmnt`; expected settings from what the test wrote and `SHOW`.
+
+use super::*;
+use plugpull_tests::pg::PgCluster;
+
+/// `plugpull probe ARGS --json`: asserts exit 0 and returns the JSON object.
+fn probe_args_json(args: &[&str]) -> Value {
+    let mut argv = vec!["probe", "--json"];
+    argv.extend_from_slice(args);
+    let o = plugpull_tests::plugpull(&argv);
+    assert!(
+        o.status.success(),
+        "probe {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The warning ids in the order the probe gave them.
+fn ordered_ids(v: &Value) -> Vec<String> {
+    v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The path of `libeatmydata.so` from the `libeatmydata1` package, if installed.
+fn libeatmydata() -> Option<String> {
+    let o = Command::new("dpkg")
+        .args(["-L", "libeatmydata1"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.ends_with("/libeatmydata.so") || l.ends_with("/libeatmydata.so.1"))
+        .map(String::from)
+}
+
+#[test]
+fn a_default_cluster_has_no_pg_warning_and_its_data_directory_is_the_target() {
+    let test = "a_default_cluster_has_no_pg_warning_and_its_data_directory_is_the_target";
+    if PgCluster::skip(test) {
+        return;
+    }
+    let c = PgCluster::start_new();
+    let dsn = c.conninfo();
+    let v = probe_args_json(&["--dsn", &dsn]);
+    let data = c.data.to_str().unwrap();
+    let pg = &v["postgres"];
+    assert_eq!(
+        pg["conninfo"],
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            c.sock.display(),
+            c.port
+        )
+    );
+    let show = |name: &str| c.psql(&format!("SHOW {name}"));
+    let want = json!({
+        "server_version": show("server_version"), "fsync": "on",
+        "synchronous_commit": "on", "full_page_writes": "on",
+        "wal_sync_method": show("wal_sync_method"), "data_checksums": "off",
+        "data_directory": data, "wal_log_hints": "off", "data_sync_retry": "off",
+        "commit_delay": "0", "synchronous_standby_names": "",
+    });
+    assert_eq!(pg["settings"], want);
+    assert_eq!(pg["data_directory_stack"], Value::Null);
+    assert!(pg["backend_pid"].as_i64().unwrap() > 0, "{pg}");
+    assert_eq!(pg["backend_eatmydata"], false, "{:#}", v["notes"]);
+
+    // The data directory is the target: its stack is what `probe --target` finds,
+    // and its mount is the one findmnt names for it.
+    assert_eq!(v["target"], data);
+    let own = probe_json(&c.data);
+    assert_eq!(v["layers"], own["layers"]);
+    assert_eq!(v["leaves"], own["leaves"]);
+    let mp = run("findmnt", &["-n", "-o", "TARGET", "--target", data]);
+    assert_eq!(v["layers"][0]["kind"], "mount");
+    assert_eq!(v["layers"][0]["mountpoint"], mp.trim());
+    assert_eq!(ordered_ids(&v), ordered_ids(&own));
+    assert!(!ordered_ids(&v).iter().any(|id| id.starts_with("pg-")));
+
+    // With another target too, the data directory's stack goes beside it.
+    let other = tempfile::tempdir().unwrap();
+    let target = other.path().join("x.dat");
+    let both = probe_args_json(&["--dsn", &dsn, "--target", target.to_str().unwrap()]);
+    assert_eq!(both["target"], target.to_str().unwrap());
+    let stack = &both["postgres"]["data_directory_stack"];
+    assert_eq!(stack["target"], data);
+    assert_eq!(stack["layers"], own["layers"]);
+    assert_eq!(both["postgres"]["settings"], want);
+
+    // The text names the server, its settings, its data directory and its backend.
+    let o = plugpull_tests::plugpull(&["probe", "--dsn", &dsn]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("PostgreSQL "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        lines[at],
+        format!(
+            "PostgreSQL {}: {}",
+            show("server_version"),
+            pg["conninfo"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        lines[at + 1],
+        format!(
+            "  fsync=on synchronous_commit=on full_page_writes=on wal_sync_method={} data_checksums=off",
+            show("wal_sync_method")
+        )
+    );
+    assert_eq!(
+        lines[at + 2],
+        "  wal_log_hints=off data_sync_retry=off commit_delay=0 synchronous_standby_names=''"
+    );
+    assert_eq!(
+        lines[at + 3],
+        format!("  data directory {data}: the stack above")
+    );
+    assert!(lines[at + 4].starts_with("  backend PID "), "{text}");
+    assert!(lines[at + 4].ends_with(": no libeatmydata"), "{text}");
+
+    // --seconds without --target times the loop in the data directory.
+    let timed = probe_args_json(&["--dsn", &dsn, "--seconds", "1"]);
+    assert!(
+        timed["flush"]["fdatasyncs"].as_u64().unwrap() >= 1,
+        "{timed:#}"
+    );
+
+    // A role without pg_read_all_settings does not see the data directory.
+    c.psql("CREATE ROLE plain LOGIN");
+    let hidden = probe_args_json(&[
+        "--dsn",
+        &c.conninfo().replace("user=postgres", "user=plain"),
+    ]);
+    assert_eq!(hidden["postgres"]["settings"]["data_directory"], "(hidden)");
+    assert_eq!(hidden["layers"], json!([]));
+    assert_eq!(hidden["postgres"]["backend_eatmydata"], Value::Null);
+    let pid = hidden["postgres"]["backend_pid"].as_i64().unwrap();
+    let notes: Vec<&str> = hidden["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(notes[0], "the server's data directory (hidden) is hidden from this role (reading it needs pg_read_all_settings): its stack was not probed");
+    assert_eq!(
+        notes.last().unwrap().to_string(),
+        format!("the data directory is hidden: whether PID {pid} here is the server's backend is unknown, libeatmydata in the server not checked")
+    );
+}
+
+#[test]
+fn unsafe_settings_and_eatmydata_in_the_server_warn_in_order() {
+    let test = "unsafe_settings_and_eatmydata_in_the_server_warn_in_order";
+    if PgCluster::skip(test) {
+        return;
+    }
+    let Some(so) = libeatmydata() else {
+        skipped(
+            test,
+            "libeatmydata1 is not installed (scripts/deps installs eatmydata)",
+        );
+        return;
+    };
+    let mut c = PgCluster::create(None);
+    c.append_conf(&[
+        "fsync = off",
+        "synchronous_commit = off",
+        "full_page_writes = off",
+        "data_sync_retry = on",
+    ]);
+    c.start_env(&[("LD_PRELOAD", &so)]);
+    let v = probe_args_json(&["--dsn", &c.conninfo()]);
+    let s = &v["postgres"]["settings"];
+    assert_eq!(
+        [
+            &s["fsync"],
+            &s["synchronous_commit"],
+            &s["full_page_writes"],
+            &s["data_sync_retry"]
+        ],
+        ["off", "off", "off", "on"]
+    );
+    assert_eq!(v["postgres"]["backend_eatmydata"], true, "{:#}", v["notes"]);
+    let pid = v["postgres"]["backend_pid"].as_i64().unwrap();
+    let own = probe_json(&c.data);
+    let mut want = ordered_ids(&own);
+    want.extend(
+        [
+            "pg-fsync-off",
+            "pg-synchronous-commit-off",
+            "pg-full-page-writes-off",
+            "pg-data-sync-retry-on",
+            "eatmydata",
+        ]
+        .map(String::from),
+    );
+    assert_eq!(ordered_ids(&v), want);
+    let last = v["warnings"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        last["message"],
+        format!("libeatmydata is mapped in the postgres backend PID {pid} (/proc/{pid}/maps): the server's fsync and fdatasync return at once without writing anything")
+    );
+    // This process itself has nothing preloaded: the warning is the server's alone.
+    assert_eq!(v["environment"]["eatmydata_in"], json!([]));
+}
+
+#[test]
+fn probe_without_target_or_dsn_exits_2_naming_both() {
+    let o = plugpull_tests::plugpull(&["probe", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "error: the following required arguments were not provided:\n  <--target <TARGET>|--dsn <DSN>>\n\nUsage: plugpull probe --json <--target <TARGET>|--dsn <DSN>>\n\nFor more information, try '--help'.\n"
+    );
+}
