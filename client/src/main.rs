@@ -69,11 +69,11 @@ enum Cmd {
         #[command(flatten)]
         pg: pgbench::PgVerifyArgs,
     },
-    /// Show the storage stack under a target (or a PostgreSQL server's data
-    /// directory) and what in it can make fsync a lie.
+    /// Show the storage stack under a target and what in it can make fsync a lie.
     ///
-    /// Layer by layer from the mount down to each disk; warnings never fail (exit 0;
-    /// 2 when it could not probe).
+    /// Layer by layer from the mount down to each disk; with --dsn, a PostgreSQL
+    /// server's settings and its data directory (the target when --target is not
+    /// given). Warnings never fail (exit 0; 2 when it could not probe).
     ///
     /// Examples:
     ///   plugpull probe --target /mnt/test/pp.dat
