@@ -227,3 +227,75 @@ fn probe_without_target_or_dsn_exits_2_naming_both() {
         "error: the following required arguments were not provided:\n  <--target <TARGET>|--dsn <DSN>>\n\nUsage: plugpull probe --json <--target <TARGET>|--dsn <DSN>>\n\nFor more information, try '--help'.\n"
     );
 }
+
+#[test]
+fn a_server_in_another_pid_namespace_is_not_taken_for_this_hosts() {
+    let test = "a_server_in_another_pid_namespace_is_not_taken_for_this_hosts";
+    if PgCluster::skip(test) {
+        return;
+    }
+    let in_ns = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "true"])
+        .status();
+    if !is_root() || !in_ns.is_ok_and(|s| s.success()) {
+        skipped(
+            test,
+            "cannot run a process in a new PID namespace (needs root and unshare)",
+        );
+        return;
+    }
+    // Initialised by the rig, started by hand as PID 2 or 3 of a namespace of its own:
+    // the backend's pg_backend_pid() means nothing in this host's /proc.
+    let c = PgCluster::create(None);
+    let mut server = plugpull_client::rig::proc::Guard(Some(
+        Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+            ])
+            .arg(c.program("postgres"))
+            .arg("-D")
+            .arg(&c.data)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let t = Instant::now();
+    while c.try_psql("SELECT 1").is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let v = probe_args_json(&["--dsn", &c.conninfo()]);
+    server.kill();
+    let data = c.data.to_str().unwrap();
+    assert_eq!(v["target"], data);
+    assert_eq!(v["postgres"]["backend_eatmydata"], Value::Null);
+    let pid = v["postgres"]["backend_pid"].as_i64().unwrap();
+    let why = if Path::new(&format!("/proc/{pid}")).exists() {
+        format!("PID {pid} is not a postgres process here")
+    } else {
+        format!("PID {pid} does not exist here")
+    };
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let here = format!("the data directory {data} exists on this host, but the server's backend {why}: the server may run elsewhere, and the stack above may not be its");
+    let unchecked = format!("the postgres backend {why}: libeatmydata in the server not checked");
+    assert_eq!(
+        notes[notes.len() - 2..],
+        [here.as_str(), unchecked.as_str()]
+    );
+}
