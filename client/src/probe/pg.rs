@@ -37,7 +37,7 @@ pub async fn probe_dsn(dsn: &str) -> Result<Probe, Error> {
 /// warnings of the stack followed by those of the server ([`pg::warnings`]). The
 /// backend is `client`'s own session, so the session must stay open meanwhile.
 /// Without the timed flush loop and the cut-evidence snapshot (the caller adds them).
-/// `Err` only when the settings cannot be read.
+/// `Err` only when the settings cannot be read (or the walk's thread panicked).
 pub async fn probe_postgres(client: &Client, conninfo: &str) -> Result<Probe, Error> {
     let settings = conn::read_settings(client).await.map_err(|e| {
         Error(format!(
@@ -50,8 +50,13 @@ pub async fn probe_postgres(client: &Client, conninfo: &str) -> Result<Probe, Er
         Err(_) => None,
     };
     let dir = settings.data_directory.clone();
-    let mut p = data_directory(&dir);
-    let backend = backend(pid, &dir);
+    // The walk reads sysfs and runs tools (each up to 5 s): off the async workers.
+    // The session stays open meanwhile, so its backend is there to look at.
+    let (mut p, backend) =
+        tokio::task::spawn_blocking(move || (data_directory(&dir), backend(pid, &dir)))
+            .await
+            .map_err(|e| Error(format!("the data directory's probe failed: {e}")))?;
+    let dir = &settings.data_directory;
     if let (Backend::NotHere(why), false) = (&backend, p.layers.is_empty()) {
         p.notes.push(format!(
             "the data directory {dir} exists on this host, but the server's backend {why}: the server may run elsewhere, and the stack above may not be its"

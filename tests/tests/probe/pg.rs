@@ -299,3 +299,61 @@ fn a_server_in_another_pid_namespace_is_not_taken_for_this_hosts() {
         [here.as_str(), unchecked.as_str()]
     );
 }
+
+#[test]
+fn a_dsn_nobody_answers_is_exit_2_naming_the_server() {
+    let port = plugpull_client::rig::proc::free_port().unwrap();
+    let dsn = format!("host=127.0.0.1 port={port} user=x dbname=y connect_timeout=5");
+    let o = plugpull_tests::plugpull(&["probe", "--dsn", &dsn]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.stdout, b"");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!("plugpull: cannot connect to host=127.0.0.1 port={port} user=x dbname=y: error connecting to server: Connection refused (os error 111)\n")
+    );
+}
+
+#[test]
+fn a_data_directory_on_ext4_without_barriers_beside_another_target_adds_its_stack_and_nobarrier() {
+    let test = "a_data_directory_on_ext4_without_barriers_beside_another_target_adds_its_stack_and_nobarrier";
+    if PgCluster::skip(test) || skip_without_loop(test, &["mkfs.ext4", "mount"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("pg.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
+    let lo = Loop::attach(&img, &[]);
+    let mnt = Mount::new(&[&lo.dev, "-o", "barrier=0"], &dir.path().join("mnt"));
+    // Dropped first: the server stops before its filesystem goes.
+    let mut c = PgCluster::init_at(&mnt.at.join("data"));
+    c.start();
+    let target = dir.path().join("x.dat");
+    let v = probe_args_json(&["--target", target.to_str().unwrap(), "--dsn", &c.conninfo()]);
+    let own = probe_json(&target);
+    let data = probe_json(&c.data);
+    assert_eq!(v["target"], target.to_str().unwrap());
+    assert_eq!(v["layers"], own["layers"]);
+    let stack = &v["postgres"]["data_directory_stack"];
+    assert_eq!(stack["target"], c.data.to_str().unwrap());
+    assert_eq!(stack["layers"], data["layers"]);
+    assert_eq!(stack["layers"][0]["source"], lo.dev.as_str());
+    assert_eq!(stack["layers"][1]["kind"], "loop");
+    assert_eq!(v["postgres"]["backend_eatmydata"], false);
+    // The target's warnings, then the data directory's that are new (nobarrier).
+    let mut want = own["warnings"].as_array().unwrap().clone();
+    for w in data["warnings"].as_array().unwrap() {
+        if !want.contains(w) {
+            want.push(w.clone());
+        }
+    }
+    assert_eq!(v["warnings"], json!(want));
+    assert!(
+        ordered_ids(&v).contains(&"nobarrier".to_string()),
+        "{want:?}"
+    );
+    assert!(!ordered_ids(&own).contains(&"nobarrier".to_string()));
+}
