@@ -190,5 +190,10 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         }
     }
     println!();
+    print!(
+        "{}",
+        crate::storage::text(&r.storage, "acknowledged writes")
+    );
+    println!();
     println!("{}", r.summary);
 }

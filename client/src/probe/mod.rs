@@ -83,7 +83,7 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
 
 /// Runs the timed flush loop beside the target (a raw device is refused) and adds its result and its
 /// warnings to `p`; what could not be measured becomes a note, never an error.
-fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
+pub fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
     let m = flush::measure(target, seconds, disks);
     match m {
         Ok(m) => {

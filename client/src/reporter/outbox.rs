@@ -21,7 +21,7 @@
 //! the reporter treats as a witness fault.
 
 use super::sink::Msg;
-use plugpull::ledger::{AckBatch, Acks, FileAck, PgAckRange};
+use plugpull::ledger::{AckBatch, Acks, FileAck, FlushSample, PgAckRange};
 use std::collections::{HashMap, VecDeque};
 
 /// Whether `waiting` acks (handed over, not yet confirmed) exceed the
@@ -82,15 +82,26 @@ impl Outbox {
     /// Turns the gathered acks into numbered batches waiting to be sent (one per
     /// workload kind present). True when acks begin to wait now: nothing was pending
     /// and something was gathered (a stall is measured from here).
-    pub(super) fn seal(&mut self) -> bool {
+    ///
+    /// `flushes`, the leaf disks' flush counters sampled now (after every gathered
+    /// ack was acknowledged), goes with the last batch sealed; with nothing gathered
+    /// it is dropped.
+    pub(super) fn seal(&mut self, flushes: Option<FlushSample>) -> bool {
         let began = self.pending.is_empty() && self.gather.n > 0;
+        let first = self.next_batch;
         for acks in self.gather.take() {
             self.pending.push_back(AckBatch {
                 batch: self.next_batch,
                 promised: self.promised,
                 acks,
+                flushes: None,
             });
             self.next_batch += 1;
+        }
+        if self.next_batch > first {
+            if let Some(last) = self.pending.back_mut() {
+                last.flushes = flushes;
+            }
         }
         began
     }
@@ -253,7 +264,7 @@ mod tests {
                 block: seq * 10,
                 ms: 0,
             }));
-            o.seal();
+            o.seal(None);
         }
         o
     }
@@ -274,9 +285,43 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() {
+        let mut o = Outbox::new(true);
+        let sample = |n| {
+            Some(FlushSample {
+                counts: vec![Some(n)],
+            })
+        };
+        assert!(!o.seal(sample(1)));
+        o.add(Msg::File(FileAck {
+            seq: 1,
+            block: 7,
+            ms: 3,
+        }));
+        o.add(Msg::Pg {
+            client: 0,
+            seq: 1,
+            ms: 4,
+        });
+        o.seal(sample(2));
+        o.add(Msg::File(FileAck {
+            seq: 2,
+            block: 8,
+            ms: 5,
+        }));
+        o.seal(None);
+        let flushes: Vec<_> = o
+            .pending
+            .iter()
+            .map(|b| (b.batch, b.flushes.clone()))
+            .collect();
+        assert_eq!(flushes, [(1, None), (2, sample(2)), (3, None)]);
+    }
+
+    #[test]
     fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
         let mut o = Outbox::new(false);
-        assert!(!o.seal(), "nothing gathered: nothing begins to wait");
+        assert!(!o.seal(None), "nothing gathered: nothing begins to wait");
         o.add(Msg::File(FileAck {
             seq: 1,
             block: 7,
@@ -288,14 +333,17 @@ mod tests {
             ms: 4,
         });
         assert_eq!(o.gathered(), 2);
-        assert!(o.seal());
+        assert!(o.seal(None));
         assert_eq!(o.gathered(), 0);
         o.add(Msg::Pg {
             client: 2,
             seq: 2,
             ms: 5,
         });
-        assert!(!o.seal(), "batches already wait: no new start of a stall");
+        assert!(
+            !o.seal(None),
+            "batches already wait: no new start of a stall"
+        );
         let sent: Vec<AckBatch> = std::iter::from_fn(|| {
             let b = o.next_unsent()?.clone();
             o.sent(b.batch);
@@ -313,6 +361,7 @@ mod tests {
                         block: 7,
                         ms: 3
                     }]),
+                    flushes: None,
                 },
                 AckBatch {
                     batch: 2,
@@ -323,6 +372,7 @@ mod tests {
                         last: 1,
                         ms: 4
                     }]),
+                    flushes: None,
                 },
                 AckBatch {
                     batch: 3,
@@ -333,6 +383,7 @@ mod tests {
                         last: 2,
                         ms: 5
                     }]),
+                    flushes: None,
                 },
             ]
         );
@@ -362,7 +413,7 @@ mod tests {
             block: 30,
             ms: 0,
         }));
-        o.seal();
+        o.seal(None);
         assert_eq!(send_all(&mut o), vec![3]);
     }
 
