@@ -31,6 +31,16 @@ fn ordered_ids(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The probe's notes, in order.
+fn notes(v: &Value) -> Vec<&str> {
+    v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect()
+}
+
 /// The path of `libeatmydata.so` from the `libeatmydata1` package, if installed.
 fn libeatmydata() -> Option<String> {
     let o = Command::new("dpkg")
@@ -149,12 +159,7 @@ fn a_default_cluster_has_no_pg_warning_and_its_data_directory_is_the_target() {
     assert_eq!(hidden["layers"], json!([]));
     assert_eq!(hidden["postgres"]["backend_eatmydata"], Value::Null);
     let pid = hidden["postgres"]["backend_pid"].as_i64().unwrap();
-    let notes: Vec<&str> = hidden["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes(&hidden);
     assert_eq!(notes[0], "the server's data directory (hidden) is hidden from this role (reading it needs pg_read_all_settings): its stack was not probed");
     assert_eq!(
         notes.last().unwrap().to_string(),
@@ -286,12 +291,7 @@ fn a_server_in_another_pid_namespace_is_not_taken_for_this_hosts() {
     } else {
         format!("PID {pid} does not exist here")
     };
-    let notes: Vec<&str> = v["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes(&v);
     let here = format!("the data directory {data} exists on this host, but the server's backend {why}: the server may run elsewhere, and the stack above may not be its");
     let unchecked = format!("the postgres backend {why}: libeatmydata in the server not checked");
     assert_eq!(
