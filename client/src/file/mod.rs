@@ -147,7 +147,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
     if !args.json {
         print_write_head(run, &target, size, args);
-        print!("{head}");
+        println!("{head}");
     }
     let duration = match (args.writes, args.duration) {
         (Some(_), _) => None,
@@ -189,6 +189,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         coverage_percent: plugpull::report::percent_floor(end.covered, blocks),
         blocks_written: end.covered,
         device_error: end.device_error.as_ref().map(|e| e.error.clone()),
+        storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
     };
     print_write_summary(&s, args.json);
     match &end.device_error {

@@ -155,7 +155,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     .await?;
     if !args.json {
         println!("run id: {run_id}");
-        print!("{head}");
+        println!("{head}");
     }
     let out = prepared.go(run_id, reporter.sink()).await;
     let confirmed = reporter
@@ -165,7 +165,10 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             duration_ms: out.elapsed.as_millis() as u64,
         })
         .await?;
-    summary::print(args.json, run_id, &params, &settings, &out, confirmed);
+    let warnings = server.probe.map(|p| p.warnings).unwrap_or_default();
+    summary::print(
+        args.json, run_id, &params, &settings, &out, confirmed, &warnings,
+    );
     Ok(())
 }
 

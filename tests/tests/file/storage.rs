@@ -150,4 +150,21 @@ fn a_run_on_ext4_mounted_without_barriers_carries_the_warning_into_write_and_ver
         j["storage"]["probe"]["layers"][0]["source"],
         lo.dev.as_str()
     );
+    // `write --json` names the same warnings in its summary.
+    let o = plugpull(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "--size",
+        "1MiB",
+        "--writes",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let w: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(w["storage_warnings"], j["storage"]["probe"]["warnings"]);
 }
