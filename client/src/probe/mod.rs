@@ -5,11 +5,13 @@
 //! `loop/backing_file` to the filesystem holding that file and on to its disk.
 //! The pure model and rules are the core's [`plugpull::probe`]; this module only
 //! reads files and runs tools ([`tools`]), and [`print`] renders the result. The
-//! timed flush loop is [`flush`], the cut-evidence snapshot [`evidence`].
+//! timed flush loop is [`flush`], the cut-evidence snapshot [`evidence`], the
+//! PostgreSQL part (`--dsn`) [`pg`].
 
 pub mod env;
 pub mod evidence;
 pub mod flush;
+pub mod pg;
 pub mod print;
 pub mod stack;
 pub mod tools;
@@ -19,13 +21,20 @@ use plugpull::probe::{mountinfo, rules, Layer, Probe};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-/// `plugpull probe`'s arguments.
+/// `plugpull probe`'s arguments: at least one of `--target` and `--dsn`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["target", "dsn"])))]
 pub struct ProbeArgs {
     /// The file (or block device) whose storage stack to probe; a file need not
-    /// exist yet if its directory does.
+    /// exist yet if its directory does. Without it, `--dsn`'s data directory is the
+    /// target.
     #[arg(long)]
-    pub target: std::path::PathBuf,
+    pub target: Option<std::path::PathBuf>,
+    /// Also probe this PostgreSQL server (conninfo or URL, plus the `PG*`
+    /// environment): its durability settings, its data directory's stack, and
+    /// libeatmydata in its backend.
+    #[arg(long)]
+    pub dsn: Option<String>,
     /// Also run a timed single-job `pwrite` + `fdatasync` loop on a scratch file
     /// beside the target for this many seconds, counting each leaf disk's flushes.
     #[arg(long, value_parser = plugpull::units::positive_secs)]
@@ -36,11 +45,31 @@ pub struct ProbeArgs {
 }
 
 /// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
-pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
-    let mut p = probe(&args.target)?;
+/// With `--dsn` and no `--target` the server's data directory is the target (also
+/// of the flush loop); with both, the data directory's stack goes beside the
+/// target's ([`pg::beside`]).
+pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
+    let mut p = match (&args.target, &args.dsn) {
+        (Some(t), None) => probe(t)?,
+        (Some(t), Some(dsn)) => {
+            let own = probe(t)?;
+            pg::beside(own, pg::probe_dsn(dsn).await?)
+        }
+        (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
+        (None, None) => return Err(Error("probe: give --target, --dsn or both".into())),
+    };
     let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
     if let Some(seconds) = args.seconds {
-        measure_flushes(&mut p, &args.target, seconds, &disks);
+        match &args.target {
+            Some(t) => measure_flushes(&mut p, t, seconds, &disks),
+            None if p.layers.is_empty() => p
+                .notes
+                .push("flush accounting not measured: the data directory was not probed".into()),
+            None => {
+                let dir = std::path::PathBuf::from(&p.target);
+                measure_flushes(&mut p, &dir, seconds, &disks)
+            }
+        }
     }
     p.evidence = Some(evidence::snapshot(&disks));
     if args.json {
@@ -164,9 +193,15 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
         });
         walk.below_mount(&mut p, &m, meta.dev());
     }
-    p.environment = env::environment(&mut p.notes);
-    p.warnings = rules::warnings(&p);
+    finish(&mut p);
     Ok(p)
+}
+
+/// Fills in `p`'s environment and its warnings ([`rules::warnings`]) once its
+/// layers and leaves are known.
+pub fn finish(p: &mut Probe) {
+    p.environment = env::environment(&mut p.notes);
+    p.warnings = rules::warnings(p);
 }
 
 /// The mountinfo entry of the filesystem holding `path` (whose `st_dev` is `dev`).
