@@ -58,20 +58,11 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
         (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
         (None, None) => return Err(Error("probe: give --target, --dsn or both".into())),
     };
-    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
-    if let Some(seconds) = args.seconds {
-        match &args.target {
-            Some(t) => measure_flushes(&mut p, t, seconds, &disks),
-            None if p.layers.is_empty() => p
-                .notes
-                .push("flush accounting not measured: the data directory was not probed".into()),
-            None => {
-                let dir = std::path::PathBuf::from(&p.target);
-                measure_flushes(&mut p, &dir, seconds, &disks)
-            }
-        }
-    }
-    p.evidence = Some(evidence::snapshot(&disks));
+    let loop_at = match &args.target {
+        Some(t) => Some(t.clone()),
+        None => data_directory_of(&p),
+    };
+    complete(&mut p, loop_at.as_deref(), args.seconds);
     if args.json {
         let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
         println!("{s}");
@@ -79,6 +70,28 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
         print!("{}", print::text(&p));
     }
     Ok(true)
+}
+
+/// Completes a probe the walk produced: with `seconds`, the timed flush loop at
+/// `loop_at` (the target, or the data directory; `None`: nothing to time there, a
+/// note says so), then the cut-evidence snapshot of its leaf disks.
+pub fn complete(p: &mut Probe, loop_at: Option<&Path>, seconds: Option<f64>) {
+    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
+    if let Some(seconds) = seconds {
+        match loop_at {
+            Some(at) => measure_flushes(p, at, seconds, &disks),
+            None => p
+                .notes
+                .push("flush accounting not measured: the data directory was not probed".into()),
+        }
+    }
+    p.evidence = Some(evidence::snapshot(&disks));
+}
+
+/// Where the timed loop of a server's probe runs: its data directory, when the walk
+/// found it on this host.
+pub fn data_directory_of(p: &Probe) -> Option<std::path::PathBuf> {
+    (!p.layers.is_empty()).then(|| std::path::PathBuf::from(&p.target))
 }
 
 /// Runs the timed flush loop beside the target (a raw device is refused) and adds its result and its
