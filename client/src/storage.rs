@@ -7,6 +7,7 @@
 
 use plugpull::ledger::{FlushSample, Storage};
 use plugpull::probe::Probe;
+use plugpull::report::storage::RunFacts;
 use plugpull::report::StorageReport;
 use std::fmt::Write;
 use std::path::Path;
@@ -169,28 +170,26 @@ pub fn write_head(storage: &Storage, probe: Option<&Probe>) -> String {
     }
 }
 
-/// The storage section of a report on the run `storage` recorded, whose ack batches
-/// are `batches`, verified now on this host: the cut-evidence snapshot is taken
-/// again when this host is the run's (`run_host`), else the section says why not.
-/// `uses_flush` and `what` as in [`plugpull::report::storage::run_warnings`].
-pub fn section(
-    storage: &Storage,
-    batches: &[plugpull::ledger::AckBatch],
-    run_host: &str,
-    uses_flush: bool,
-    what: &str,
-) -> StorageReport {
+/// The storage section of a report on the run `storage` recorded (`run`: how it
+/// went), verified now on this host. The cut-evidence snapshot is taken again only
+/// when this host is the run's (`run_host`) and the run's storage was found on it
+/// (a pgbench server elsewhere was not: its machine's counters are not this one's);
+/// else the section says why not.
+pub fn section(storage: &Storage, run: &RunFacts, run_host: &str) -> StorageReport {
     let here = crate::manifest::hostname();
+    let probe = storage.probe().ok().flatten();
     let after = if here != run_host {
         Err(format!(
             "cut evidence not taken: verify runs on host {here}, the run ran on host {run_host}"
         ))
-    } else if storage.disks.is_empty() && storage.probe_json.is_empty() {
+    } else if probe.is_none() {
         Err("cut evidence not taken: the run's storage was not probed".into())
+    } else if probe.is_some_and(|p| p.layers.is_empty()) {
+        Err("cut evidence not taken: the run's storage is not on its host (a PostgreSQL server elsewhere?)".into())
     } else {
         Ok(crate::probe::evidence::snapshot(&storage.disks))
     };
-    StorageReport::build(storage, batches, after, uses_flush, what)
+    StorageReport::build(storage, run, after)
 }
 
 /// The "stack under test" section as `verify` prints it: the stack at the run's
@@ -268,33 +267,43 @@ mod tests {
     }
 
     #[test]
-    fn verify_on_another_host_takes_no_cut_evidence_and_says_why() {
+    fn cut_evidence_is_taken_only_on_the_runs_host_where_its_storage_was_found() {
         let here = crate::manifest::hostname();
-        let r = section(
-            &Storage::default(),
-            &[],
-            "the-agent-host",
-            true,
-            "acknowledged writes",
-        );
-        assert_eq!(r.evidence_after, None);
-        let r2 = section(
-            &Storage {
-                probe_json: serde_json::to_string(&Probe::default()).unwrap(),
-                ..Storage::default()
-            },
-            &[],
-            "the-agent-host",
-            true,
-            "acknowledged writes",
-        );
+        let facts = RunFacts {
+            batches: &[],
+            end: None,
+            device_error: false,
+            uses_flush: true,
+            what: "acknowledged writes",
+        };
+        let probed = Storage {
+            probe_json: serde_json::to_string(&Probe::default()).unwrap(),
+            ..Storage::default()
+        };
+        let r = section(&probed, &facts, "the-agent-host");
         assert_eq!(
-            r2.cut_evidence,
+            r.cut_evidence,
             [format!(
                 "cut evidence not taken: verify runs on host {here}, the run ran on host the-agent-host"
             )]
         );
-        assert_eq!(r.not_probed, "");
+        assert_eq!(r.evidence_after, None);
+        // A probe with no layers: the server's data directory was not on this host.
+        let r = section(&probed, &facts, &here);
+        assert_eq!(
+            r.cut_evidence,
+            ["cut evidence not taken: the run's storage is not on its host (a PostgreSQL server elsewhere?)"]
+        );
+        let unprobed = Storage {
+            not_probed: "no mount holds /x".into(),
+            ..Storage::default()
+        };
+        let r = section(&unprobed, &facts, &here);
+        assert_eq!(
+            (r.probe, r.not_probed.as_str()),
+            (None, "no mount holds /x")
+        );
+        assert_eq!(r.cut_evidence, Vec::<String>::new());
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct RunLedger {
     pub batches: Vec<AckBatch>,
     /// Whether the agent finished normally.
     pub finished: bool,
+    /// The leaf disks' flush counters at the run's end (its `Finished` or
+    /// `DeviceError` entry), when recorded.
+    pub end_flushes: Option<plugpull::ledger::FlushSample>,
     /// How the run ended, when a device error ended it.
     pub device_error: Option<DeviceError>,
     /// Acknowledgements the ledger holds after its device-error entry (the agent
@@ -135,6 +138,10 @@ pub async fn fetch(
         run,
         manifest: manifest.expect("scan guarantees a manifest"),
         batches,
+        end_flushes: finished
+            .as_ref()
+            .and_then(|f| f.flushes.clone())
+            .or_else(|| device_error.as_ref().and_then(|d| d.flushes.clone())),
         finished: finished.is_some(),
         device_error,
         acks_after_error,
@@ -263,12 +270,17 @@ pub async fn verify(
         }
     };
     let w = &l.manifest.workload;
+    let facts = plugpull::report::storage::RunFacts {
+        batches: &l.batches,
+        end: l.end_flushes.as_ref(),
+        device_error: l.device_error.is_some(),
+        uses_flush: w.acks_wait_for_flush(),
+        what: w.acks_name(),
+    };
     report.set_storage(crate::storage::section(
         &l.manifest.storage,
-        &l.batches,
+        &facts,
         &l.manifest.host,
-        w.acks_wait_for_flush(),
-        w.acks_name(),
     ));
     print_report(&report, args.json, args.show);
     if report.not_measured() {
@@ -340,6 +352,7 @@ mod tests {
                 flushes: None,
             }],
             finished: false,
+            end_flushes: None,
             device_error: end,
             acks_after_error: 0,
             chosen: String::new(),
@@ -354,6 +367,7 @@ mod tests {
             acknowledged: 2,
             last_seq: 2,
             device,
+            flushes: None,
         }
     }
 

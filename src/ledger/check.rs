@@ -177,6 +177,7 @@ mod tests {
             issued: acknowledged,
             acknowledged,
             duration_ms: 1,
+            flushes: None,
         }
     }
 

@@ -58,8 +58,8 @@ pub struct AckBatch {
     /// The acknowledgements.
     pub acks: Acks,
     /// The leaf disks' flush counters when the batch was sealed (after each of its
-    /// acks was acknowledged): at most one batch a second carries one, and the last
-    /// batch of a run that ended (finished or by a device error) always does.
+    /// acks was acknowledged): at most one batch a second carries one; the run's end
+    /// ([`RunSummary::flushes`], [`DeviceError::flushes`]) carries the last.
     pub flushes: Option<super::FlushSample>,
 }
 
@@ -72,6 +72,9 @@ pub struct RunSummary {
     pub acknowledged: u64,
     /// Length of the run in milliseconds.
     pub duration_ms: u64,
+    /// The leaf disks' flush counters when the run ended, after its last ack (set by
+    /// the reporter; `None` when the run has no leaf disk).
+    pub flushes: Option<super::FlushSample>,
 }
 
 /// One ledger entry.
@@ -116,6 +119,9 @@ pub struct DeviceError {
     /// (EINVAL, EBADF, EFBIG, EDQUOT, a short write, …) means the run itself went
     /// wrong: then nothing it measured counts and verify refuses it.
     pub device: bool,
+    /// The leaf disks' flush counters after the error (set by the reporter; a disk
+    /// that went away reads `None`).
+    pub flushes: Option<super::FlushSample>,
 }
 
 /// A torn tail the listener cut off a run's ledger when it restarted: `bytes` bytes

@@ -103,14 +103,16 @@ impl Workload {
 
     /// Whether every acknowledgement waited for a call that sends the device a cache
     /// flush whenever its write cache is volatile: `fsync`/`fdatasync` (a file run's
-    /// `--sync`, PostgreSQL's `wal_sync_method` with `fsync=on`). Writes opened
-    /// `O_DSYNC` may be completed with FUA instead of a flush, so they do not count.
+    /// `--sync`; for pgbench, a configuration that promised durability — `fsync=on`,
+    /// `synchronous_commit` not `off` — with `wal_sync_method` `fsync`, `fdatasync`
+    /// or `fsync_writethrough`). Writes opened `O_DSYNC` may be completed with FUA
+    /// instead of a flush, so they do not count.
     pub fn acks_wait_for_flush(&self) -> bool {
         use crate::modes::SyncMode;
         match self {
             Workload::File(f) => matches!(f.sync, SyncMode::Fsync | SyncMode::Fdatasync),
             Workload::Pgbench(p) => {
-                p.settings.fsync == "on"
+                p.promised
                     && matches!(
                         p.settings.wal_sync_method.as_str(),
                         "fsync" | "fdatasync" | "fsync_writethrough"

@@ -5,7 +5,7 @@
 //!
 //! Warnings never change a verdict: they say what a PASS is worth.
 
-use crate::ledger::{AckBatch, Storage};
+use crate::ledger::{AckBatch, FlushSample, Storage};
 use crate::probe::evidence::{compare, Snapshot};
 use crate::probe::flush::WriteCache;
 use crate::probe::{Probe, Warning, WarningId};
@@ -49,10 +49,16 @@ pub struct RunFlushes {
 }
 
 /// The flushes per acknowledgement of every disk of `storage` over `batches` (in
-/// ledger order): from `storage.flushes_start` to the last batch that carries a
-/// sample, counting the acks up to and including that batch. The note is empty, or
-/// says why nothing could be counted.
-pub fn run_flushes(storage: &Storage, batches: &[AckBatch]) -> (Vec<RunFlushes>, String) {
+/// ledger order) and the run's end sample `end` (taken after its last ack): per
+/// disk, from `storage.flushes_start` to the latest sample in which its counter is
+/// known and not below the start (a disk that went away at a device error keeps
+/// its count up to then), counting the acks up to that sample. The note is empty,
+/// or says why nothing could be counted.
+pub fn run_flushes(
+    storage: &Storage,
+    batches: &[AckBatch],
+    end: Option<&FlushSample>,
+) -> (Vec<RunFlushes>, String) {
     if storage.disks.is_empty() {
         return (
             Vec::new(),
@@ -60,29 +66,35 @@ pub fn run_flushes(storage: &Storage, batches: &[AckBatch]) -> (Vec<RunFlushes>,
         );
     }
     let mut acked = 0u64;
-    let mut last = None;
+    let mut samples: Vec<(&FlushSample, u64)> = Vec::new();
     for b in batches {
         acked += b.acks.count();
         if let Some(s) = &b.flushes {
-            last = Some((s, acked));
+            samples.push((s, acked));
         }
     }
-    let Some((end, acknowledged)) = last else {
+    if let Some(e) = end {
+        samples.push((e, acked));
+    }
+    if samples.is_empty() {
         return (
             Vec::new(),
-            "no flush sample after the run's start in the ledger (the run acknowledged nothing, or was cut before its first second): flushes not counted".into(),
+            "no flush sample after the run's start in the ledger (the run acknowledged nothing): flushes not counted".into(),
         );
-    };
+    }
     let get = |v: &[Option<u64>], i: usize| v.get(i).copied().flatten();
     let flushes = storage
         .disks
         .iter()
         .enumerate()
         .map(|(i, disk)| {
-            let flushes = match (get(&storage.flushes_start.counts, i), get(&end.counts, i)) {
-                (Some(a), Some(b)) if b >= a => Some(b - a),
-                _ => None,
-            };
+            let start = get(&storage.flushes_start.counts, i);
+            let latest = samples.iter().rev().find_map(|(s, acked)| {
+                let (a, b) = (start?, get(&s.counts, i)?);
+                (b >= a).then_some((b - a, *acked))
+            });
+            let acknowledged = latest.map_or(acked, |(_, n)| n);
+            let flushes = latest.map(|(f, _)| f);
             RunFlushes {
                 disk: disk.clone(),
                 flushes,
@@ -130,25 +142,49 @@ pub fn run_warnings(
         .collect()
 }
 
+/// What the section needs to know of a run besides its storage record.
+#[derive(Clone, Copy, Debug)]
+pub struct RunFacts<'a> {
+    /// The run's ack batches, in ledger order.
+    pub batches: &'a [AckBatch],
+    /// The flush counters at the run's end ([`crate::ledger::RunSummary::flushes`]
+    /// or [`crate::ledger::DeviceError::flushes`]).
+    pub end: Option<&'a FlushSample>,
+    /// Whether a device error ended the run (the host may have stayed up: a
+    /// drive-only cut).
+    pub device_error: bool,
+    /// Whether every ack waited for a flushing call ([`run_warnings`]).
+    pub uses_flush: bool,
+    /// What the run acknowledges (`acknowledged writes`, `acknowledged commits`).
+    pub what: &'a str,
+}
+
+/// The boot-id line of a run a device error ended on a host that stayed up.
+pub const DEVICE_ERROR_SAME_BOOT: &str = "same boot id: the host stayed up and the run ended by a device error (a drive-only cut?) \u{2014} the drive's counters below say whether it lost power";
+
 impl StorageReport {
-    /// The section for a run recorded with `storage` whose ack batches are `batches`:
-    /// `after` is the cut-evidence snapshot verify took (or why it took none),
-    /// `uses_flush` and `what` as in [`run_warnings`].
+    /// The section for a run recorded with `storage`: `run` is how the run went,
+    /// `after` the cut-evidence snapshot verify took (or why it took none).
     ///
     /// A stored probe this version cannot read is reported as not probed, naming why.
     pub fn build(
         storage: &Storage,
-        batches: &[AckBatch],
+        run: &RunFacts,
         after: Result<Snapshot, String>,
-        uses_flush: bool,
-        what: &str,
     ) -> StorageReport {
+        let RunFacts {
+            batches,
+            end,
+            device_error,
+            uses_flush,
+            what,
+        } = *run;
         let (probe, not_probed) = match storage.probe() {
             Ok(Some(p)) => (Some(p), String::new()),
             Ok(None) => (None, storage.not_probed.clone()),
             Err(e) => (None, e),
         };
-        let (flushes, flushes_note) = run_flushes(storage, batches);
+        let (flushes, flushes_note) = run_flushes(storage, batches, end);
         let mut warnings = Vec::new();
         let mut cut_evidence = Vec::new();
         if let Some(p) = &probe {
@@ -156,7 +192,12 @@ impl StorageReport {
             warnings.extend(run_warnings(p, &flushes, uses_flush, what));
             match (&p.evidence, &after) {
                 (_, Err(why)) => cut_evidence.push(why.clone()),
-                (Some(before), Ok(a)) => cut_evidence = compare(before, a),
+                (Some(before), Ok(a)) => {
+                    cut_evidence = compare(before, a);
+                    if device_error && before.boot_id == a.boot_id && !a.boot_id.is_empty() {
+                        cut_evidence[0] = DEVICE_ERROR_SAME_BOOT.into();
+                    }
+                }
                 (None, Ok(_)) => {
                     cut_evidence.push("no cut-evidence snapshot at the run's start".into())
                 }

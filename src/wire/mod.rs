@@ -251,6 +251,7 @@ mod proptests {
                         acknowledged: n[2],
                         last_seq: n[3],
                         device,
+                        flushes: None,
                     },
                 }
             ),

@@ -386,6 +386,7 @@ async fn end_run(
         acknowledged: local_acks,
         last_seq: sh.last_seq.load(Ordering::Relaxed),
         device,
+        flushes: None,
     });
     let confirmed = match &device_error {
         Some(end) => reporter.device_error(end.clone()).await?,
@@ -395,6 +396,7 @@ async fn end_run(
                     issued,
                     acknowledged: local_acks,
                     duration_ms: elapsed.as_millis() as u64,
+                    flushes: None,
                 })
                 .await?
         }

@@ -163,6 +163,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             issued: out.attempts,
             acknowledged: out.committed,
             duration_ms: out.elapsed.as_millis() as u64,
+            flushes: None,
         })
         .await?;
     let warnings = server.probe.map(|p| p.warnings).unwrap_or_default();

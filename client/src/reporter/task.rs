@@ -363,29 +363,32 @@ impl Task {
                 self.seal();
             }
         }
-        self.seal_with(true);
+        self.seal();
+        // The counters after the last ack: the run's flush count ends here.
+        let flushes = self.flush_clock.due(true);
         match c {
-            Ctrl::Finish(summary, reply) => (
-                Request::Finish {
-                    run: self.run,
-                    summary,
-                },
-                reply,
-            ),
-            Ctrl::DeviceError(end, reply) => (Request::DeviceError { run: self.run, end }, reply),
+            Ctrl::Finish(mut summary, reply) => {
+                summary.flushes = flushes;
+                (
+                    Request::Finish {
+                        run: self.run,
+                        summary,
+                    },
+                    reply,
+                )
+            }
+            Ctrl::DeviceError(mut end, reply) => {
+                end.flushes = flushes;
+                (Request::DeviceError { run: self.run, end }, reply)
+            }
         }
     }
 
-    /// Turns gathered acks into numbered batches waiting to be sent.
+    /// Turns gathered acks into numbered batches waiting to be sent, the last one
+    /// carrying the leaf disks' flush counters when a sample is due (once a second).
     fn seal(&mut self) {
-        self.seal_with(false);
-    }
-
-    /// [`Task::seal`], the last batch carrying the flush counters when a sample is
-    /// due (`force`: the run's last batch).
-    fn seal_with(&mut self, force: bool) {
         let flushes = if self.outbox.gathered() > 0 {
-            self.flush_clock.due(force)
+            self.flush_clock.due(false)
         } else {
             None
         };

@@ -185,6 +185,7 @@ mod tests {
             issued: 9,
             acknowledged: 7,
             duration_ms: 1000,
+            flushes: None,
         };
         let group = [
             Append::Batch(batch(4)),

@@ -45,8 +45,42 @@ fn probe(cache: &str) -> Probe {
     }
 }
 
+fn facts<'a>(
+    batches: &'a [AckBatch],
+    end: Option<&'a FlushSample>,
+    device_error: bool,
+) -> RunFacts<'a> {
+    RunFacts {
+        batches,
+        end,
+        device_error,
+        uses_flush: true,
+        what: "acknowledged writes",
+    }
+}
+
 #[test]
-fn flushes_count_from_the_start_to_the_last_sample_over_the_acks_up_to_it() {
+fn the_end_sample_counts_every_ack_and_a_disk_gone_at_the_end_keeps_its_last_count() {
+    let s = storage(&["vda", "sdb"], vec![Some(100), Some(50)], None);
+    let batches = [
+        batch(1, 3, Some(vec![Some(104), Some(53)])),
+        batch(2, 2, None),
+    ];
+    // The end: vda counted on; sdb went away at a device error (or reads a reset counter).
+    let end = FlushSample {
+        counts: vec![Some(106), Some(0)],
+    };
+    let (f, note) = run_flushes(&s, &batches, Some(&end));
+    assert_eq!(note, "");
+    let got: Vec<_> = f
+        .iter()
+        .map(|f| (f.disk.as_str(), f.flushes, f.acknowledged))
+        .collect();
+    assert_eq!(got, [("vda", Some(6), 5), ("sdb", Some(3), 3)]);
+}
+
+#[test]
+fn flushes_count_from_the_start_to_the_latest_known_sample_over_the_acks_up_to_it() {
     let s = storage(&["vda", "vdb"], vec![Some(100), Some(7)], None);
     let batches = [
         batch(1, 3, Some(vec![Some(103), Some(7)])),
@@ -54,7 +88,7 @@ fn flushes_count_from_the_start_to_the_last_sample_over_the_acks_up_to_it() {
         batch(3, 5, Some(vec![Some(110), None])),
         batch(4, 4, None),
     ];
-    let (f, note) = run_flushes(&s, &batches);
+    let (f, note) = run_flushes(&s, &batches, None);
     assert_eq!(note, "");
     assert_eq!(
         f,
@@ -65,11 +99,12 @@ fn flushes_count_from_the_start_to_the_last_sample_over_the_acks_up_to_it() {
                 acknowledged: 10,
                 per_ack: Some(1.0),
             },
+            // Unknown in the last sample: counted up to the sample before.
             RunFlushes {
                 disk: "vdb".into(),
-                flushes: None,
-                acknowledged: 10,
-                per_ack: None,
+                flushes: Some(0),
+                acknowledged: 3,
+                per_ack: Some(0.0),
             },
         ]
     );
@@ -77,12 +112,13 @@ fn flushes_count_from_the_start_to_the_last_sample_over_the_acks_up_to_it() {
 
 #[test]
 fn without_disks_or_samples_nothing_is_counted_and_the_note_says_why() {
-    let (f, note) = run_flushes(&storage(&[], vec![], None), &[batch(1, 3, None)]);
+    let (f, note) = run_flushes(&storage(&[], vec![], None), &[batch(1, 3, None)], None);
     assert!(f.is_empty());
     assert_eq!(note, "no leaf disk under the target: flushes not counted");
     let (f, note) = run_flushes(
         &storage(&["vda"], vec![Some(1)], None),
         &[batch(1, 3, None)],
+        None,
     );
     assert!(f.is_empty());
     assert!(
@@ -142,13 +178,8 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         disks: vec![disk(4)],
         notes: vec![],
     };
-    let r = StorageReport::build(
-        &s,
-        &[batch(1, 2, Some(vec![Some(5)]))],
-        Ok(after.clone()),
-        true,
-        "acknowledged writes",
-    );
+    let batches = [batch(1, 2, Some(vec![Some(5)]))];
+    let r = StorageReport::build(&s, &facts(&batches, None, false), Ok(after.clone()));
     assert_eq!(r.not_probed, "");
     assert_eq!(
         r.warnings.iter().map(|w| w.id).collect::<Vec<_>>(),
@@ -162,17 +193,29 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
             "vda: power cycles +0",
         ]
     );
-    assert_eq!(r.evidence_after, Some(after));
+    assert_eq!(r.evidence_after.as_ref(), Some(&after));
     let why = "verify runs on host b, the run ran on host a: no cut evidence taken";
-    let r = StorageReport::build(&s, &[], Err(why.into()), true, "x");
+    let r = StorageReport::build(&s, &facts(&[], None, false), Err(why.into()));
     assert_eq!(r.cut_evidence, [why]);
     assert_eq!(r.evidence_after, None);
+    // A device error on a host that stayed up: not "its power was not cut".
+    let same = Snapshot {
+        boot_id: "a".into(),
+        ..after.clone()
+    };
+    let r = StorageReport::build(&s, &facts(&[], None, true), Ok(same.clone()));
+    assert_eq!(r.cut_evidence[0], DEVICE_ERROR_SAME_BOOT);
+    let r = StorageReport::build(&s, &facts(&[], None, false), Ok(same));
+    assert_eq!(
+        r.cut_evidence[0],
+        "same boot id: the machine did not reboot \u{2014} its power was not cut"
+    );
 }
 
 #[test]
 fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
     let s = storage(&[], vec![], None);
-    let r = StorageReport::build(&s, &[], Err("x".into()), true, "x");
+    let r = StorageReport::build(&s, &facts(&[], None, false), Err("x".into()));
     assert_eq!(
         (r.probe, r.not_probed.as_str()),
         (None, "data directory hidden")
@@ -181,7 +224,7 @@ fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
         probe_json: "{\"layers\":7}".into(),
         ..Storage::default()
     };
-    let r = StorageReport::build(&bad, &[], Err("x".into()), true, "x");
+    let r = StorageReport::build(&bad, &facts(&[], None, false), Err("x".into()));
     assert!(
         r.not_probed
             .starts_with("the run's stored probe cannot be read: "),

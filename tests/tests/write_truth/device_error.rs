@@ -296,6 +296,7 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         acknowledged: 3,
         last_seq: 3,
         device: true,
+        flushes: None,
     };
     let not_device = DeviceError {
         error: "pwrite of block 4 at byte 16384: Invalid argument (os error 22)".into(),
