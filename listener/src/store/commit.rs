@@ -210,8 +210,8 @@ mod tests {
         ledger::encode_entry(&Entry::Acks(batch(7)), &mut want);
         ledger::encode_entry(&Entry::Finished(summary), &mut want);
         assert_eq!(out, want);
-        // 1 + two acks entries of 8 + 9 bytes + a Finished entry of 8 + 5 bytes.
-        assert_eq!(out.len(), 48);
+        // 1 + two acks entries of 8 + 9 bytes + a Finished entry of 8 + 6 bytes.
+        assert_eq!(out.len(), 49);
     }
 
     #[test]
