@@ -72,11 +72,12 @@ enum Cmd {
     /// Show the storage stack under a target and what in it can make fsync a lie.
     ///
     /// Layer by layer from the mount down to each disk; warnings never fail (exit 0;
-    /// 2 when it could not probe).
+    /// 2 when it could not probe, or --seconds could not run).
     ///
     /// Examples:
     ///   plugpull probe --target /mnt/test/pp.dat
     ///   plugpull probe --target /mnt/test/pp.dat --seconds 5 --json
+    ///   plugpull probe --target /dev/sdX --seconds 5 --force   (overwrites its first 4 KiB)
     #[command(verbatim_doc_comment)]
     Probe {
         #[command(flatten)]

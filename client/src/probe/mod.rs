@@ -19,6 +19,9 @@ use plugpull::probe::{mountinfo, rules, Layer, Probe};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+/// The most `--seconds` may ask for: one hour.
+pub const MAX_SECONDS: f64 = 3600.0;
+
 /// `plugpull probe`'s arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProbeArgs {
@@ -27,53 +30,101 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub target: std::path::PathBuf,
     /// Also run a timed single-job `pwrite` + `fdatasync` loop on a scratch file
-    /// beside the target for this many seconds, counting each leaf disk's flushes.
-    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    /// beside the target for this many seconds (above 0, at most 3600), counting
+    /// each leaf disk's flushes. Exit 2 when it could not run.
+    #[arg(long, value_parser = seconds_arg)]
     pub seconds: Option<f64>,
-    /// Print one JSON object instead of text.
+    /// With --seconds on a block device: run the loop on the device itself,
+    /// OVERWRITING ITS FIRST 4 KiB (offset 0). The device is opened exclusively, so
+    /// a mounted or otherwise held device is refused.
+    #[arg(long)]
+    pub force: bool,
+    /// Print one JSON object instead of text (`{"ok":false,"error":…}` when it could
+    /// not probe).
     #[arg(long)]
     pub json: bool,
 }
 
-/// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
-pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
-    let mut p = probe(&args.target)?;
-    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
-    if let Some(seconds) = args.seconds {
-        measure_flushes(&mut p, &args.target, seconds, &disks);
+/// `--seconds`: a number of seconds above 0 and at most [`MAX_SECONDS`].
+fn seconds_arg(s: &str) -> Result<f64, String> {
+    let v = plugpull::units::positive_secs(s)?;
+    if v > MAX_SECONDS {
+        return Err(format!(
+            "{s:?} is above {MAX_SECONDS} seconds (one hour), the longest a probe runs"
+        ));
     }
-    p.evidence = Some(evidence::snapshot(&disks));
+    Ok(v)
+}
+
+/// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
+/// Errors (exit 2): the target could not be probed (with `--json`, stdout then holds
+/// `{"ok":false,"error":…}`), or `--seconds` could not run (the report is printed,
+/// with the cause among its notes, and the cause is the error).
+pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
+    let (p, not_measured) = match run(args) {
+        Ok(r) => r,
+        Err(e) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+            }
+            return Err(e);
+        }
+    };
     if args.json {
         let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
         println!("{s}");
     } else {
         print!("{}", print::text(&p));
     }
-    Ok(true)
+    match not_measured {
+        Some(e) => Err(Error(format!("flush accounting not measured: {e}"))),
+        None => Ok(true),
+    }
 }
 
-/// Runs the timed flush loop beside the target (a raw device is refused) and adds its result and its
-/// warnings to `p`; what could not be measured becomes a note, never an error.
-fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
-    let m = flush::measure(target, seconds, disks);
-    match m {
-        Ok(m) => {
-            for w in plugpull::probe::flush::warnings(&m) {
-                if w.id == plugpull::probe::flush::FSYNC_TOO_FAST_FOR_ROTATIONAL
-                    && is_virtual_disk(p, &w.disk)
-                {
-                    p.notes.push(format!(
-                        "{}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply",
-                        w.disk
-                    ));
-                    continue;
-                }
-                p.warnings.push((&w).into());
-            }
-            p.flush = Some(m);
-        }
-        Err(e) => p.notes.push(format!("flush accounting not measured: {e}")),
+/// The probe `args` ask for, and why `--seconds` could not run, if it could not.
+fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
+    let mut p = probe(&args.target)?;
+    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
+    let mut not_measured = None;
+    if let Some(seconds) = args.seconds {
+        not_measured = measure_flushes(&mut p, &args.target, seconds, args.force, &disks).err();
     }
+    p.evidence = Some(evidence::snapshot(&disks));
+    Ok((p, not_measured))
+}
+
+/// Runs the timed flush loop (beside the target; on a raw device only with `force`)
+/// and adds its result and its warnings to `p`; when it could not run, a note says
+/// why and the cause is returned.
+fn measure_flushes(
+    p: &mut Probe,
+    target: &Path,
+    seconds: f64,
+    force: bool,
+    disks: &[String],
+) -> Result<(), Error> {
+    let m = match flush::measure(target, seconds, disks, force) {
+        Ok(m) => m,
+        Err(e) => {
+            p.notes.push(format!("flush accounting not measured: {e}"));
+            return Err(e);
+        }
+    };
+    for w in plugpull::probe::flush::warnings(&m) {
+        if w.id == plugpull::probe::flush::FSYNC_TOO_FAST_FOR_ROTATIONAL
+            && is_virtual_disk(p, &w.disk)
+        {
+            p.notes.push(format!(
+                "{}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply",
+                w.disk
+            ));
+            continue;
+        }
+        p.warnings.push((&w).into());
+    }
+    p.flush = Some(m);
+    Ok(())
 }
 
 /// `path` with every symbolic link in its last component followed, also a link to a
@@ -151,9 +202,17 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
         target: target.display().to_string(),
         ..Probe::default()
     };
+    let t = meta.file_type();
+    if !(t.is_file() || t.is_dir() || t.is_block_device()) {
+        return Err(Error(format!(
+            "cannot probe {}: not a regular file, directory or block device",
+            target.display()
+        )));
+    }
     let mut walk = stack::Walk::default();
-    if meta.file_type().is_block_device() {
+    if t.is_block_device() {
         walk.device(&mut p, meta.rdev());
+        p.notes.extend(held_note(&existing, meta.rdev()));
     } else {
         let m = mount_of(&existing, meta.dev())?;
         p.layers.push(Layer::Mount {
@@ -165,8 +224,34 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
         walk.below_mount(&mut p, &m, meta.dev());
     }
     p.environment = env::environment(&mut p.notes);
+    p.notes.extend(rules::container_note(&p));
     p.warnings = rules::warnings(&p);
     Ok(p)
+}
+
+/// The note for a block device `write file` would refuse: `write` opens a device
+/// exclusively ([`crate::file::target::open_block_exclusive`], called here too and
+/// closed at once, nothing written), and the kernel refuses that while the device
+/// is mounted or held, before `--force` is looked at. The note quotes `write`'s own
+/// refusal, after where the device is mounted (from `/proc/self/mountinfo`).
+fn held_note(dev: &Path, rdev: u64) -> Option<String> {
+    let refused = crate::file::target::open_block_exclusive(dev).err()?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut at: Vec<String> = mountinfo::parse(&text)
+        .into_iter()
+        .filter(|m| (m.major, m.minor) == (libc::major(rdev), libc::minor(rdev)))
+        .map(|m| m.mountpoint)
+        .collect();
+    at.dedup();
+    let mounted = if at.is_empty() {
+        ":".to_string()
+    } else {
+        format!(" is mounted at {}:", at.join(", "))
+    };
+    Some(format!(
+        "{}{mounted} `write file` refuses it, also with --force ({refused})",
+        dev.display()
+    ))
 }
 
 /// The mountinfo entry of the filesystem holding `path` (whose `st_dev` is `dev`).

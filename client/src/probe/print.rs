@@ -82,6 +82,7 @@ fn layer_line(p: &Probe, l: &Layer) -> String {
             name,
             backing_file,
             direct_io,
+            ..
         } => {
             format!(
                 "loop    {name} backing {backing_file} (direct_io {})",
@@ -158,6 +159,14 @@ fn evidence_lines(s: &mut String, e: &plugpull::probe::evidence::Snapshot) {
     }
 }
 
+/// `, container: docker` when the probe runs in a container, else nothing.
+fn container_suffix(env: &plugpull::probe::Environment) -> String {
+    match env.container.as_deref() {
+        Some(c) if c != "none" => format!(", container: {c}"),
+        _ => String::new(),
+    }
+}
+
 /// The whole text report.
 pub fn text(p: &Probe) -> String {
     let mut s = format!("stack under test: {}\n", p.target);
@@ -167,8 +176,9 @@ pub fn text(p: &Probe) -> String {
     let env = &p.environment;
     let _ = writeln!(
         s,
-        "virtualization: {}",
-        env.virtualization.as_deref().unwrap_or("unknown")
+        "virtualization: {}{}",
+        env.virtualization.as_deref().unwrap_or("unknown"),
+        container_suffix(env)
     );
     if let Some(m) = &p.flush {
         flush_lines(&mut s, m);
@@ -213,13 +223,14 @@ mod tests {
                     name: "loop3".into(),
                     backing_file: "/srv/d.img".into(),
                     direct_io: Some(false),
+                    backing_fs: Some("ext4".into()),
                 },
                 Layer::Disk { name: "vda".into() },
             ],
             leaves: vec![Leaf {
                 name: "vda".into(),
                 transport: "virtio".into(),
-                write_cache: Some("write back".into()),
+                write_cache: Some(plugpull::probe::flush::WriteCache::WriteBack),
                 fua: Some(false),
                 rotational: Some(true),
                 logical_block_size: Some(512),

@@ -110,22 +110,33 @@ impl Walk {
     fn loop_dev(&mut self, p: &mut Probe, dir: &Path, name: String) {
         let backing = read(&dir.join("loop/backing_file")).unwrap_or_default();
         let direct_io = read(&dir.join("loop/dio")).and_then(|s| sysfs::flag(&s));
+        let path = Path::new(&backing);
+        let md = std::fs::metadata(path);
+        let mount = match &md {
+            Ok(md) if !md.file_type().is_block_device() => Some(mount_of(path, md.dev())),
+            _ => None,
+        };
+        let backing_fs = match &mount {
+            Some(Ok(m)) => Some(m.fstype.clone()),
+            _ => None,
+        };
         p.layers.push(Layer::Loop {
             name: name.clone(),
             backing_file: backing.clone(),
             direct_io,
+            backing_fs,
         });
-        let path = Path::new(&backing);
-        let Ok(md) = std::fs::metadata(path) else {
-            p.notes
-                .push(format!("{name}: backing file {backing} is gone"));
-            return;
+        let md = match md {
+            Ok(md) => md,
+            Err(_) => {
+                p.notes
+                    .push(format!("{name}: backing file {backing} is gone"));
+                return;
+            }
         };
-        if md.file_type().is_block_device() {
-            return self.device(p, md.rdev());
-        }
-        match mount_of(path, md.dev()) {
-            Ok(m) => {
+        match mount {
+            None => self.device(p, md.rdev()),
+            Some(Ok(m)) => {
                 p.notes.push(format!(
                     "{name}'s backing file is on {} {} at {} ({})",
                     m.fstype,
@@ -135,7 +146,7 @@ impl Walk {
                 ));
                 self.below_mount(p, &m, md.dev());
             }
-            Err(e) => p.notes.push(format!("{name}: {e}")),
+            Some(Err(e)) => p.notes.push(format!("{name}: {e}")),
         }
     }
 

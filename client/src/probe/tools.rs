@@ -3,7 +3,7 @@
 //! tool adds a note ("nvme-cli not installed: VWC unknown"); it is never fatal.
 
 use crate::rig::proc::on_path;
-use plugpull::probe::{sysfs, Layer, Leaf};
+use plugpull::probe::{flush::WriteCache, sysfs, Layer, Leaf};
 use std::path::Path;
 use std::process::Command;
 
@@ -48,7 +48,7 @@ pub fn leaf(name: &str, dir: &Path, notes: &mut Vec<String>) -> Leaf {
         rotational: q("rotational").and_then(|s| sysfs::flag(&s)),
         logical_block_size: num("logical_block_size"),
         physical_block_size: num("physical_block_size"),
-        write_cache: q("write_cache"),
+        write_cache: q("write_cache").and_then(|s| WriteCache::parse(&s)),
         fua: q("fua").and_then(|s| sysfs::flag(&s)),
         cache_type: scsi_cache_type(dir).or_else(|| read(&dir.join("cache_type"))),
         atomic_write_unit_min: num("atomic_write_unit_min_bytes"),

@@ -1,0 +1,344 @@
+//! `plugpull probe` on targets that are not a plain file on a disk: RAM-backed
+//! stacks (tmpfs, a loop device over an image on tmpfs, zram), raw devices with
+//! and without `--force`, mounted devices, read-only mounts, FIFOs, sockets and
+//! character devices; the exit codes and messages of what could not be done; and
+//! the VM and container this machine runs in.
+
+use super::*;
+use plugpull_tests::{plugpull, stderr, stdout};
+
+/// What every `volatile-memory` message ends with.
+const LOST: &str = "a power cut loses all of it, acknowledged writes included";
+
+/// The first line of a failed probe's stderr, which must have exited 2.
+fn exit_2(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(o), stderr(o));
+    stderr(o).lines().next().unwrap_or_default().to_string()
+}
+
+fn messages(v: &Value, id: &str) -> Vec<String> {
+    v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["id"] == id)
+        .map(|w| w["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn notes(v: &Value) -> Vec<String> {
+    v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A `size`-byte image in `dir` filled with 0xa5 (not the probe's own 0x5a) on a
+/// loop device.
+fn image_on_loop(dir: &Path, size: usize) -> (std::path::PathBuf, Loop) {
+    let img = dir.join("disk.img");
+    std::fs::write(&img, vec![0xa5; size]).unwrap();
+    let lo = Loop::attach(&img, &[]);
+    (img, lo)
+}
+
+/// A 32 MiB ext4 image at `img` on a loop device, mounted with `opts` beside it
+/// (`disk.img` → `disk.mnt`); the mount drops first.
+fn ext4_on_loop_at(img: &Path, opts: &[&str]) -> (Mount, Loop) {
+    std::fs::File::create(img)
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
+    let lo = Loop::attach(img, &[]);
+    let mut args = opts.to_vec();
+    args.push(lo.dev.as_str());
+    (Mount::new(&args, &img.with_extension("mnt")), lo)
+}
+
+#[test]
+fn a_file_on_tmpfs_warns_volatile_memory() {
+    let test = "a_file_on_tmpfs_warns_volatile_memory";
+    if !is_root() {
+        return skipped(test, "not root (mounting tmpfs needs root)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = Mount::new(
+        &["-t", "tmpfs", "-o", "size=4m", "ppram"],
+        &dir.path().join("t"),
+    );
+    let mp = std::fs::canonicalize(&mnt.at).unwrap();
+    let v = probe_json(&mp.join("f"));
+    assert_eq!(
+        messages(&v, "volatile-memory"),
+        [format!("tmpfs at {} is in RAM: {LOST}", mp.display())]
+    );
+}
+
+#[test]
+fn ext4_on_a_loop_device_over_an_image_on_tmpfs_warns_volatile_memory() {
+    let test = "ext4_on_a_loop_device_over_an_image_on_tmpfs_warns_volatile_memory";
+    if skip_without_loop(test, &["mkfs.ext4", "mount"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ram = Mount::new(
+        &["-t", "tmpfs", "-o", "size=40m", "ppram"],
+        &dir.path().join("ram"),
+    );
+    let img = std::fs::canonicalize(&ram.at).unwrap().join("disk.img");
+    let (mnt, lo) = ext4_on_loop_at(&img, &[]);
+    let v = probe_json(&mnt.at.join("plugpull.dat"));
+    let name = lo.dev.trim_start_matches("/dev/");
+    assert_eq!(v["layers"][1]["kind"], "loop");
+    assert_eq!(v["layers"][1]["backing_fs"], "tmpfs");
+    assert_eq!(v["leaves"], json!([]));
+    assert_eq!(
+        messages(&v, "volatile-memory"),
+        [format!(
+            "{name}'s backing file {} is on tmpfs, in RAM: {LOST}",
+            img.display()
+        )]
+    );
+    assert_eq!(ids(&v), expected_ids(vec!["volatile-memory"]));
+}
+
+#[test]
+fn a_zram_device_warns_volatile_memory() {
+    let test = "a_zram_device_warns_volatile_memory";
+    let Some(dev) = ["/dev/zram0", "/dev/zram1"]
+        .into_iter()
+        .find(|d| Path::new(d).exists())
+    else {
+        return skipped(test, "no /dev/zramN on this machine");
+    };
+    let v = probe_json(Path::new(dev));
+    let name = dev.trim_start_matches("/dev/");
+    assert_eq!(v["layers"], json!([{"kind": "disk", "name": name}]));
+    assert_eq!(
+        messages(&v, "volatile-memory"),
+        [format!(
+            "{name} is a compressed RAM disk (zram), in RAM: {LOST}"
+        )]
+    );
+}
+
+/// What `systemd-detect-virt FLAG` prints, run here by the test itself.
+fn detect_virt(flag: &str) -> Option<String> {
+    let o = Command::new("systemd-detect-virt")
+        .arg(flag)
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&o.stdout).trim().to_string()).filter(|s| !s.is_empty())
+}
+
+#[test]
+fn the_vm_and_the_container_are_recorded_apart() {
+    let test = "the_vm_and_the_container_are_recorded_apart";
+    let (Some(vm), Some(container)) = (detect_virt("--vm"), detect_virt("--container")) else {
+        return skipped(test, "systemd-detect-virt is missing");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let v = probe_json(dir.path());
+    assert_eq!(v["environment"]["virtualization"], json!(vm));
+    assert_eq!(v["environment"]["container"], json!(container));
+    let tail = "the host's cache mode decides whether a flush reaches a disk";
+    let inside = if container == "none" {
+        String::new()
+    } else {
+        format!(" (inside a {container} container)")
+    };
+    let want: Vec<String> = if vm == "none" {
+        vec![]
+    } else {
+        vec![format!("running under {vm}{inside}: {tail}")]
+    };
+    assert_eq!(messages(&v, "virtualized"), want);
+    let note = format!("running in a {container} container on bare metal: a container has no cache mode of its own, flushes go to this machine's disks");
+    assert_eq!(
+        notes(&v).contains(&note),
+        vm == "none" && container != "none",
+        "{:?}",
+        notes(&v)
+    );
+}
+
+#[test]
+fn seconds_on_a_raw_device_without_force_is_not_measured_exit_2() {
+    let test = "seconds_on_a_raw_device_without_force_is_not_measured_exit_2";
+    if skip_without_loop(test, &[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, lo) = image_on_loop(dir.path(), 1 << 20);
+    let o = plugpull(&["probe", "--seconds", "1", "--json", "--target", &lo.dev]);
+    let cause = "--seconds on a block device overwrites its first 4 KiB: give --force to allow it";
+    assert_eq!(
+        exit_2(&o),
+        format!("plugpull: flush accounting not measured: {cause}")
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["flush"], Value::Null);
+    assert!(
+        notes(&v).contains(&format!("flush accounting not measured: {cause}")),
+        "{v}"
+    );
+    assert!(
+        std::fs::read(&img).unwrap().iter().all(|&b| b == 0xa5),
+        "the device was written"
+    );
+}
+
+#[test]
+fn seconds_on_a_read_only_mount_is_not_measured_exit_2() {
+    let test = "seconds_on_a_read_only_mount_is_not_measured_exit_2";
+    if skip_without_loop(test, &["mkfs.ext4", "mount"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mnt, _lo) = ext4_on_loop_at(&dir.path().join("disk.img"), &["-o", "ro"]);
+    let mp = std::fs::canonicalize(&mnt.at).unwrap();
+    let child = Command::new(bin("plugpull"))
+        .args(["probe", "--seconds", "1", "--target"])
+        .arg(mp.join("pp.dat"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let cause = format!(
+        "cannot create scratch file {}/.plugpull-probe-{pid}: Read-only file system (os error 30)",
+        mp.display()
+    );
+    assert_eq!(
+        exit_2(&o),
+        format!("plugpull: flush accounting not measured: {cause}")
+    );
+    let text = stdout(&o);
+    assert!(
+        text.lines()
+            .any(|l| l == format!("  flush accounting not measured: {cause}")),
+        "{text}"
+    );
+    assert!(text.starts_with(&format!(
+        "stack under test: {}",
+        mp.join("pp.dat").display()
+    )));
+}
+
+#[test]
+fn force_runs_the_loop_on_the_device_and_overwrites_only_its_first_4_kib() {
+    let test = "force_runs_the_loop_on_the_device_and_overwrites_only_its_first_4_kib";
+    if skip_without_loop(test, &[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, lo) = image_on_loop(dir.path(), 1 << 20);
+    let o = plugpull(&[
+        "probe",
+        "--seconds",
+        "1",
+        "--force",
+        "--json",
+        "--target",
+        &lo.dev,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["flush"]["fdatasyncs"].as_u64().unwrap() >= 1, "{v}");
+    let mut head = vec![0u8; 1 << 20];
+    std::io::Read::read_exact(&mut std::fs::File::open(&lo.dev).unwrap(), &mut head).unwrap();
+    assert!(head[..4096].iter().all(|&b| b == 0x5a), "the loop's block");
+    assert!(
+        head[4096..].iter().all(|&b| b == 0xa5),
+        "the rest untouched"
+    );
+    drop(lo);
+    let on_disk = std::fs::read(&img).unwrap();
+    assert!(
+        on_disk[..4096].iter().all(|&b| b == 0x5a),
+        "reached the image"
+    );
+}
+
+#[test]
+fn a_mounted_device_gets_a_note_and_force_is_refused_exit_2() {
+    let test = "a_mounted_device_gets_a_note_and_force_is_refused_exit_2";
+    if skip_without_loop(test, &["mkfs.ext4", "mount"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mnt, lo) = ext4_on_loop_at(&dir.path().join("disk.img"), &[]);
+    let mp = std::fs::canonicalize(&mnt.at).unwrap();
+    let dev = lo.dev.as_str();
+    let refused = format!(
+        "target {dev} is in use: it is mounted, or held by LVM, MD RAID, device-mapper or another program (the kernel refused an exclusive open: Device or resource busy (os error 16)); unmount or release it first"
+    );
+    let note = format!(
+        "{dev} is mounted at {}: `write file` refuses it, also with --force ({refused})",
+        mp.display()
+    );
+    let v = probe_json(Path::new(dev));
+    assert!(notes(&v).contains(&note), "{:?}", notes(&v));
+    let o = plugpull(&["probe", "--seconds", "1", "--force", "--target", dev]);
+    assert_eq!(
+        exit_2(&o),
+        format!("plugpull: flush accounting not measured: {refused}")
+    );
+    assert!(
+        stdout(&o).contains(&format!("  {note}\n")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn a_fifo_a_socket_and_a_char_device_are_refused_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let sock = dir.path().join("sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    for t in [fifo.as_path(), sock.as_path(), Path::new("/dev/null")] {
+        let o = plugpull(&["probe", "--target", t.to_str().unwrap()]);
+        assert_eq!(
+            exit_2(&o),
+            format!(
+                "plugpull: cannot probe {}: not a regular file, directory or block device",
+                t.display()
+            )
+        );
+        assert_eq!(stdout(&o), "");
+    }
+}
+
+#[test]
+fn json_failures_print_one_ok_false_object() {
+    let o = plugpull(&["probe", "--json", "--target", "/dev/null"]);
+    let err = "cannot probe /dev/null: not a regular file, directory or block device";
+    assert_eq!(exit_2(&o), format!("plugpull: {err}"));
+    assert_eq!(
+        stdout(&o),
+        format!("{}\n", json!({"ok": false, "error": err}))
+    );
+}
+
+#[test]
+fn seconds_above_an_hour_is_a_usage_error() {
+    let o = plugpull(&["probe", "--seconds", "3601", "--target", "/tmp"]);
+    assert_eq!(
+        exit_2(&o),
+        "error: invalid value '3601' for '--seconds <SECONDS>': \"3601\" is above 3600 seconds (one hour), the longest a probe runs"
+    );
+    let ok = Command::new(bin("plugpull"))
+        .args(["probe", "--seconds", "3600", "--target", "/tmp"])
+        .env("PLUGPULL_CHECK_ARGS", "1")
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", stderr(&ok));
+}
