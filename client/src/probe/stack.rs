@@ -1,5 +1,7 @@
 //! The walk down sysfs from a filesystem's device to every whole disk under it.
 //! Each kernel block device is visited once (a disk under two dm legs is one leaf).
+//! A btrfs filesystem is followed through every one of its devices
+//! (`/sys/fs/btrfs/FSID/devices/`), not only the one its mount names.
 
 use super::{mount_of, tools};
 use plugpull::probe::{mountinfo::MountInfo, sysfs, Layer, Probe};
@@ -11,6 +13,37 @@ use std::path::{Path, PathBuf};
 #[derive(Default)]
 pub struct Walk {
     seen: HashSet<String>,
+}
+
+/// Every device of the btrfs filesystem whose mount source is `source` (a btrfs
+/// mount names one of its devices): the canonical sysfs directories behind
+/// `/sys/fs/btrfs/FSID/devices/*` of the filesystem whose list holds the source's
+/// kernel name, sorted; empty when none is found.
+fn btrfs_devices(source: &str) -> Vec<PathBuf> {
+    let Some(name) = std::fs::canonicalize(source)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_os_string()))
+    else {
+        return Vec::new();
+    };
+    let fs = std::fs::read_dir("/sys/fs/btrfs")
+        .into_iter()
+        .flatten()
+        .flatten();
+    for f in fs {
+        let devices = f.path().join("devices");
+        if devices.join(&name).exists() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(&devices)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| std::fs::canonicalize(e.path()).ok())
+                .collect();
+            v.sort();
+            return v;
+        }
+    }
+    Vec::new()
 }
 
 fn read(p: &Path) -> Option<String> {
@@ -30,6 +63,15 @@ impl Walk {
         let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
         if Path::new(&sys).exists() {
             return self.device(p, dev);
+        }
+        if m.fstype == "btrfs" {
+            let devices = btrfs_devices(&m.source);
+            if !devices.is_empty() {
+                for d in devices {
+                    self.node(p, &d);
+                }
+                return;
+            }
         }
         // btrfs and others give files an anonymous st_dev: the source names the device.
         if let Ok(md) = std::fs::metadata(&m.source) {

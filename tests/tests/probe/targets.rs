@@ -342,3 +342,58 @@ fn seconds_above_an_hour_is_a_usage_error() {
         .unwrap();
     assert!(ok.status.success(), "{}", stderr(&ok));
 }
+
+#[test]
+fn btrfs_on_two_loop_devices_follows_both() {
+    let test = "btrfs_on_two_loop_devices_follows_both";
+    if skip_without_loop(test, &["mkfs.btrfs", "mount"]) {
+        return;
+    }
+    let fs = std::fs::read_to_string("/proc/filesystems").unwrap();
+    if !fs
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("btrfs"))
+    {
+        return skipped(test, "the kernel has no btrfs");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((below, disk)) = plain_disk_under(dir.path()) else {
+        return skipped(
+            test,
+            "the temp dir's filesystem is not on a plain disk or partition",
+        );
+    };
+    let mut loops = Vec::new();
+    for n in ["a.img", "b.img"] {
+        let img = dir.path().join(n);
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(200 << 20)
+            .unwrap();
+        loops.push((
+            std::fs::canonicalize(&img).unwrap(),
+            Loop::attach(&img, &[]),
+        ));
+    }
+    let devs: Vec<&str> = loops.iter().map(|(_, l)| l.dev.as_str()).collect();
+    let mut args = vec!["-q", "-f", "-d", "raid1", "-m", "raid1"];
+    args.extend(&devs);
+    run("mkfs.btrfs", &args);
+    let mnt = Mount::new(&[devs[0]], &dir.path().join("mnt"));
+    let v = probe_json(&mnt.at.join("pp.dat"));
+    loops.sort_by(|a, b| a.1.dev.cmp(&b.1.dev));
+    let loop_layer = |(img, lo): &(std::path::PathBuf, Loop)| {
+        json!({"kind": "loop", "name": lo.dev.trim_start_matches("/dev/"),
+            "backing_file": img.to_str().unwrap(), "direct_io": false,
+            "backing_fs": fstype_of(dir.path())})
+    };
+    // Each device once: the disk under both images is walked below the first only.
+    let mut want = vec![loop_layer(&loops[0])];
+    want.extend(below);
+    want.push(loop_layer(&loops[1]));
+    assert_eq!(v["layers"][0]["fstype"], "btrfs");
+    assert_eq!(v["layers"].as_array().unwrap()[1..], want[..]);
+    assert_eq!(v["leaves"].as_array().unwrap().len(), 1);
+    assert_eq!(v["leaves"][0]["name"], disk.as_str());
+    drop(mnt);
+}
