@@ -33,17 +33,23 @@ fn btrfs_devices(source: &str) -> Vec<PathBuf> {
     for f in fs {
         let devices = f.path().join("devices");
         if devices.join(&name).exists() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(&devices)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|e| std::fs::canonicalize(e.path()).ok())
-                .collect();
-            v.sort();
-            return v;
+            return linked_dirs(&devices);
         }
     }
     Vec::new()
+}
+
+/// The canonical targets of the links in `dir` (sysfs `slaves/`, btrfs
+/// `devices/`), sorted; empty when `dir` cannot be read.
+fn linked_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::canonicalize(e.path()).ok())
+        .collect();
+    v.sort();
+    v
 }
 
 fn read(p: &Path) -> Option<String> {
@@ -193,14 +199,7 @@ impl Walk {
     }
 
     fn slave_dirs(&self, dir: &Path) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("slaves"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::canonicalize(e.path()).ok())
-            .collect();
-        v.sort();
-        v
+        linked_dirs(&dir.join("slaves"))
     }
 
     fn slaves(&mut self, p: &mut Probe, dir: &Path) {
