@@ -37,7 +37,7 @@ pub struct ProbeArgs {
     /// With --seconds on a block device: run the loop on the device itself,
     /// OVERWRITING ITS FIRST 4 KiB (offset 0). The device is opened exclusively, so
     /// a mounted or otherwise held device is refused.
-    #[arg(long)]
+    #[arg(long, requires = "seconds")]
     pub force: bool,
     /// Print one JSON object instead of text (`{"ok":false,"error":…}` when it could
     /// not probe).

@@ -329,7 +329,7 @@ fn json_failures_print_one_ok_false_object() {
 }
 
 #[test]
-fn seconds_above_an_hour_is_a_usage_error() {
+fn seconds_above_an_hour_and_force_without_seconds_are_usage_errors() {
     let o = plugpull(&["probe", "--seconds", "3601", "--target", "/tmp"]);
     assert_eq!(
         exit_2(&o),
@@ -341,6 +341,12 @@ fn seconds_above_an_hour_is_a_usage_error() {
         .output()
         .unwrap();
     assert!(ok.status.success(), "{}", stderr(&ok));
+    let o = plugpull(&["probe", "--force", "--target", "/tmp"]);
+    assert_eq!(
+        exit_2(&o),
+        "error: the following required arguments were not provided:"
+    );
+    assert_eq!(stderr(&o).lines().nth(1), Some("  --seconds <SECONDS>"));
 }
 
 #[test]
@@ -396,4 +402,47 @@ fn btrfs_on_two_loop_devices_follows_both() {
     assert_eq!(v["leaves"].as_array().unwrap().len(), 1);
     assert_eq!(v["leaves"][0]["name"], disk.as_str());
     drop(mnt);
+}
+
+#[test]
+fn seconds_in_a_directory_the_user_cannot_write_is_not_measured_exit_2() {
+    let test = "seconds_in_a_directory_the_user_cannot_write_is_not_measured_exit_2";
+    if !is_root() || !have("setpriv") {
+        return skipped(test, "not root, or setpriv (util-linux) missing");
+    }
+    // Root's directory, readable by all, writable by root only; probed as `nobody`.
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    for d in [dir.path(), ro.as_path()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin("plugpull"))
+        .args(["probe", "--seconds", "1", "--target"])
+        .arg(&ro)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // setpriv execs plugpull: the same pid names the scratch file.
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    if o.status.code() == Some(127) || stderr(&o).starts_with("setpriv:") {
+        return skipped(test, &format!("nobody cannot run plugpull: {}", stderr(&o)));
+    }
+    let cause = format!(
+        "cannot create scratch file {}/.plugpull-probe-{pid}: Permission denied (os error 13)",
+        ro.display()
+    );
+    assert_eq!(
+        exit_2(&o),
+        format!("plugpull: flush accounting not measured: {cause}")
+    );
+    assert!(
+        stdout(&o).contains(&format!("\n  flush accounting not measured: {cause}\n")),
+        "{}",
+        stdout(&o)
+    );
 }
