@@ -156,6 +156,12 @@ fn the_vm_and_the_container_are_recorded_apart() {
         vec![format!("running under {vm}{inside}: {tail}")]
     };
     assert_eq!(messages(&v, "virtualized"), want);
+    let text = stdout(&probe(&[], dir.path(), false));
+    let line = match container.as_str() {
+        "none" => format!("virtualization: {vm}"),
+        c => format!("virtualization: {vm}, container: {c}"),
+    };
+    assert!(text.lines().any(|l| l == line), "{text}");
     let note = format!("running in a {container} container on bare metal: a container has no cache mode of its own, flushes go to this machine's disks");
     assert_eq!(
         notes(&v).contains(&note),
