@@ -81,14 +81,15 @@ impl DiskStat {
 /// A disk's write cache as the kernel sees it (`/sys/block/DISK/queue/write_cache`),
 /// serialized (and displayed) as the kernel spells it: `"write back"`,
 /// `"write through"`. One type for [`crate::probe::Leaf::write_cache`] and
-/// [`DiskFlushes::write_cache`].
+/// [`DiskFlushes::write_cache`]. The earlier `"write-back"`/`"write-through"` of
+/// `DiskFlushes` are still read (a probe stored in a run's manifest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteCache {
     /// "write back": a volatile cache; the kernel sends flushes (and FUA).
-    #[serde(rename = "write back")]
+    #[serde(rename = "write back", alias = "write-back")]
     WriteBack,
     /// "write through": no volatile cache; the kernel drops flushes before the driver.
-    #[serde(rename = "write through")]
+    #[serde(rename = "write through", alias = "write-through")]
     WriteThrough,
 }
 

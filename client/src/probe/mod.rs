@@ -88,16 +88,22 @@ fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
     let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
     let mut not_measured = None;
     if let Some(seconds) = args.seconds {
-        not_measured = measure_flushes(&mut p, &args.target, seconds, args.force, &disks).err();
+        not_measured = try_measure_flushes(&mut p, &args.target, seconds, args.force, &disks).err();
     }
     p.evidence = Some(evidence::snapshot(&disks));
     Ok((p, not_measured))
 }
 
+/// The timed flush loop as `write` runs it ([`try_measure_flushes`] without
+/// `force`: never on a raw device): what could not be measured is only a note.
+pub fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
+    let _noted = try_measure_flushes(p, target, seconds, false, disks);
+}
+
 /// Runs the timed flush loop (beside the target; on a raw device only with `force`)
 /// and adds its result and its warnings to `p`; when it could not run, a note says
 /// why and the cause is returned.
-fn measure_flushes(
+pub fn try_measure_flushes(
     p: &mut Probe,
     target: &Path,
     seconds: f64,

@@ -188,4 +188,6 @@ fn write_cache_text_and_json() {
         "write through"
     );
     assert_eq!(serde_json::from_value::<FlushMeasurement>(json).unwrap(), m);
+    let old: WriteCache = serde_json::from_str("\"write-through\"").unwrap();
+    assert_eq!(old, WriteCache::WriteThrough);
 }
