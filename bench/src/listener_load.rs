@@ -58,6 +58,7 @@ async fn agent(
         boot_id: String::new(),
         listener_order: 0,
         listener_created_unix_ms: 0,
+        storage: Default::default(),
     };
     w.send(&Request::StartRun {
         manifest: Box::new(manifest),
@@ -89,6 +90,7 @@ async fn agent(
                     batch: sent,
                     promised: true,
                     acks: Acks::File(acks),
+                    flushes: None,
                 },
             })
             .await

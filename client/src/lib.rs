@@ -14,6 +14,7 @@ pub mod probe;
 pub mod progress;
 pub mod reporter;
 pub mod rig;
+pub mod storage;
 pub mod target_id;
 pub mod verify;
 

@@ -71,12 +71,15 @@ enum Cmd {
     },
     /// Show the storage stack under a target and what in it can make fsync a lie.
     ///
-    /// Layer by layer from the mount down to each disk; warnings never fail (exit 0;
-    /// 2 when it could not probe, or --seconds could not run).
+    /// Layer by layer from the mount down to each disk; with --dsn, a PostgreSQL
+    /// server's settings and its data directory (the target when --target is not
+    /// given). Warnings never fail (exit 0; 2 when it could not probe, or --seconds
+    /// could not run).
     ///
     /// Examples:
     ///   plugpull probe --target /mnt/test/pp.dat
     ///   plugpull probe --target /mnt/test/pp.dat --seconds 5 --json
+    ///   plugpull probe --dsn 'host=/tmp dbname=bench' --seconds 5
     ///   plugpull probe --target /dev/sdX --seconds 5 --force   (overwrites its first 4 KiB)
     #[command(verbatim_doc_comment)]
     Probe {
@@ -158,7 +161,7 @@ async fn run(cli: Cli) -> Result<bool, Error> {
             .await
             .map(|_| true),
         Cmd::Demo { args } => demo::demo(&args).await,
-        Cmd::Probe { args } => probe::command(&args),
+        Cmd::Probe { args } => probe::command(&args).await,
         Cmd::Verify { listener, args, pg } => {
             verify::command(&args, &listener.listener, secret(&listener), &pg).await
         }

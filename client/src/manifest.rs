@@ -1,6 +1,6 @@
 //! The run manifest's common fields: this host and the moment the run started.
 
-use plugpull::ledger::{Manifest, Workload};
+use plugpull::ledger::{Manifest, Storage, Workload};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// This machine's host name (as `gethostname(2)` gives it), or `"unknown"`.
@@ -15,8 +15,9 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// A manifest for `workload` on this host, started now.
-pub fn make_manifest(workload: Workload) -> Manifest {
+/// A manifest for `workload` on `storage` ([`crate::storage::probe_for_run`]) on this
+/// host, started now.
+pub fn make_manifest(workload: Workload, storage: Storage) -> Manifest {
     Manifest {
         host: hostname(),
         started_unix_ms: SystemTime::now()
@@ -28,5 +29,6 @@ pub fn make_manifest(workload: Workload) -> Manifest {
         boot_id: crate::target_id::boot_id(),
         listener_order: 0,
         listener_created_unix_ms: 0,
+        storage,
     }
 }

@@ -249,7 +249,7 @@ pub async fn verify(
             plugpull::units::utc(l.manifest.started_unix_ms)
         );
     }
-    let report: Report = match &l.manifest.workload {
+    let mut report: Report = match &l.manifest.workload {
         Workload::File(fm) => {
             verify_file_run(&l, fm, &FileVerifyOptions::from(args), listener, secret)
                 .await?
@@ -262,6 +262,14 @@ pub async fn verify(
                 .into()
         }
     };
+    let w = &l.manifest.workload;
+    report.set_storage(crate::storage::section(
+        &l.manifest.storage,
+        &l.batches,
+        &l.manifest.host,
+        w.acks_wait_for_flush(),
+        w.acks_name(),
+    ));
     print_report(&report, args.json, args.show);
     if report.not_measured() {
         // Exit 2 with the report already printed (one JSON object with --json).
@@ -323,11 +331,13 @@ mod tests {
                 boot_id: String::new(),
                 listener_order: 1,
                 listener_created_unix_ms: 0,
+                storage: Default::default(),
             },
             batches: vec![AckBatch {
                 batch: 1,
                 promised: true,
                 acks: Acks::File(acks),
+                flushes: None,
             }],
             finished: false,
             device_error: end,

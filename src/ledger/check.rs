@@ -168,6 +168,7 @@ mod tests {
                     })
                     .collect(),
             ),
+            flushes: None,
         }
     }
 

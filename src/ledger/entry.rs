@@ -57,6 +57,10 @@ pub struct AckBatch {
     pub promised: bool,
     /// The acknowledgements.
     pub acks: Acks,
+    /// The leaf disks' flush counters when the batch was sealed (after each of its
+    /// acks was acknowledged): at most one batch a second carries one, and the last
+    /// batch of a run that ended (finished or by a device error) always does.
+    pub flushes: Option<super::FlushSample>,
 }
 
 /// How a run ended, as the agent reported it.

@@ -7,7 +7,7 @@ use super::Entry;
 use crate::RunId;
 
 /// Magic at byte 0 of every ledger file.
-pub const MAGIC: [u8; 8] = *b"PPLEDGR3";
+pub const MAGIC: [u8; 8] = *b"PPLEDGR4";
 /// Bytes before the first entry.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of an entry's length + CRC prefix.
@@ -226,6 +226,7 @@ mod tests {
             boot_id: String::new(),
             listener_order: 0,
             listener_created_unix_ms: 0,
+            storage: Default::default(),
         }))
     }
 
@@ -242,6 +243,7 @@ mod tests {
                     })
                     .collect(),
             ),
+            flushes: None,
         })
     }
 
@@ -361,6 +363,7 @@ mod tests {
                     })
                     .collect(),
             ),
+            flushes: None,
         });
         let mut out = Vec::new();
         encode_entry(&e, &mut out);
@@ -386,7 +389,7 @@ mod proptests {
         assert_eq!(e, LedgerError::OtherVersion { found: '1' });
         assert_eq!(
             e.to_string(),
-            "ledger format 1 was written by another plugpull version (this one reads format 3): \
+            "ledger format 1 was written by another plugpull version (this one reads format 4): \
              verify it with the plugpull that wrote it"
         );
     }
@@ -400,6 +403,7 @@ mod proptests {
             boot_id: String::new(),
             listener_order: 0,
             listener_created_unix_ms: 0,
+            storage: Default::default(),
         }))];
         for (i, b) in batches.iter().enumerate() {
             entries.push(Entry::Acks(AckBatch {
@@ -410,6 +414,7 @@ mod proptests {
                         .map(|&(seq, block)| FileAck { seq, block, ms: 1 })
                         .collect(),
                 ),
+                flushes: None,
             }));
         }
         let mut out = header(RunId(3)).to_vec();

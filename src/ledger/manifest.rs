@@ -25,6 +25,51 @@ pub struct Manifest {
     pub listener_order: u64,
     /// Set by the listener: its own clock when it created the run, ms since the epoch.
     pub listener_created_unix_ms: u64,
+    /// The storage under test as the agent found it when the run started.
+    pub storage: Storage,
+}
+
+/// The storage under a run, recorded at its start (`docs/probe.md`): the probe of
+/// the target (a file run) or of PostgreSQL's data directory (a pgbench run), and
+/// the leaf disks whose flush counters the run samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct Storage {
+    /// The probe ([`crate::probe::Probe`]) as its JSON object, as `plugpull probe
+    /// --json` prints it; empty when the storage was not probed. JSON because the
+    /// probe's model is self-describing (tagged layers) and postcard is not; read it
+    /// with [`Storage::probe`].
+    pub probe_json: String,
+    /// Why the storage was not probed (e.g. the data directory is on another host);
+    /// empty when it was.
+    pub not_probed: String,
+    /// The leaf disks (kernel names, e.g. `vda`) whose "flush requests completed"
+    /// counters the run samples, in the order of every [`FlushSample`]'s counts.
+    pub disks: Vec<String>,
+    /// Their counters just before the first write.
+    pub flushes_start: FlushSample,
+}
+
+impl Storage {
+    /// The stored probe; `Ok(None)` when the storage was not probed.
+    ///
+    /// Errors: `probe_json` is not a probe this version can read (the text says why).
+    pub fn probe(&self) -> Result<Option<crate::probe::Probe>, String> {
+        if self.probe_json.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(&self.probe_json)
+            .map(Some)
+            .map_err(|e| format!("the run's stored probe cannot be read: {e}"))
+    }
+}
+
+/// The leaf disks' "flush requests completed" counters (field 16 of
+/// `/sys/block/DISK/stat`, kernel `Documentation/block/stat.rst`) at one moment, in
+/// the order of [`Storage::disks`]; `None` where the counter could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FlushSample {
+    /// One counter per disk.
+    pub counts: Vec<Option<u64>>,
 }
 
 /// Which workload a run drives.
@@ -44,6 +89,33 @@ impl Workload {
         match self {
             Workload::File(_) => "file",
             Workload::Pgbench(_) => "pgbench",
+        }
+    }
+
+    /// What the run acknowledges, for a sentence: `acknowledged writes` or
+    /// `acknowledged commits`.
+    pub fn acks_name(&self) -> &'static str {
+        match self {
+            Workload::File(_) => "acknowledged writes",
+            Workload::Pgbench(_) => "acknowledged commits",
+        }
+    }
+
+    /// Whether every acknowledgement waited for a call that sends the device a cache
+    /// flush whenever its write cache is volatile: `fsync`/`fdatasync` (a file run's
+    /// `--sync`, PostgreSQL's `wal_sync_method` with `fsync=on`). Writes opened
+    /// `O_DSYNC` may be completed with FUA instead of a flush, so they do not count.
+    pub fn acks_wait_for_flush(&self) -> bool {
+        use crate::modes::SyncMode;
+        match self {
+            Workload::File(f) => matches!(f.sync, SyncMode::Fsync | SyncMode::Fdatasync),
+            Workload::Pgbench(p) => {
+                p.settings.fsync == "on"
+                    && matches!(
+                        p.settings.wal_sync_method.as_str(),
+                        "fsync" | "fdatasync" | "fsync_writethrough"
+                    )
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //! ## File format (all integers little-endian)
 //!
 //! ```text
-//! offset 0   8 bytes  magic "PPLEDGR3" (the digit is the format version)
+//! offset 0   8 bytes  magic "PPLEDGR4" (the digit is the format version)
 //! offset 8   8 bytes  run id
 //! offset 16  entries, each:
 //!              4 bytes  payload length L (1 ..= MAX_ENTRY)
@@ -32,7 +32,8 @@
 //! ## Where things are
 //!
 //! * `manifest.rs` — the run's description: [`Manifest`], [`Workload`],
-//!   [`FileManifest`], [`TargetIdentity`], [`PgManifest`], [`PgSettings`].
+//!   [`FileManifest`], [`TargetIdentity`], [`PgManifest`], [`PgSettings`],
+//!   [`Storage`], [`FlushSample`].
 //! * `entry.rs` — what the ledger records after it: [`Entry`], [`AckBatch`] (the one
 //!   type that is wire payload, ledger entry and verifier input), [`Acks`],
 //!   [`FileAck`], [`PgAckRange`], [`RunSummary`], [`DeviceError`], [`TornTail`].
@@ -54,4 +55,6 @@ pub use format::{
     encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
     MAX_ENTRY,
 };
-pub use manifest::{FileManifest, Manifest, PgManifest, PgSettings, TargetIdentity, Workload};
+pub use manifest::{
+    FileManifest, FlushSample, Manifest, PgManifest, PgSettings, Storage, TargetIdentity, Workload,
+};

@@ -10,10 +10,13 @@
 //!
 //! * [`flush`] — the timed `fdatasync` loop's accounting (`--seconds`) and its rules.
 //! * [`evidence`] — the counters a power loss moves (cut evidence), and their deltas.
+//! * [`pg`] — the PostgreSQL part (`--dsn`): settings, the data directory's stack,
+//!   the backend's libraries, and the `pg-*` rules.
 
 pub mod evidence;
 pub mod flush;
 pub mod mountinfo;
+pub mod pg;
 pub mod rules;
 pub mod sysfs;
 mod volatile;
@@ -45,6 +48,10 @@ pub struct Probe {
     /// counters a power loss moves.
     #[serde(default)]
     pub evidence: Option<evidence::Snapshot>,
+    /// The PostgreSQL server (`plugpull probe --dsn`): its settings, its data
+    /// directory's stack and its backend; `None` without `--dsn`.
+    #[serde(default)]
+    pub postgres: Option<pg::PgProbe>,
 }
 
 /// One layer of the stack.

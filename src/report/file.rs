@@ -59,6 +59,10 @@ pub struct FileReport {
     /// the run: ERROR` (the acks confirmed before it are judged as usual).
     #[serde(default)]
     pub device_error: Option<String>,
+    /// The storage under test: the probe at the run's start, flushes per
+    /// acknowledged write, warnings, cut evidence.
+    #[serde(default)]
+    pub storage: super::StorageReport,
 }
 
 /// A finding about the target as a whole.
@@ -144,6 +148,7 @@ impl FileReport {
             run_started_unix_ms: head.run_started_unix_ms,
             run_chosen: head.run_chosen,
             device_error: None,
+            storage: super::StorageReport::default(),
         }
     }
 }

@@ -11,11 +11,13 @@
 
 pub mod file;
 pub mod pgbench;
+pub mod storage;
 
 pub use file::{percent_floor, FileReport, ReportHead, TargetFinding};
 pub use pgbench::{
     Amcheck, Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings, Timings,
 };
+pub use storage::{RunFlushes, StorageReport};
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +50,22 @@ impl Report {
         match self {
             Report::File(_) => false,
             Report::Pgbench(r) => r.not_measured,
+        }
+    }
+
+    /// The storage section ("stack under test").
+    pub fn storage(&self) -> &StorageReport {
+        match self {
+            Report::File(r) => &r.storage,
+            Report::Pgbench(r) => &r.storage,
+        }
+    }
+
+    /// Sets the storage section.
+    pub fn set_storage(&mut self, s: StorageReport) {
+        match self {
+            Report::File(r) => r.storage = s,
+            Report::Pgbench(r) => r.storage = s,
         }
     }
 

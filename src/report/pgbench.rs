@@ -320,6 +320,10 @@ pub struct PgReport {
     /// Checksum failures of this run that no page explains while not every page of
     /// the run's data could be checked (a failure then).
     pub unattributed_checksum_failures: u64,
+    /// The storage under test: the probe of the data directory at the run's start,
+    /// flushes per acknowledged commit, warnings, cut evidence.
+    #[serde(default)]
+    pub storage: super::StorageReport,
 }
 
 #[cfg(test)]

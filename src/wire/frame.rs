@@ -284,6 +284,7 @@ mod tests {
                     block: 2,
                     ms: 3,
                 }]),
+                flushes: None,
             },
         };
         let mut bytes = encode(&msg);
@@ -322,6 +323,7 @@ mod tests {
                         ms: 1235,
                     },
                 ]),
+                flushes: None,
             },
         }
     }
@@ -330,7 +332,7 @@ mod tests {
     async fn a_frame_split_at_every_byte_is_incomplete_until_whole_then_decodes() {
         let msg = acks_request();
         let f = encode(&msg);
-        assert_eq!(f.len(), 32);
+        assert_eq!(f.len(), 33);
         let mut buf = Vec::new();
         for k in 0..=f.len() {
             // The scanner: incomplete until the last byte is there.

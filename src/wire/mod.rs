@@ -45,7 +45,7 @@ use crate::RunId;
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol, carried in `Hello` and `Challenge`.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A message from the agent or verifier to the listener.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -236,7 +236,8 @@ mod proptests {
                     batch: AckBatch {
                         batch,
                         promised,
-                        acks
+                        acks,
+                        flushes: None,
                     }
                 }
             ),

@@ -51,6 +51,7 @@ pub fn raw_manifest(
         boot_id: String::new(),
         listener_order: 0,
         listener_created_unix_ms: 0,
+        storage: Default::default(),
     })
 }
 

@@ -131,7 +131,23 @@ impl PgCluster {
 
     /// Starts the server; `Err` carries pg_ctl's output and the log's tail.
     pub fn try_start(&mut self) -> Result<(), String> {
-        match self.inner.start(120).unwrap_or_else(|e| panic!("{e}")) {
+        self.try_start_env(&[])
+    }
+
+    /// Starts the server with `env` in its environment (e.g. `LD_PRELOAD`) and waits
+    /// until it accepts connections; panics with the log's tail when it does not.
+    pub fn start_env(&mut self, env: &[(&str, &str)]) {
+        if let Err(e) = self.try_start_env(env) {
+            panic!("{e}");
+        }
+    }
+
+    fn try_start_env(&mut self, env: &[(&str, &str)]) -> Result<(), String> {
+        match self
+            .inner
+            .start_env(120, env)
+            .unwrap_or_else(|e| panic!("{e}"))
+        {
             Ok(()) => Ok(()),
             Err(out) => Err(format!(
                 "pg_ctl start failed: {out}\nlog tail:\n{}",
@@ -256,6 +272,20 @@ impl PgCluster {
             self.restart();
         } else {
             self.psql("SELECT pg_reload_conf()");
+        }
+    }
+
+    /// Appends `lines` (each `name = value`) to `postgresql.conf`; they take effect
+    /// at the next start (or reload, for parameters that allow it).
+    pub fn append_conf(&self, lines: &[&str]) {
+        use std::io::Write;
+        let path = self.data.join("postgresql.conf");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        for l in lines {
+            writeln!(f, "{l}").unwrap();
         }
     }
 

@@ -82,6 +82,11 @@ pub struct WriteArgs {
     /// Use a target that holds data other than zeros or plugpull records (it is overwritten).
     #[arg(long)]
     pub force: bool,
+    /// Before the first write, also time a `pwrite` + `fdatasync` loop beside the
+    /// target for this many seconds, counting each leaf disk's flushes (as `plugpull
+    /// probe --seconds`); the stack itself is always probed.
+    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    pub probe_seconds: Option<f64>,
     #[command(flatten)]
     pub reporter: crate::reporter::ReporterOptions,
 }
@@ -137,10 +142,12 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     drop(crate::net::connect(listener, secret).await?);
     let size = blocks * args.block_size;
     let (_locked, files) = open_run_target(args, size, existed)?;
-    let (manifest, target) = run_manifest(args, size)?;
+    let (manifest, target, probe) = run_manifest(args, size)?;
+    let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
     let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
     if !args.json {
         print_write_head(run, &target, size, args);
+        println!("{head}");
     }
     let duration = match (args.writes, args.duration) {
         (Some(_), _) => None,
@@ -182,6 +189,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         coverage_percent: plugpull::report::percent_floor(end.covered, blocks),
         blocks_written: end.covered,
         device_error: end.device_error.as_ref().map(|e| e.error.clone()),
+        storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
     };
     print_write_summary(&s, args.json);
     match &end.device_error {
@@ -213,19 +221,24 @@ fn open_run_target(
     Ok((locked, files))
 }
 
-/// The run's manifest and the target's path as recorded: the path as given (absolute,
-/// symlinks such as /dev/disk/by-id/… kept), its identity, and what it held before the
-/// first write.
+/// The run's manifest, the target's path as recorded and the probe of its storage:
+/// the path as given (absolute, symlinks such as /dev/disk/by-id/… kept), its
+/// identity, what it held before the first write, and the stack under it
+/// ([`crate::storage::probe_for_run`], `--probe-seconds`).
 ///
 /// Errors: the target's identity cannot be read.
-fn run_manifest(args: &WriteArgs, size: u64) -> Result<(Manifest, PathBuf), Error> {
+fn run_manifest(
+    args: &WriteArgs,
+    size: u64,
+) -> Result<(Manifest, PathBuf, Option<plugpull::probe::Probe>), Error> {
     let target = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
     let identity = crate::target_id::identify(&target)
         .map_err(|e| Error(format!("cannot identify target {}: {e}", target.display())))?;
     let (prior_runs, prior_foreign) = File::open(&target)
         .map(|f| target::scan_prior(&f, size))
         .unwrap_or((Vec::new(), true));
-    let manifest = make_manifest(Workload::File(FileManifest {
+    let (storage, probe) = crate::storage::probe_for_run(&target, args.probe_seconds);
+    let workload = Workload::File(FileManifest {
         target: target.display().to_string(),
         size,
         block_size: args.block_size as u32,
@@ -235,8 +248,8 @@ fn run_manifest(args: &WriteArgs, size: u64) -> Result<(Manifest, PathBuf), Erro
         identity,
         prior_runs,
         prior_foreign,
-    }));
-    Ok((manifest, target))
+    });
+    Ok((make_manifest(workload, storage), target, probe))
 }
 
 /// The counters behind the `-P` progress line, as of the last line printed.
@@ -245,18 +258,15 @@ struct ProgressMeter {
     done: u64,
     lat_us: u64,
     lat_us2: u64,
+    flushes: plugpull::ledger::FlushSample,
 }
 
 impl ProgressMeter {
     /// The progress line since the last one: write rate and the mean and standard
     /// deviation of their latency (ms), with the listener's acknowledged count.
-    fn line(
-        &mut self,
-        sh: &Shared,
-        start: Instant,
-        acknowledged: u64,
-    ) -> crate::progress::Progress {
+    fn line(&mut self, sh: &Shared, start: Instant, sink: &AckSink) -> crate::progress::Progress {
         let now = Instant::now();
+        let flushes = sink.flush_sample();
         let (n, s1, s2) = (
             sh.done.load(Ordering::Relaxed),
             sh.lat_us.load(Ordering::Relaxed),
@@ -277,13 +287,19 @@ impl ProgressMeter {
             lat_ms: mean,
             stddev_ms: sd,
             failed: None,
-            acknowledged,
+            flushes_per_op: crate::storage::FlushCounters::fewest_per_op(
+                &self.flushes,
+                &flushes,
+                n - self.done,
+            ),
+            acknowledged: sink.confirmed(),
         };
         *self = ProgressMeter {
             at: now,
             done: n,
             lat_us: s1,
             lat_us2: s2,
+            flushes,
         };
         line
     }
@@ -311,6 +327,7 @@ async fn wait_for_workers(
         done: 0,
         lat_us: 0,
         lat_us2: 0,
+        flushes: sink.flush_sample(),
     };
     let mut interrupted = false;
     let interrupt = crate::interrupt::interrupted();
@@ -319,7 +336,7 @@ async fn wait_for_workers(
         tokio::select! {
             r = &mut joined => break r.expect("join writers"),
             _ = async { tick.as_mut().unwrap().tick().await }, if tick.is_some() => {
-                eprintln!("{}", meter.line(sh, start, sink.confirmed()));
+                eprintln!("{}", meter.line(sh, start, &sink));
             }
             _ = &mut interrupt, if !interrupted => {
                 interrupted = true;

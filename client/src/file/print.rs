@@ -47,6 +47,9 @@ pub struct WriteSummary {
     pub blocks_written: u64,
     /// The failed call that ended the run, when a device error ended it.
     pub device_error: Option<String>,
+    /// The probe's warnings about the storage under the target at the run's start
+    /// (`docs/probe.md`); they never fail a run.
+    pub storage_warnings: Vec<plugpull::probe::Warning>,
 }
 
 /// Prints the two lines a text-mode write run starts with: its run id and its setup.
@@ -189,6 +192,11 @@ pub fn print_file_report(r: &FileReport, show: usize) {
             );
         }
     }
+    println!();
+    print!(
+        "{}",
+        crate::storage::text(&r.storage, "acknowledged writes")
+    );
     println!();
     println!("{}", r.summary);
 }

@@ -111,6 +111,12 @@ pub struct WriteArgs {
     #[arg(long)]
     pub allow_unsafe_config: bool,
 
+    /// Before the run, also time a `pwrite` + `fdatasync` loop in the data directory
+    /// for this many seconds, counting each leaf disk's flushes (as `plugpull probe
+    /// --seconds`); its stack itself is always probed when it is on this host.
+    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    pub probe_seconds: Option<f64>,
+
     /// Ack log and the bound on unconfirmed acknowledgements. Clients wait while
     /// `--max-unconfirmed` commits (all clients) await the listener's confirmation;
     /// this bounds which sequence numbers can exist after a cut, so the verifier can
@@ -139,15 +145,17 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let params = params(args, &server);
     let prepared = run::prepare(&params).await.map_err(Error)?;
     let settings = server.manifest.settings.clone();
+    let head = crate::storage::write_head(&server.storage, server.probe.as_ref());
     let (reporter, run_id) = Reporter::start_with(
         listener,
         secret,
-        make_manifest(Workload::Pgbench(server.manifest)),
+        make_manifest(Workload::Pgbench(server.manifest), server.storage),
         &args.reporter,
     )
     .await?;
     if !args.json {
         println!("run id: {run_id}");
+        println!("{head}");
     }
     let out = prepared.go(run_id, reporter.sink()).await;
     let confirmed = reporter
@@ -157,7 +165,10 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             duration_ms: out.elapsed.as_millis() as u64,
         })
         .await?;
-    summary::print(args.json, run_id, &params, &settings, &out, confirmed);
+    let warnings = server.probe.map(|p| p.warnings).unwrap_or_default();
+    summary::print(
+        args.json, run_id, &params, &settings, &out, confirmed, &warnings,
+    );
     Ok(())
 }
 
@@ -184,6 +195,10 @@ struct Server {
     aid_big: bool,
     /// What the ledger records of the run.
     manifest: PgManifest,
+    /// The storage under the data directory.
+    storage: plugpull::ledger::Storage,
+    /// Its probe, to print; `None` when not probed.
+    probe: Option<plugpull::probe::Probe>,
 }
 
 /// Connects, reads the server settings (refusing an unsafe configuration unless
@@ -219,6 +234,8 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
                 conn::describe(&e)
             ))
         })?;
+    let (storage, probe) =
+        crate::storage::probe_data_directory(&settings.data_directory, args.probe_seconds);
     drop(client);
     let manifest = PgManifest {
         conninfo,
@@ -239,6 +256,8 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
         cfg,
         aid_big,
         manifest,
+        storage,
+        probe,
     })
 }
 

@@ -91,6 +91,10 @@ pub fn print_human(r: &PgReport, show: usize) {
     print_counts(r);
     print_checks(r);
     print_findings(r, show);
+    print!(
+        "{}",
+        crate::storage::text(&r.storage, "acknowledged commits")
+    );
     println!("{}", r.summary);
 }
 

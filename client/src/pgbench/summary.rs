@@ -14,9 +14,12 @@ pub(super) fn print(
     s: &plugpull::ledger::PgSettings,
     o: &run::RunStats,
     confirmed: u64,
+    warnings: &[plugpull::probe::Warning],
 ) {
     if json {
-        println!("{}", summary_json(run_id, p, o, confirmed));
+        let mut v = summary_json(run_id, p, o, confirmed);
+        v["storage_warnings"] = serde_json::json!(warnings);
+        println!("{v}");
     } else {
         print_text(p, s, o, confirmed);
     }

@@ -5,11 +5,13 @@
 //! `loop/backing_file` to the filesystem holding that file and on to its disk.
 //! The pure model and rules are the core's [`plugpull::probe`]; this module only
 //! reads files and runs tools ([`tools`]), and [`print`] renders the result. The
-//! timed flush loop is [`flush`], the cut-evidence snapshot [`evidence`].
+//! timed flush loop is [`flush`], the cut-evidence snapshot [`evidence`], the
+//! PostgreSQL part (`--dsn`) [`pg`].
 
 pub mod env;
 pub mod evidence;
 pub mod flush;
+pub mod pg;
 pub mod print;
 pub mod stack;
 pub mod tools;
@@ -22,13 +24,20 @@ use std::path::Path;
 /// The most `--seconds` may ask for: one hour.
 pub const MAX_SECONDS: f64 = 3600.0;
 
-/// `plugpull probe`'s arguments.
+/// `plugpull probe`'s arguments: at least one of `--target` and `--dsn`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["target", "dsn"])))]
 pub struct ProbeArgs {
     /// The file (or block device) whose storage stack to probe; a file need not
-    /// exist yet if its directory does.
+    /// exist yet if its directory does. Without it, `--dsn`'s data directory is the
+    /// target.
     #[arg(long)]
-    pub target: std::path::PathBuf,
+    pub target: Option<std::path::PathBuf>,
+    /// Also probe this PostgreSQL server (conninfo or URL, plus the `PG*`
+    /// environment): its durability settings, its data directory's stack, and
+    /// libeatmydata in its backend.
+    #[arg(long)]
+    pub dsn: Option<String>,
     /// Also run a timed single-job `pwrite` + `fdatasync` loop on a scratch file
     /// beside the target for this many seconds (above 0, at most 3600), counting
     /// each leaf disk's flushes. Exit 2 when it could not run.
@@ -57,11 +66,14 @@ fn seconds_arg(s: &str) -> Result<f64, String> {
 }
 
 /// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
+/// With `--dsn` and no `--target` the server's data directory is the target (also
+/// of the flush loop); with both, the data directory's stack goes beside the
+/// target's ([`pg::beside`]).
 /// Errors (exit 2): the target could not be probed (with `--json`, stdout then holds
 /// `{"ok":false,"error":…}`), or `--seconds` could not run (the report is printed,
 /// with the cause among its notes, and the cause is the error).
-pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
-    let (p, not_measured) = match run(args) {
+pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
+    let (p, not_measured) = match run(args).await {
         Ok(r) => r,
         Err(e) => {
             if args.json {
@@ -83,12 +95,32 @@ pub fn command(args: &ProbeArgs) -> Result<bool, Error> {
 }
 
 /// The probe `args` ask for, and why `--seconds` could not run, if it could not.
-fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
-    let mut p = probe(&args.target)?;
+async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
+    let mut p = match (&args.target, &args.dsn) {
+        (Some(t), None) => probe(t)?,
+        (Some(t), Some(dsn)) => {
+            let own = probe(t)?;
+            pg::beside(own, pg::probe_dsn(dsn).await?)
+        }
+        (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
+        (None, None) => return Err(Error("probe: give --target, --dsn or both".into())),
+    };
     let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
     let mut not_measured = None;
     if let Some(seconds) = args.seconds {
-        not_measured = try_measure_flushes(&mut p, &args.target, seconds, args.force, &disks).err();
+        let dir = match &args.target {
+            Some(t) => Some(t.clone()),
+            None if p.layers.is_empty() => None,
+            None => Some(std::path::PathBuf::from(&p.target)),
+        };
+        not_measured = match dir {
+            Some(d) => try_measure_flushes(&mut p, &d, seconds, args.force, &disks).err(),
+            None => {
+                let e = Error("the data directory was not probed".into());
+                p.notes.push(format!("flush accounting not measured: {e}"));
+                Some(e)
+            }
+        };
     }
     p.evidence = Some(evidence::snapshot(&disks));
     Ok((p, not_measured))
@@ -229,10 +261,17 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
         });
         walk.below_mount(&mut p, &m, meta.dev());
     }
-    p.environment = env::environment(&mut p.notes);
-    p.notes.extend(rules::container_note(&p));
-    p.warnings = rules::warnings(&p);
+    finish(&mut p);
     Ok(p)
+}
+
+/// Fills in `p`'s environment, the note for a container on bare metal
+/// ([`rules::container_note`]) and its warnings ([`rules::warnings`]) once its
+/// layers and leaves are known.
+pub fn finish(p: &mut Probe) {
+    p.environment = env::environment(&mut p.notes);
+    p.notes.extend(rules::container_note(p));
+    p.warnings = rules::warnings(p);
 }
 
 /// The note for a block device `write file` would refuse: `write` opens a device

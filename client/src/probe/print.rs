@@ -167,6 +167,44 @@ fn container_suffix(env: &plugpull::probe::Environment) -> String {
     }
 }
 
+/// The "PostgreSQL" section: the connection, the settings on two lines, the data
+/// directory (the target above, its own stack, or not probed) and the backend.
+fn postgres_lines(s: &mut String, p: &Probe, pg: &plugpull::probe::pg::PgProbe) {
+    let t = &pg.settings;
+    let _ = writeln!(s, "PostgreSQL {}: {}", t.server_version, pg.conninfo);
+    let _ = writeln!(
+        s,
+        "  fsync={} synchronous_commit={} full_page_writes={} wal_sync_method={} data_checksums={}",
+        t.fsync, t.synchronous_commit, t.full_page_writes, t.wal_sync_method, t.data_checksums
+    );
+    let _ = writeln!(
+        s,
+        "  wal_log_hints={} data_sync_retry={} commit_delay={} synchronous_standby_names='{}'",
+        t.wal_log_hints, t.data_sync_retry, t.commit_delay, t.synchronous_standby_names
+    );
+    match &pg.data_directory_stack {
+        Some(d) => {
+            let _ = writeln!(s, "  data directory {}:", t.data_directory);
+            for l in &d.layers {
+                let _ = writeln!(s, "    {}", layer_line(d, l));
+            }
+        }
+        None if p.target == t.data_directory && !p.layers.is_empty() => {
+            let _ = writeln!(s, "  data directory {}: the stack above", t.data_directory);
+        }
+        None => {
+            let _ = writeln!(s, "  data directory {}: not probed", t.data_directory);
+        }
+    }
+    let pid = opt(&pg.backend_pid);
+    let maps = match pg.backend_eatmydata {
+        Some(true) => "libeatmydata mapped",
+        Some(false) => "no libeatmydata",
+        None => "not checked",
+    };
+    let _ = writeln!(s, "  backend PID {pid}: {maps}");
+}
+
 /// The whole text report.
 pub fn text(p: &Probe) -> String {
     let mut s = format!("stack under test: {}\n", p.target);
@@ -180,6 +218,9 @@ pub fn text(p: &Probe) -> String {
         env.virtualization.as_deref().unwrap_or("unknown"),
         container_suffix(env)
     );
+    if let Some(pg) = &p.postgres {
+        postgres_lines(&mut s, p, pg);
+    }
     if let Some(m) = &p.flush {
         flush_lines(&mut s, m);
     }
@@ -255,5 +296,80 @@ warnings:
   nobarrier: m
 ";
         assert_eq!(text(&p), want);
+    }
+}
+
+#[cfg(test)]
+mod pg_tests {
+    use super::*;
+    use plugpull::ledger::PgSettings;
+    use plugpull::probe::pg::PgProbe;
+
+    fn server(stack: Option<Probe>, eatmydata: Option<bool>) -> PgProbe {
+        PgProbe {
+            conninfo: "host=/tmp port=5432 user=u dbname=d".into(),
+            settings: PgSettings {
+                server_version: "15.1".into(),
+                fsync: "off".into(),
+                synchronous_commit: "local".into(),
+                full_page_writes: "on".into(),
+                wal_sync_method: "fdatasync".into(),
+                data_checksums: "on".into(),
+                data_directory: "/srv/pg".into(),
+                wal_log_hints: "off".into(),
+                data_sync_retry: "off".into(),
+                commit_delay: "0".into(),
+                synchronous_standby_names: "s1".into(),
+            },
+            data_directory_stack: stack.map(Box::new),
+            backend_pid: Some(77),
+            backend_eatmydata: eatmydata,
+        }
+    }
+
+    fn section(p: &Probe) -> String {
+        let mut s = String::new();
+        postgres_lines(&mut s, p, p.postgres.as_ref().unwrap());
+        s
+    }
+
+    #[test]
+    fn the_postgres_section_names_settings_data_directory_and_backend() {
+        let head = "PostgreSQL 15.1: host=/tmp port=5432 user=u dbname=d
+  fsync=off synchronous_commit=local full_page_writes=on wal_sync_method=fdatasync data_checksums=on
+  wal_log_hints=off data_sync_retry=off commit_delay=0 synchronous_standby_names='s1'
+";
+        let stack = Probe {
+            target: "/srv/pg".into(),
+            layers: vec![Layer::Disk { name: "sdb".into() }],
+            ..Probe::default()
+        };
+        let beside = Probe {
+            target: "/mnt/x".into(),
+            postgres: Some(server(Some(stack), Some(true))),
+            ..Probe::default()
+        };
+        let want = format!(
+            "{head}  data directory /srv/pg:\n    disk    sdb\n  backend PID 77: libeatmydata mapped\n"
+        );
+        assert_eq!(section(&beside), want);
+        let own = Probe {
+            target: "/srv/pg".into(),
+            layers: vec![Layer::Disk { name: "sdb".into() }],
+            postgres: Some(server(None, Some(false))),
+            ..Probe::default()
+        };
+        let want = format!(
+            "{head}  data directory /srv/pg: the stack above\n  backend PID 77: no libeatmydata\n"
+        );
+        assert_eq!(section(&own), want);
+        let hidden = Probe {
+            target: "/srv/pg".into(),
+            postgres: Some(server(None, None)),
+            ..Probe::default()
+        };
+        let want =
+            format!("{head}  data directory /srv/pg: not probed\n  backend PID 77: not checked\n");
+        assert_eq!(section(&hidden), want);
     }
 }

@@ -130,6 +130,8 @@ impl Reporter {
                 (true, opts.max_unconfirmed_or(FILE_MAX_UNCONFIRMED))
             }
         };
+        let counters = crate::storage::FlushCounters::new(manifest.storage.disks.clone());
+        let flush_clock = crate::storage::FlushClock::new(counters.clone());
         let (mut r, mut w) = net::connect(listener, secret).await?;
         w.send(&Request::StartRun {
             manifest: Box::new(manifest),
@@ -140,7 +142,11 @@ impl Reporter {
             Response::RunStarted { run, token } => (run, token),
             other => return Err(Error(format!("listener answered StartRun with {other:?}"))),
         };
-        let shared = Arc::new(Shared::new(max_unconfirmed, opts.max_unconfirmed_secs));
+        let shared = Arc::new(Shared::new(
+            max_unconfirmed,
+            opts.max_unconfirmed_secs,
+            counters,
+        ));
         tokio::spawn(watch(Arc::downgrade(&shared)));
         let (tx, rx) = mpsc::unbounded_channel();
         let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
@@ -158,6 +164,7 @@ impl Reporter {
             ending_sent: false,
             acks_open: true,
             linger_until: None,
+            flush_clock,
         };
         let task = tokio::spawn(state.run(r, w));
         Ok((

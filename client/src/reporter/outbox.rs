@@ -21,7 +21,7 @@
 //! the reporter treats as a witness fault.
 
 use super::sink::Msg;
-use plugpull::ledger::{AckBatch, Acks, FileAck, PgAckRange};
+use plugpull::ledger::{AckBatch, Acks, FileAck, FlushSample, PgAckRange};
 use std::collections::{HashMap, VecDeque};
 
 /// Whether `waiting` acks (handed over, not yet confirmed) exceed the
@@ -82,15 +82,26 @@ impl Outbox {
     /// Turns the gathered acks into numbered batches waiting to be sent (one per
     /// workload kind present). True when acks begin to wait now: nothing was pending
     /// and something was gathered (a stall is measured from here).
-    pub(super) fn seal(&mut self) -> bool {
+    ///
+    /// `flushes`, the leaf disks' flush counters sampled now (after every gathered
+    /// ack was acknowledged), goes with the last batch sealed; with nothing gathered
+    /// it is dropped.
+    pub(super) fn seal(&mut self, flushes: Option<FlushSample>) -> bool {
         let began = self.pending.is_empty() && self.gather.n > 0;
+        let first = self.next_batch;
         for acks in self.gather.take() {
             self.pending.push_back(AckBatch {
                 batch: self.next_batch,
                 promised: self.promised,
                 acks,
+                flushes: None,
             });
             self.next_batch += 1;
+        }
+        if self.next_batch > first {
+            if let Some(last) = self.pending.back_mut() {
+                last.flushes = flushes;
+            }
         }
         began
     }
@@ -207,247 +218,4 @@ impl Gather {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn consecutive_commits_of_a_client_gather_into_one_range() {
-        let mut g = Gather::default();
-        for (client, seq, ms) in [(0, 1, 5), (1, 1, 6), (0, 2, 7), (0, 3, 8), (1, 3, 9)] {
-            g.add(Msg::Pg { client, seq, ms });
-        }
-        let got = g.take();
-        assert_eq!(
-            got,
-            vec![Acks::Pg(vec![
-                PgAckRange {
-                    client: 0,
-                    first: 1,
-                    last: 3,
-                    ms: 8
-                },
-                PgAckRange {
-                    client: 1,
-                    first: 1,
-                    last: 1,
-                    ms: 6
-                },
-                PgAckRange {
-                    client: 1,
-                    first: 3,
-                    last: 3,
-                    ms: 9
-                },
-            ])]
-        );
-        assert_eq!(g.n, 0);
-        assert!(g.take().is_empty());
-    }
-
-    /// An outbox holding `n` sealed batches of one file ack each (seq = batch).
-    fn with_batches(n: u64) -> Outbox {
-        let mut o = Outbox::new(true);
-        for seq in 1..=n {
-            o.add(Msg::File(FileAck {
-                seq,
-                block: seq * 10,
-                ms: 0,
-            }));
-            o.seal();
-        }
-        o
-    }
-
-    /// Sends every unsent batch, as the task does; returns their numbers.
-    fn send_all(o: &mut Outbox) -> Vec<u64> {
-        let mut out = Vec::new();
-        while let Some(b) = o.next_unsent() {
-            let n = b.batch;
-            o.sent(n);
-            out.push(n);
-        }
-        out
-    }
-
-    fn numbers(v: &[AckBatch]) -> Vec<u64> {
-        v.iter().map(|b| b.batch).collect()
-    }
-
-    #[test]
-    fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
-        let mut o = Outbox::new(false);
-        assert!(!o.seal(), "nothing gathered: nothing begins to wait");
-        o.add(Msg::File(FileAck {
-            seq: 1,
-            block: 7,
-            ms: 3,
-        }));
-        o.add(Msg::Pg {
-            client: 2,
-            seq: 1,
-            ms: 4,
-        });
-        assert_eq!(o.gathered(), 2);
-        assert!(o.seal());
-        assert_eq!(o.gathered(), 0);
-        o.add(Msg::Pg {
-            client: 2,
-            seq: 2,
-            ms: 5,
-        });
-        assert!(!o.seal(), "batches already wait: no new start of a stall");
-        let sent: Vec<AckBatch> = std::iter::from_fn(|| {
-            let b = o.next_unsent()?.clone();
-            o.sent(b.batch);
-            Some(b)
-        })
-        .collect();
-        assert_eq!(
-            sent,
-            vec![
-                AckBatch {
-                    batch: 1,
-                    promised: false,
-                    acks: Acks::File(vec![FileAck {
-                        seq: 1,
-                        block: 7,
-                        ms: 3
-                    }]),
-                },
-                AckBatch {
-                    batch: 2,
-                    promised: false,
-                    acks: Acks::Pg(vec![PgAckRange {
-                        client: 2,
-                        first: 1,
-                        last: 1,
-                        ms: 4
-                    }]),
-                },
-                AckBatch {
-                    batch: 3,
-                    promised: false,
-                    acks: Acks::Pg(vec![PgAckRange {
-                        client: 2,
-                        first: 2,
-                        last: 2,
-                        ms: 5
-                    }]),
-                },
-            ]
-        );
-        assert_eq!(o.unconfirmed(), 3);
-    }
-
-    #[test]
-    fn a_batch_confirmed_is_dropped_with_every_batch_before_it() {
-        let mut o = with_batches(4);
-        assert_eq!(send_all(&mut o), vec![1, 2, 3, 4]);
-        assert_eq!(numbers(&o.confirm(2).unwrap()), vec![1, 2]);
-        assert_eq!(o.unconfirmed(), 2);
-        assert!(!o.is_empty());
-        assert_eq!(numbers(&o.confirm(4).unwrap()), vec![3, 4]);
-        assert_eq!(o.unconfirmed(), 0);
-        assert!(o.is_empty());
-        assert_eq!(send_all(&mut o), Vec::<u64>::new());
-    }
-
-    #[test]
-    fn a_batch_is_sent_once_per_connection() {
-        let mut o = with_batches(2);
-        assert_eq!(send_all(&mut o), vec![1, 2]);
-        assert_eq!(send_all(&mut o), Vec::<u64>::new());
-        o.add(Msg::File(FileAck {
-            seq: 3,
-            block: 30,
-            ms: 0,
-        }));
-        o.seal();
-        assert_eq!(send_all(&mut o), vec![3]);
-    }
-
-    #[test]
-    fn a_duplicate_confirmation_is_ignored() {
-        let mut o = with_batches(3);
-        send_all(&mut o);
-        assert_eq!(numbers(&o.confirm(2).unwrap()), vec![1, 2]);
-        assert_eq!(o.confirm(2), Ok(vec![]));
-        assert_eq!(o.unconfirmed(), 1);
-        assert_eq!(send_all(&mut o), Vec::<u64>::new());
-    }
-
-    #[test]
-    fn after_a_reconnect_every_unconfirmed_batch_is_resent_in_order() {
-        let mut o = with_batches(5);
-        assert_eq!(send_all(&mut o), vec![1, 2, 3, 4, 5]);
-        assert_eq!(numbers(&o.confirm(1).unwrap()), vec![1]);
-        // The connection broke; the listener holds up to batch 2 (its confirmation
-        // was lost with the connection).
-        assert_eq!(numbers(&o.resume(2).unwrap()), vec![2]);
-        assert_eq!(send_all(&mut o), vec![3, 4, 5]);
-        assert_eq!(o.unconfirmed(), 3);
-    }
-
-    #[test]
-    fn a_resume_at_what_was_confirmed_resends_everything_after_it() {
-        let mut o = with_batches(3);
-        send_all(&mut o);
-        o.confirm(1).unwrap();
-        assert_eq!(o.resume(1), Ok(vec![]));
-        assert_eq!(send_all(&mut o), vec![2, 3]);
-    }
-
-    #[test]
-    fn a_confirmation_below_an_earlier_one_is_refused_and_changes_nothing() {
-        let mut o = with_batches(3);
-        send_all(&mut o);
-        o.confirm(2).unwrap();
-        assert_eq!(
-            o.confirm(1),
-            Err(BadConfirm::Regressed { batch: 1, told: 2 })
-        );
-        assert_eq!(
-            o.resume(0),
-            Err(BadConfirm::Regressed { batch: 0, told: 2 })
-        );
-        assert_eq!(o.unconfirmed(), 1);
-        assert_eq!(
-            send_all(&mut o),
-            Vec::<u64>::new(),
-            "resume refused: no resend"
-        );
-    }
-
-    #[test]
-    fn a_confirmation_above_the_highest_batch_sealed_is_refused() {
-        let mut o = Outbox::new(true);
-        assert_eq!(
-            o.confirm(1),
-            Err(BadConfirm::Unsent {
-                batch: 1,
-                highest: 0
-            })
-        );
-        let mut o = with_batches(2);
-        send_all(&mut o);
-        assert_eq!(
-            o.confirm(3),
-            Err(BadConfirm::Unsent {
-                batch: 3,
-                highest: 2
-            })
-        );
-        assert_eq!(o.unconfirmed(), 2);
-        assert_eq!(o.confirm(0), Ok(vec![]));
-    }
-
-    #[test]
-    fn the_unconfirmed_bound_blocks_above_exactly_n_and_releases_at_n() {
-        assert!(!over_bound(0, 3));
-        assert!(!over_bound(3, 3), "exactly N waiting: writers go on");
-        assert!(over_bound(4, 3), "N + 1 waiting: writers pause");
-        assert!(!over_bound(3, 3), "back to N: writers go on again");
-        assert!(over_bound(2, 1));
-        assert!(!over_bound(1, 1));
-    }
-}
+mod tests;

@@ -45,12 +45,19 @@ pub(super) struct Shared {
     pub(super) failed: AtomicBool,
     /// When SIGINT arrived, if it did.
     pub(super) interrupted: Mutex<Option<Instant>>,
+    /// The run's leaf disks, whose flush counters the `-P` lines sample.
+    pub(super) flushes: crate::storage::FlushCounters,
 }
 
 impl Shared {
     /// Fresh counters for a run starting now.
-    pub(super) fn new(max_unconfirmed: u64, max_unconfirmed_secs: f64) -> Shared {
+    pub(super) fn new(
+        max_unconfirmed: u64,
+        max_unconfirmed_secs: f64,
+        flushes: crate::storage::FlushCounters,
+    ) -> Shared {
         Shared {
+            flushes,
             start: Instant::now(),
             handed: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
@@ -130,7 +137,12 @@ impl AckSink {
         self.hand(1, Msg::Pg { client, seq, ms });
     }
 
-    /// Acks the listener has confirmed so far.
+    /// The run's leaf disks' flush counters now (for the `-P` lines).
+    pub fn flush_sample(&self) -> plugpull::ledger::FlushSample {
+        self.shared.flushes.sample()
+    }
+
+    /// Acks the listener confirmed so far.
     pub fn confirmed(&self) -> u64 {
         self.shared.confirmed.load(Ordering::Relaxed)
     }

@@ -60,6 +60,8 @@ pub(super) struct Task {
     pub(super) acks_open: bool,
     /// When the acks gathered so far must go out even if no more come.
     pub(super) linger_until: Option<tokio::time::Instant>,
+    /// When a sealed batch carries the leaf disks' flush counters.
+    pub(super) flush_clock: crate::storage::FlushClock,
 }
 
 fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, NetError>> {
@@ -361,7 +363,7 @@ impl Task {
                 self.seal();
             }
         }
-        self.seal();
+        self.seal_with(true);
         match c {
             Ctrl::Finish(summary, reply) => (
                 Request::Finish {
@@ -376,7 +378,18 @@ impl Task {
 
     /// Turns gathered acks into numbered batches waiting to be sent.
     fn seal(&mut self) {
-        if self.outbox.seal() {
+        self.seal_with(false);
+    }
+
+    /// [`Task::seal`], the last batch carrying the flush counters when a sample is
+    /// due (`force`: the run's last batch).
+    fn seal_with(&mut self, force: bool) {
+        let flushes = if self.outbox.gathered() > 0 {
+            self.flush_clock.due(force)
+        } else {
+            None
+        };
+        if self.outbox.seal(flushes) {
             // Acks begin to wait now: a stall is measured from here.
             self.shared.progress();
         }

@@ -163,8 +163,17 @@ impl Cluster {
 
     /// Runs `pg_ctl -D DATA ARGS` as the server's user.
     pub fn pg_ctl(&self, args: &[&str]) -> Result<Output, Error> {
+        self.pg_ctl_env(args, &[])
+    }
+
+    /// [`Cluster::pg_ctl`] with `env` added to its environment (which the server
+    /// it starts inherits, e.g. `LD_PRELOAD`).
+    pub fn pg_ctl_env(&self, args: &[&str], env: &[(&str, &str)]) -> Result<Output, Error> {
         let mut c = self.server_cmd("pg_ctl");
-        c.arg("-D").arg(&self.data).args(args);
+        c.arg("-D")
+            .arg(&self.data)
+            .args(args)
+            .envs(env.iter().copied());
         proc::output(c, "pg_ctl")
     }
 
@@ -173,8 +182,18 @@ impl Cluster {
     /// later). `Ok(Err(text))`: it did not start; `text` is pg_ctl's stdout and stderr
     /// (the caller adds as much of [`Cluster::log_tail`] as it wants).
     pub fn start(&mut self, timeout_s: u32) -> Result<Result<(), String>, Error> {
+        self.start_env(timeout_s, &[])
+    }
+
+    /// [`Cluster::start`] with `env` in the server's environment (e.g. `LD_PRELOAD`).
+    pub fn start_env(
+        &mut self,
+        timeout_s: u32,
+        env: &[(&str, &str)],
+    ) -> Result<Result<(), String>, Error> {
         let log = self.log.display().to_string();
-        let o = self.pg_ctl(&["-l", &log, "-w", "-t", &timeout_s.to_string(), "start"])?;
+        let t = timeout_s.to_string();
+        let o = self.pg_ctl_env(&["-l", &log, "-w", "-t", &t, "start"], env)?;
         self.postmaster = std::fs::read_to_string(self.data.join("postmaster.pid"))
             .ok()
             .and_then(|s| s.lines().next()?.trim().parse().ok());

@@ -175,6 +175,7 @@ mod tests {
                 block: batch * 10,
                 ms: 7,
             }]),
+            flushes: None,
         }
     }
 
@@ -208,8 +209,8 @@ mod tests {
         ledger::encode_entry(&Entry::Acks(batch(7)), &mut want);
         ledger::encode_entry(&Entry::Finished(summary), &mut want);
         assert_eq!(out, want);
-        // 1 + two acks entries of 8 + 8 bytes + a Finished entry of 8 + 5 bytes.
-        assert_eq!(out.len(), 46);
+        // 1 + two acks entries of 8 + 9 bytes + a Finished entry of 8 + 5 bytes.
+        assert_eq!(out.len(), 48);
     }
 
     #[test]

@@ -24,6 +24,7 @@ fn manifest() -> Manifest {
         boot_id: String::new(),
         listener_order: 0,
         listener_created_unix_ms: 0,
+        storage: Default::default(),
     }
 }
 
@@ -36,6 +37,7 @@ fn batch(batch: u64) -> Append {
             block: 1,
             ms: 3,
         }]),
+        flushes: None,
     })
 }
 
@@ -106,7 +108,7 @@ fn a_repeated_batch_is_confirmed_without_being_written_again() {
         assert_eq!(store.read(run).unwrap().0, before);
         assert_eq!(h.append(batch(3)).await.unwrap(), Ok(3));
         let (after, _) = store.read(run).unwrap();
-        assert_eq!(after.len(), before.len() + 16);
+        assert_eq!(after.len(), before.len() + 17);
         assert_eq!(after, [before, entry_of(3)].concat());
     });
 }
@@ -115,11 +117,11 @@ fn a_repeated_batch_is_confirmed_without_being_written_again() {
 fn a_reopened_store_recovers_the_durable_length_and_highest_batch() {
     let dir = tempfile::tempdir().unwrap();
     let (run, bytes) = run_with_two_batches(dir.path());
-    // Header, manifest, then the two batches of one ack each (16 bytes apiece).
-    assert_eq!(&bytes[..8], b"PPLEDGR3");
+    // Header, manifest, then the two batches of one ack each (17 bytes apiece).
+    assert_eq!(&bytes[..8], b"PPLEDGR4");
     assert_eq!(&bytes[8..16], run.0.to_le_bytes());
     assert_eq!(
-        &bytes[bytes.len() - 32..],
+        &bytes[bytes.len() - 34..],
         [entry_of(1), entry_of(2)].concat()
     );
     let path = dir.path().join("runs").join(format!("{run}.ledger"));

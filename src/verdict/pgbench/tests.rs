@@ -21,6 +21,7 @@ fn batch(n: u64, promised: bool, ranges: &[(u32, u64, u64)]) -> AckBatch {
                 })
                 .collect(),
         ),
+        flushes: None,
     }
 }
 

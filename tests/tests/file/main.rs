@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod doctored;
 mod refusals;
+mod storage;
 
 const BS: u64 = 4096;
 

@@ -167,6 +167,14 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
     assert_eq!(rs["synchronous_commit"], json!("on"));
     assert_eq!(rs["data_directory"], json!(pg.data.display().to_string()));
     assert!(!rs["data_mount"].as_str().unwrap().is_empty(), "{rs:#}");
+    // The run probed the data directory's stack when it started.
+    let st = &v["storage"];
+    assert_eq!(st["not_probed"], json!(""), "{st:#}");
+    assert_eq!(st["probe"]["target"], json!(pg.data.display().to_string()));
+    let probe = plugpull(&["probe", "--target", pg.data.to_str().unwrap(), "--json"]);
+    let want: Value = serde_json::from_slice(&probe.stdout).unwrap();
+    assert_eq!(st["probe"]["layers"], want["layers"]);
+    assert_eq!(st["probe"]["leaves"], want["leaves"]);
     let present = v["present_commits"].as_u64().unwrap();
     let rows: u64 = pg
         .psql_in("bench", "SELECT count(*) FROM pgbench_history")

@@ -225,14 +225,7 @@ fn a_server_still_in_recovery_is_waited_for_then_checked() {
     // A real server that stays in recovery and refuses sessions with 57P03: a
     // standby without hot standby.
     std::fs::write(pg.data.join("standby.signal"), "").unwrap();
-    {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(pg.data.join("postgresql.conf"))
-            .unwrap();
-        writeln!(f, "hot_standby = off").unwrap();
-    }
+    pg.append_conf(&["hot_standby = off"]);
     pg.try_start().unwrap(); // pg_ctl -w returns once the standby runs
     let refused = pg.try_psql("SELECT 1").unwrap_err();
     assert!(refused.contains("not accepting connections"), "{refused}");

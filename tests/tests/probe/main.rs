@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+mod pg;
 mod seconds;
 mod targets;
 

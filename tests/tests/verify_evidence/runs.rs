@@ -42,6 +42,7 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
             boot_id: String::new(),
             listener_order: 0,
             listener_created_unix_ms: 0,
+            storage: Default::default(),
         }),
     });
     let Some(Response::RunStarted { run: early, .. }) = c.recv() else {

@@ -107,6 +107,7 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
             boot_id: "00000000-0000-0000-0000-000000000000".into(),
             listener_order: 0,
             listener_created_unix_ms: 0,
+            storage: Default::default(),
         }),
     });
     let Some(Response::RunStarted { run, .. }) = c.recv() else {
@@ -135,6 +136,7 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
             batch: 1,
             promised: true,
             acks: Acks::File(acks),
+            flushes: None,
         },
     });
     assert!(matches!(c.recv(), Some(Response::Confirmed { .. })));

@@ -287,6 +287,7 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         batch: n,
         promised: true,
         acks: Acks::File(acks),
+        flushes: None,
     };
     let end = DeviceError {
         error: "fdatasync after block 3: Input/output error (os error 5)".into(),

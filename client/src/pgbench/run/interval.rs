@@ -61,6 +61,7 @@ pub(super) fn spawn_progress(
         let mut tick =
             tokio::time::interval_at(tokio::time::Instant::from_std(start + every), every);
         let mut last = start;
+        let mut flushes = sink.flush_sample();
         loop {
             tick.tick().await;
             let now = Instant::now();
@@ -68,6 +69,10 @@ pub(super) fn spawn_progress(
             let secs = now.duration_since(last).as_secs_f64().max(1e-9);
             last = now;
             let (mean, sd) = iv.mean_sd();
+            let now_flushes = sink.flush_sample();
+            let per_commit =
+                crate::storage::FlushCounters::fewest_per_op(&flushes, &now_flushes, iv.count);
+            flushes = now_flushes;
             let line = crate::progress::Progress {
                 elapsed_s: now.duration_since(start).as_secs_f64(),
                 rate: iv.count as f64 / secs,
@@ -75,6 +80,7 @@ pub(super) fn spawn_progress(
                 lat_ms: mean,
                 stddev_ms: sd,
                 failed: Some(iv.failed),
+                flushes_per_op: per_commit,
                 acknowledged: sink.confirmed(),
             };
             eprintln!("{line}");

@@ -1,0 +1,309 @@
+//! The storage under a run (`docs/probe.md`, "Every run"): `write` probes its target
+//! (or PostgreSQL's data directory) when it starts and records the probe in the
+//! run's manifest ([`plugpull::ledger::Storage`]); while it runs, the leaf disks'
+//! "flush requests completed" counters are sampled ([`FlushCounters`]) into the ack
+//! batches and the `-P` lines; `verify` builds and prints the "stack under test"
+//! section from them ([`section`], [`text`]).
+
+use plugpull::ledger::{FlushSample, Storage};
+use plugpull::probe::Probe;
+use plugpull::report::StorageReport;
+use std::fmt::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The leaf disks whose flush counters a run samples.
+#[derive(Clone, Debug, Default)]
+pub struct FlushCounters {
+    disks: Vec<String>,
+}
+
+impl FlushCounters {
+    /// Counters of `disks` (kernel names, e.g. `vda`).
+    pub fn new(disks: Vec<String>) -> FlushCounters {
+        FlushCounters { disks }
+    }
+
+    /// Whether there is no disk to sample.
+    pub fn is_empty(&self) -> bool {
+        self.disks.is_empty()
+    }
+
+    /// Each disk's "flush requests completed" now (`/sys/block/DISK/stat` field 16);
+    /// `None` where it cannot be read or the kernel has no such field.
+    pub fn sample(&self) -> FlushSample {
+        FlushSample {
+            counts: self
+                .disks
+                .iter()
+                .map(|d| {
+                    crate::probe::flush::read_stat(d)
+                        .ok()
+                        .and_then(|s| s.flush_ios)
+                })
+                .collect(),
+        }
+    }
+
+    /// The fewest flushes any disk completed per operation between `before` and
+    /// `after`, over `ops` operations (writes or commits); `None` with no disk, no
+    /// operation, or a counter unknown in either sample.
+    pub fn fewest_per_op(before: &FlushSample, after: &FlushSample, ops: u64) -> Option<f64> {
+        if ops == 0 || before.counts.is_empty() {
+            return None;
+        }
+        let mut fewest: Option<u64> = None;
+        for (b, a) in before.counts.iter().zip(&after.counts) {
+            let d = a.zip(*b).and_then(|(a, b)| a.checked_sub(b))?;
+            fewest = Some(fewest.map_or(d, |f| f.min(d)));
+        }
+        fewest.map(|f| f as f64 / ops as f64)
+    }
+}
+
+/// When the reporter attaches a flush sample to a batch: at most once a second, and
+/// always when asked to (the run's last batch).
+#[derive(Debug)]
+pub struct FlushClock {
+    counters: FlushCounters,
+    last: Option<Instant>,
+}
+
+/// How often at most a batch carries a flush sample.
+pub const FLUSH_SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+impl FlushClock {
+    /// A clock over `counters`; the first batch sealed gets a sample.
+    pub fn new(counters: FlushCounters) -> FlushClock {
+        FlushClock {
+            counters,
+            last: None,
+        }
+    }
+
+    /// A sample when one is due (`force`, or [`FLUSH_SAMPLE_EVERY`] since the last);
+    /// `None` when not due or there is no disk.
+    pub fn due(&mut self, force: bool) -> Option<FlushSample> {
+        if self.counters.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        if !force && self.last.is_some_and(|t| now - t < FLUSH_SAMPLE_EVERY) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(self.counters.sample())
+    }
+}
+
+/// Probes `target` for a run (never fatal: what fails is recorded as not probed):
+/// the stack, environment and warnings, with `seconds` the timed flush loop beside
+/// it, the cut-evidence snapshot, then the leaf disks' flush counters. Returns the
+/// manifest's storage record and the probe, to print.
+pub fn probe_for_run(target: &Path, seconds: Option<f64>) -> (Storage, Option<Probe>) {
+    let mut p = match crate::probe::probe(target) {
+        Ok(p) => p,
+        Err(e) => {
+            return (
+                Storage {
+                    not_probed: e.0,
+                    ..Storage::default()
+                },
+                None,
+            )
+        }
+    };
+    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
+    if let Some(s) = seconds {
+        crate::probe::measure_flushes(&mut p, target, s, &disks);
+    }
+    p.evidence = Some(crate::probe::evidence::snapshot(&disks));
+    let counters = FlushCounters::new(disks.clone());
+    let storage = Storage {
+        probe_json: serde_json::to_string(&p).expect("a probe serializes"),
+        not_probed: String::new(),
+        flushes_start: counters.sample(),
+        disks,
+    };
+    (storage, Some(p))
+}
+
+/// Probes PostgreSQL's data directory for a pgbench run, as [`probe_for_run`]: not
+/// probed when `data_directory` is hidden from this role or is not a directory here.
+pub fn probe_data_directory(
+    data_directory: &str,
+    seconds: Option<f64>,
+) -> (Storage, Option<Probe>) {
+    let dir = Path::new(data_directory);
+    if data_directory == "(hidden)" || data_directory.is_empty() {
+        return (
+            Storage {
+                not_probed:
+                    "data_directory is hidden from this role (it needs pg_read_all_settings)".into(),
+                ..Storage::default()
+            },
+            None,
+        );
+    }
+    if !dir.is_dir() {
+        return (
+            Storage {
+                not_probed: format!("data directory {data_directory} is not on this host"),
+                ..Storage::default()
+            },
+            None,
+        );
+    }
+    probe_for_run(dir, seconds)
+}
+
+/// The stack under a run as `write` prints it before its first write: the probe's
+/// layers, environment, notes and warnings (the cut-evidence counters are in the
+/// manifest, for `verify`).
+pub fn write_head(storage: &Storage, probe: Option<&Probe>) -> String {
+    match probe {
+        Some(p) => crate::probe::print::text(&Probe {
+            evidence: None,
+            ..p.clone()
+        }),
+        None => format!("stack under test: not probed: {}\n", storage.not_probed),
+    }
+}
+
+/// The storage section of a report on the run `storage` recorded, whose ack batches
+/// are `batches`, verified now on this host: the cut-evidence snapshot is taken
+/// again when this host is the run's (`run_host`), else the section says why not.
+/// `uses_flush` and `what` as in [`plugpull::report::storage::run_warnings`].
+pub fn section(
+    storage: &Storage,
+    batches: &[plugpull::ledger::AckBatch],
+    run_host: &str,
+    uses_flush: bool,
+    what: &str,
+) -> StorageReport {
+    let here = crate::manifest::hostname();
+    let after = if here != run_host {
+        Err(format!(
+            "cut evidence not taken: verify runs on host {here}, the run ran on host {run_host}"
+        ))
+    } else if storage.disks.is_empty() && storage.probe_json.is_empty() {
+        Err("cut evidence not taken: the run's storage was not probed".into())
+    } else {
+        Ok(crate::probe::evidence::snapshot(&storage.disks))
+    };
+    StorageReport::build(storage, batches, after, uses_flush, what)
+}
+
+/// The "stack under test" section as `verify` prints it: the stack at the run's
+/// start, flushes per acknowledgement during the run, the cut evidence, warnings.
+pub fn text(r: &StorageReport, what: &str) -> String {
+    let Some(p) = &r.probe else {
+        return format!("stack under test: not probed: {}\n", r.not_probed);
+    };
+    let stack = crate::probe::print::text(&Probe {
+        evidence: None,
+        warnings: Vec::new(),
+        ..p.clone()
+    });
+    let mut s = stack
+        .strip_suffix("warnings: none\n")
+        .unwrap_or(&stack)
+        .replacen(
+            "stack under test:",
+            "stack under test (probed when the run started):",
+            1,
+        );
+    if r.flushes.is_empty() {
+        let _ = writeln!(s, "flushes during the run: {}", r.flushes_note);
+    }
+    for f in &r.flushes {
+        let _ = match (f.flushes, f.per_ack) {
+            (Some(n), Some(x)) => writeln!(
+                s,
+                "flushes during the run: {}: {n} over {} {what} ({x:.2} per acknowledgement)",
+                f.disk, f.acknowledged
+            ),
+            _ => writeln!(s, "flushes during the run: {}: not counted", f.disk),
+        };
+    }
+    s.push_str("cut evidence (run start \u{2192} now):\n");
+    for l in &r.cut_evidence {
+        let _ = writeln!(s, "  {l}");
+    }
+    if let Some(a) = &r.evidence_after {
+        for n in &a.notes {
+            let _ = writeln!(s, "  {n}");
+        }
+    }
+    if r.warnings.is_empty() {
+        s.push_str("warnings: none\n");
+    } else {
+        s.push_str("warnings (they never change the verdict):\n");
+        for w in &r.warnings {
+            let _ = writeln!(s, "  {}: {}", w.id.as_str(), w.message);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(v: &[Option<u64>]) -> FlushSample {
+        FlushSample { counts: v.to_vec() }
+    }
+
+    #[test]
+    fn fewest_flushes_per_op_is_the_least_flushed_disk() {
+        let before = sample(&[Some(10), Some(100)]);
+        let after = sample(&[Some(30), Some(105)]);
+        assert_eq!(FlushCounters::fewest_per_op(&before, &after, 10), Some(0.5));
+        assert_eq!(FlushCounters::fewest_per_op(&before, &after, 0), None);
+        let unknown = sample(&[Some(30), None]);
+        assert_eq!(FlushCounters::fewest_per_op(&before, &unknown, 10), None);
+        assert_eq!(
+            FlushCounters::fewest_per_op(&sample(&[]), &sample(&[]), 10),
+            None
+        );
+    }
+
+    #[test]
+    fn verify_on_another_host_takes_no_cut_evidence_and_says_why() {
+        let here = crate::manifest::hostname();
+        let r = section(
+            &Storage::default(),
+            &[],
+            "the-agent-host",
+            true,
+            "acknowledged writes",
+        );
+        assert_eq!(r.evidence_after, None);
+        let r2 = section(
+            &Storage {
+                probe_json: serde_json::to_string(&Probe::default()).unwrap(),
+                ..Storage::default()
+            },
+            &[],
+            "the-agent-host",
+            true,
+            "acknowledged writes",
+        );
+        assert_eq!(
+            r2.cut_evidence,
+            [format!(
+                "cut evidence not taken: verify runs on host {here}, the run ran on host the-agent-host"
+            )]
+        );
+        assert_eq!(r.not_probed, "");
+    }
+
+    #[test]
+    fn a_clock_without_disks_never_samples_and_one_with_disks_samples_once_a_second() {
+        assert_eq!(FlushClock::new(FlushCounters::default()).due(true), None);
+        let mut c = FlushClock::new(FlushCounters::new(vec!["no-such-disk".into()]));
+        assert_eq!(c.due(false), Some(sample(&[None])));
+        assert_eq!(c.due(false), None);
+        assert_eq!(c.due(true), Some(sample(&[None])));
+    }
+}

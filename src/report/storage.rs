@@ -1,0 +1,177 @@
+//! The "stack under test" section every verify report carries (`docs/probe.md`): the
+//! probe the agent recorded when the run started, the flushes each leaf disk counted
+//! per acknowledged write during the run, the warnings both raise, and the cut
+//! evidence (the counters a power loss moves, run start against verify time).
+//!
+//! Warnings never change a verdict: they say what a PASS is worth.
+
+use crate::ledger::{AckBatch, Storage};
+use crate::probe::evidence::{compare, Snapshot};
+use crate::probe::flush::WriteCache;
+use crate::probe::{Probe, Warning, WarningId};
+use serde::{Deserialize, Serialize};
+
+/// The storage section of a report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StorageReport {
+    /// The probe recorded at the run's start; `None` when the storage was not
+    /// probed (`not_probed` says why).
+    pub probe: Option<Probe>,
+    /// Why there is no probe; empty when there is one.
+    pub not_probed: String,
+    /// Flushes each leaf disk counted during the run, in the manifest's disk order.
+    pub flushes: Vec<RunFlushes>,
+    /// Why flushes per acknowledged write could not be counted; empty when they were.
+    pub flushes_note: String,
+    /// The probe's warnings at the run's start, then the run's own
+    /// (`flushes-not-reaching-device` over the run's acknowledged writes).
+    pub warnings: Vec<Warning>,
+    /// What changed between the cut-evidence snapshot at the run's start and the
+    /// one verify took, one line each ([`compare`]); or why there is no comparison.
+    pub cut_evidence: Vec<String>,
+    /// The snapshot verify took; `None` when it took none.
+    pub evidence_after: Option<Snapshot>,
+}
+
+/// One leaf disk's flushes over a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunFlushes {
+    /// Kernel name, e.g. `vda`.
+    pub disk: String,
+    /// Flush requests the disk completed between the run's start and its last flush
+    /// sample (the whole disk's: other I/O on it counts too); `None` when a counter
+    /// was not read or went down.
+    pub flushes: Option<u64>,
+    /// Acknowledgements (writes or commits) handed over up to that sample.
+    pub acknowledged: u64,
+    /// `flushes / acknowledged`; `None` when either is unknown or zero acks.
+    pub per_ack: Option<f64>,
+}
+
+/// The flushes per acknowledgement of every disk of `storage` over `batches` (in
+/// ledger order): from `storage.flushes_start` to the last batch that carries a
+/// sample, counting the acks up to and including that batch. The note is empty, or
+/// says why nothing could be counted.
+pub fn run_flushes(storage: &Storage, batches: &[AckBatch]) -> (Vec<RunFlushes>, String) {
+    if storage.disks.is_empty() {
+        return (
+            Vec::new(),
+            "no leaf disk under the target: flushes not counted".into(),
+        );
+    }
+    let mut acked = 0u64;
+    let mut last = None;
+    for b in batches {
+        acked += b.acks.count();
+        if let Some(s) = &b.flushes {
+            last = Some((s, acked));
+        }
+    }
+    let Some((end, acknowledged)) = last else {
+        return (
+            Vec::new(),
+            "no flush sample after the run's start in the ledger (the run acknowledged nothing, or was cut before its first second): flushes not counted".into(),
+        );
+    };
+    let get = |v: &[Option<u64>], i: usize| v.get(i).copied().flatten();
+    let flushes = storage
+        .disks
+        .iter()
+        .enumerate()
+        .map(|(i, disk)| {
+            let flushes = match (get(&storage.flushes_start.counts, i), get(&end.counts, i)) {
+                (Some(a), Some(b)) if b >= a => Some(b - a),
+                _ => None,
+            };
+            RunFlushes {
+                disk: disk.clone(),
+                flushes,
+                acknowledged,
+                per_ack: flushes
+                    .filter(|_| acknowledged > 0)
+                    .map(|f| f as f64 / acknowledged as f64),
+            }
+        })
+        .collect();
+    (flushes, String::new())
+}
+
+/// The run's flush rule: a disk whose write cache is "write back" completed no flush
+/// while `acknowledged ≥ 1` writes were acknowledged by a durability call that
+/// sends one (`uses_flush`: `fsync`/`fdatasync`; not `O_DSYNC` writes, which a
+/// device with FUA completes without a flush). `what` names the acknowledgements
+/// (`acknowledged writes`, `acknowledged commits`).
+pub fn run_warnings(
+    probe: &Probe,
+    flushes: &[RunFlushes],
+    uses_flush: bool,
+    what: &str,
+) -> Vec<Warning> {
+    if !uses_flush {
+        return Vec::new();
+    }
+    flushes
+        .iter()
+        .filter(|f| f.flushes == Some(0) && f.acknowledged > 0)
+        .filter(|f| {
+            probe
+                .leaves
+                .iter()
+                .any(|l| l.name == f.disk && l.write_cache == Some(WriteCache::WriteBack))
+        })
+        .map(|f| Warning {
+            id: WarningId::FlushesNotReachingDevice,
+            message: format!(
+                "{}: write cache \"write back\" but 0 flushes counted over the run's {} {what}",
+                f.disk, f.acknowledged
+            ),
+        })
+        .collect()
+}
+
+impl StorageReport {
+    /// The section for a run recorded with `storage` whose ack batches are `batches`:
+    /// `after` is the cut-evidence snapshot verify took (or why it took none),
+    /// `uses_flush` and `what` as in [`run_warnings`].
+    ///
+    /// A stored probe this version cannot read is reported as not probed, naming why.
+    pub fn build(
+        storage: &Storage,
+        batches: &[AckBatch],
+        after: Result<Snapshot, String>,
+        uses_flush: bool,
+        what: &str,
+    ) -> StorageReport {
+        let (probe, not_probed) = match storage.probe() {
+            Ok(Some(p)) => (Some(p), String::new()),
+            Ok(None) => (None, storage.not_probed.clone()),
+            Err(e) => (None, e),
+        };
+        let (flushes, flushes_note) = run_flushes(storage, batches);
+        let mut warnings = Vec::new();
+        let mut cut_evidence = Vec::new();
+        if let Some(p) = &probe {
+            warnings.extend(p.warnings.iter().cloned());
+            warnings.extend(run_warnings(p, &flushes, uses_flush, what));
+            match (&p.evidence, &after) {
+                (_, Err(why)) => cut_evidence.push(why.clone()),
+                (Some(before), Ok(a)) => cut_evidence = compare(before, a),
+                (None, Ok(_)) => {
+                    cut_evidence.push("no cut-evidence snapshot at the run's start".into())
+                }
+            }
+        }
+        StorageReport {
+            probe,
+            not_probed,
+            flushes,
+            flushes_note,
+            warnings,
+            cut_evidence,
+            evidence_after: after.ok(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
