@@ -105,6 +105,9 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
         (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
         (None, None) => return Err(Error("probe: give --target, --dsn or both".into())),
     };
+    if let Some(t) = &args.target {
+        p.notes.extend(held_note(t));
+    }
     let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
     let mut not_measured = None;
     if let Some(seconds) = args.seconds {
@@ -250,7 +253,6 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
     let mut walk = stack::Walk::default();
     if t.is_block_device() {
         walk.device(&mut p, meta.rdev());
-        p.notes.extend(held_note(&existing, meta.rdev()));
     } else {
         let m = mount_of(&existing, meta.dev())?;
         p.layers.push(Layer::Mount {
@@ -274,13 +276,22 @@ pub fn finish(p: &mut Probe) {
     p.warnings = rules::warnings(p);
 }
 
-/// The note for a block device `write file` would refuse: `write` opens a device
-/// exclusively ([`crate::file::target::open_block_exclusive`], called here too and
-/// closed at once, nothing written), and the kernel refuses that while the device
-/// is mounted or held, before `--force` is looked at. The note quotes `write`'s own
-/// refusal, after where the device is mounted (from `/proc/self/mountinfo`).
-fn held_note(dev: &Path, rdev: u64) -> Option<String> {
-    let refused = crate::file::target::open_block_exclusive(dev).err()?;
+/// For `plugpull probe` only (never for a `write` run, which holds its device
+/// open exclusively by then): the note for a block device `write file` would refuse.
+/// `write` opens a device exclusively
+/// ([`crate::file::target::open_block_exclusive`], called here too and closed at
+/// once, nothing written), and the kernel refuses that while the device is mounted
+/// or held, before `--force` is looked at. The note quotes `write`'s own refusal,
+/// after where the device is mounted (from `/proc/self/mountinfo`). `None` for a
+/// target that is not a block device.
+fn held_note(target: &Path) -> Option<String> {
+    let (_, dev) = existing_of(target);
+    let meta = std::fs::metadata(&dev).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let rdev = meta.rdev();
+    let refused = crate::file::target::open_block_exclusive(&dev).err()?;
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut at: Vec<String> = mountinfo::parse(&text)
         .into_iter()
