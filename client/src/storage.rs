@@ -97,27 +97,55 @@ impl FlushClock {
 }
 
 /// Probes `target` for a run (never fatal: what fails is recorded as not probed):
-/// the stack, environment and warnings, with `seconds` the timed flush loop beside
-/// it, the cut-evidence snapshot, then the leaf disks' flush counters. Returns the
-/// manifest's storage record and the probe, to print.
+/// the stack, environment and warnings, then [`record`].
 pub fn probe_for_run(target: &Path, seconds: Option<f64>) -> (Storage, Option<Probe>) {
-    let mut p = match crate::probe::probe(target) {
-        Ok(p) => p,
-        Err(e) => {
-            return (
-                Storage {
-                    not_probed: e.0,
-                    ..Storage::default()
-                },
-                None,
-            )
-        }
-    };
-    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
-    if let Some(s) = seconds {
-        crate::probe::measure_flushes(&mut p, target, s, &disks);
+    match crate::probe::probe(target) {
+        Ok(p) => record(p, Some(target), seconds),
+        Err(e) => not_probed(e.0),
     }
-    p.evidence = Some(crate::probe::evidence::snapshot(&disks));
+}
+
+/// Probes PostgreSQL for a pgbench run through the run's own session `client`
+/// ([`crate::probe::pg::probe_postgres`]: settings, the data directory's stack when
+/// it is on this host, libeatmydata in the backend), then [`record`] with the timed
+/// loop in the data directory.
+pub async fn probe_server_for_run(
+    client: &tokio_postgres::Client,
+    conninfo: &str,
+    seconds: Option<f64>,
+) -> (Storage, Option<Probe>) {
+    match crate::probe::pg::probe_postgres(client, conninfo).await {
+        Ok(p) => tokio::task::spawn_blocking(move || {
+            let dir = crate::probe::data_directory_of(&p);
+            record(p, dir.as_deref(), seconds)
+        })
+        .await
+        .unwrap_or_else(|e| not_probed(format!("the probe failed: {e}"))),
+        Err(e) => not_probed(e.0),
+    }
+}
+
+/// A storage record saying why there is no probe.
+fn not_probed(why: String) -> (Storage, Option<Probe>) {
+    (
+        Storage {
+            not_probed: why,
+            ..Storage::default()
+        },
+        None,
+    )
+}
+
+/// The run's storage record of probe `p`, completed ([`crate::probe::complete`]:
+/// the timed loop at `loop_at` with `seconds`, the cut-evidence snapshot), with its
+/// leaf disks' flush counters sampled last. Returns the record and the probe, to print.
+pub fn record(
+    mut p: Probe,
+    loop_at: Option<&Path>,
+    seconds: Option<f64>,
+) -> (Storage, Option<Probe>) {
+    crate::probe::complete(&mut p, loop_at, seconds);
+    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
     let counters = FlushCounters::new(disks.clone());
     let storage = Storage {
         probe_json: serde_json::to_string(&p).expect("a probe serializes"),
@@ -126,35 +154,6 @@ pub fn probe_for_run(target: &Path, seconds: Option<f64>) -> (Storage, Option<Pr
         disks,
     };
     (storage, Some(p))
-}
-
-/// Probes PostgreSQL's data directory for a pgbench run, as [`probe_for_run`]: not
-/// probed when `data_directory` is hidden from this role or is not a directory here.
-pub fn probe_data_directory(
-    data_directory: &str,
-    seconds: Option<f64>,
-) -> (Storage, Option<Probe>) {
-    let dir = Path::new(data_directory);
-    if data_directory == "(hidden)" || data_directory.is_empty() {
-        return (
-            Storage {
-                not_probed:
-                    "data_directory is hidden from this role (it needs pg_read_all_settings)".into(),
-                ..Storage::default()
-            },
-            None,
-        );
-    }
-    if !dir.is_dir() {
-        return (
-            Storage {
-                not_probed: format!("data directory {data_directory} is not on this host"),
-                ..Storage::default()
-            },
-            None,
-        );
-    }
-    probe_for_run(dir, seconds)
 }
 
 /// The stack under a run as `write` prints it before its first write: the probe's

@@ -235,7 +235,7 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
             ))
         })?;
     let (storage, probe) =
-        crate::storage::probe_data_directory(&settings.data_directory, args.probe_seconds);
+        crate::storage::probe_server_for_run(&client, &conninfo, args.probe_seconds).await;
     drop(client);
     let manifest = PgManifest {
         conninfo,

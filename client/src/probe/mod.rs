@@ -108,16 +108,35 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
     if let Some(t) = &args.target {
         p.notes.extend(held_note(t));
     }
+    let loop_at = match &args.target {
+        Some(t) => Some(t.clone()),
+        None => data_directory_of(&p),
+    };
+    let not_measured = try_complete(&mut p, loop_at.as_deref(), args.seconds, args.force);
+    Ok((p, not_measured))
+}
+
+/// Completes a probe as a `write` run does ([`try_complete`] without `force`: never
+/// on a raw device; what could not be measured is only a note).
+pub fn complete(p: &mut Probe, loop_at: Option<&Path>, seconds: Option<f64>) {
+    let _noted = try_complete(p, loop_at, seconds, false);
+}
+
+/// Completes a probe the walk produced: with `seconds`, the timed flush loop at
+/// `loop_at` (the target, or the data directory; on a raw device only with `force`;
+/// `None`: nothing to time there), then the cut-evidence snapshot of its leaf
+/// disks. Returns why the loop could not run, if it could not (a note says so too).
+pub fn try_complete(
+    p: &mut Probe,
+    loop_at: Option<&Path>,
+    seconds: Option<f64>,
+    force: bool,
+) -> Option<Error> {
     let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
     let mut not_measured = None;
-    if let Some(seconds) = args.seconds {
-        let dir = match &args.target {
-            Some(t) => Some(t.clone()),
-            None if p.layers.is_empty() => None,
-            None => Some(std::path::PathBuf::from(&p.target)),
-        };
-        not_measured = match dir {
-            Some(d) => try_measure_flushes(&mut p, &d, seconds, args.force, &disks).err(),
+    if let Some(seconds) = seconds {
+        not_measured = match loop_at {
+            Some(at) => measure_flushes(p, at, seconds, force, &disks).err(),
             None => {
                 let e = Error("the data directory was not probed".into());
                 p.notes.push(format!("flush accounting not measured: {e}"));
@@ -126,19 +145,19 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
         };
     }
     p.evidence = Some(evidence::snapshot(&disks));
-    Ok((p, not_measured))
+    not_measured
 }
 
-/// The timed flush loop as `write` runs it ([`try_measure_flushes`] without
-/// `force`: never on a raw device): what could not be measured is only a note.
-pub fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
-    let _noted = try_measure_flushes(p, target, seconds, false, disks);
+/// Where the timed loop of a server's probe runs: its data directory, when the walk
+/// found it on this host.
+pub fn data_directory_of(p: &Probe) -> Option<std::path::PathBuf> {
+    (!p.layers.is_empty()).then(|| std::path::PathBuf::from(&p.target))
 }
 
 /// Runs the timed flush loop (beside the target; on a raw device only with `force`)
 /// and adds its result and its warnings to `p`; when it could not run, a note says
 /// why and the cause is returned.
-pub fn try_measure_flushes(
+fn measure_flushes(
     p: &mut Probe,
     target: &Path,
     seconds: f64,

@@ -168,3 +168,67 @@ fn a_run_on_ext4_mounted_without_barriers_carries_the_warning_into_write_and_ver
     let w: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(w["storage_warnings"], j["storage"]["probe"]["warnings"]);
 }
+
+#[test]
+fn a_run_under_eatmydata_is_told_its_fdatasyncs_flushed_nothing() {
+    let test = "a_run_under_eatmydata_is_told_its_fdatasyncs_flushed_nothing";
+    if Command::new("eatmydata").arg("true").status().is_err() {
+        plugpull_tests::skipped(
+            test,
+            "eatmydata is not installed (scripts/deps installs it)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let o = Command::new("eatmydata")
+        .arg(bin("plugpull"))
+        .args(["write", "file", "--listener", l.addr(), "--target"])
+        .arg(&target)
+        .args(["--size", "1MiB", "-T", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, v, err) = verify_json(&l, &[]);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["storage"];
+    let ids: Vec<&str> = s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"eatmydata"), "{ids:?}");
+    let acked = v["acknowledged"].as_u64().unwrap();
+    for f in s["flushes"].as_array().unwrap() {
+        // Without eatmydata every fdatasync sends a flush (the test above); here only
+        // the rest of the machine's I/O does, a few per second at most.
+        let n = f["flushes"].as_u64().unwrap();
+        let sampled = f["acknowledged"].as_u64().unwrap();
+        assert!(sampled > 1000 && sampled <= acked, "{f}");
+        assert!(
+            n * 10 < sampled,
+            "{n} flushes over {sampled} acknowledged writes"
+        );
+        let disk = f["disk"].as_str().unwrap();
+        let leaf = s["probe"]["leaves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == disk)
+            .unwrap();
+        let warned = s["warnings"].as_array().unwrap().iter().any(|w| {
+            w["id"] == "flushes-not-reaching-device"
+                && w["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{disk}: "))
+        });
+        assert_eq!(
+            warned,
+            n == 0 && leaf["write_cache"] == "write back",
+            "{s:#}"
+        );
+    }
+}

@@ -175,6 +175,17 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
     let want: Value = serde_json::from_slice(&probe.stdout).unwrap();
     assert_eq!(st["probe"]["layers"], want["layers"]);
     assert_eq!(st["probe"]["leaves"], want["leaves"]);
+    // Through the run's own session: the server's settings and its backend.
+    let server = &st["probe"]["postgres"];
+    for k in [
+        "fsync",
+        "synchronous_commit",
+        "full_page_writes",
+        "data_directory",
+    ] {
+        assert_eq!(server["settings"][k], rs[k], "{k}: {server:#}");
+    }
+    assert_eq!(server["backend_eatmydata"], json!(false), "{server:#}");
     let present = v["present_commits"].as_u64().unwrap();
     let rows: u64 = pg
         .psql_in("bench", "SELECT count(*) FROM pgbench_history")
