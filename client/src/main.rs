@@ -73,12 +73,14 @@ enum Cmd {
     ///
     /// Layer by layer from the mount down to each disk; with --dsn, a PostgreSQL
     /// server's settings and its data directory (the target when --target is not
-    /// given). Warnings never fail (exit 0; 2 when it could not probe).
+    /// given). Warnings never fail (exit 0; 2 when it could not probe, or --seconds
+    /// could not run).
     ///
     /// Examples:
     ///   plugpull probe --target /mnt/test/pp.dat
     ///   plugpull probe --target /mnt/test/pp.dat --seconds 5 --json
     ///   plugpull probe --dsn 'host=/tmp dbname=bench' --seconds 5
+    ///   plugpull probe --target /dev/sdX --seconds 5 --force   (overwrites its first 4 KiB)
     #[command(verbatim_doc_comment)]
     Probe {
         #[command(flatten)]

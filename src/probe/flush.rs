@@ -78,14 +78,29 @@ impl DiskStat {
     }
 }
 
-/// A disk's write cache as the kernel sees it (`/sys/block/DISK/queue/write_cache`).
+/// A disk's write cache as the kernel sees it (`/sys/block/DISK/queue/write_cache`),
+/// serialized (and displayed) as the kernel spells it: `"write back"`,
+/// `"write through"`. One type for [`crate::probe::Leaf::write_cache`] and
+/// [`DiskFlushes::write_cache`]. The earlier `"write-back"`/`"write-through"` of
+/// `DiskFlushes` are still read (a probe stored in a run's manifest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum WriteCache {
     /// "write back": a volatile cache; the kernel sends flushes (and FUA).
+    #[serde(rename = "write back", alias = "write-back")]
     WriteBack,
     /// "write through": no volatile cache; the kernel drops flushes before the driver.
+    #[serde(rename = "write through", alias = "write-through")]
     WriteThrough,
+}
+
+impl std::fmt::Display for WriteCache {
+    /// The kernel's spelling, as in sysfs and the JSON.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WriteCache::WriteBack => "write back",
+            WriteCache::WriteThrough => "write through",
+        })
+    }
 }
 
 impl WriteCache {

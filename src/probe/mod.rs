@@ -5,7 +5,8 @@
 //!
 //! * [`mountinfo`] — one `/proc/self/mountinfo` line, mount options → flags.
 //! * [`sysfs`] — small parsers for sysfs files and `dmsetup table` lines.
-//! * [`rules`] — the warnings, each with a stable id (`docs/probe.md`).
+//! * [`rules`] — the warnings, each with a stable id (`docs/probe.md`); the
+//!   `volatile-memory` rule is in `volatile.rs`.
 //!
 //! * [`flush`] — the timed `fdatasync` loop's accounting (`--seconds`) and its rules.
 //! * [`evidence`] — the counters a power loss moves (cut evidence), and their deltas.
@@ -18,6 +19,7 @@ pub mod mountinfo;
 pub mod pg;
 pub mod rules;
 pub mod sysfs;
+mod volatile;
 
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +103,11 @@ pub enum Layer {
         backing_file: String,
         /// Whether it uses direct I/O on the backing file (`loop/dio`).
         direct_io: Option<bool>,
+        /// The type of the filesystem holding the backing file (`ext4`, `tmpfs` …,
+        /// from `/proc/self/mountinfo`); `None` when the backing file is a block
+        /// device, is gone, or its mount could not be found.
+        #[serde(default)]
+        backing_fs: Option<String>,
     },
     /// A bcache device (`/sys/block/bcacheN/bcache/cache_mode`).
     Bcache {
@@ -149,8 +156,8 @@ pub struct Leaf {
     /// `queue/physical_block_size`, bytes.
     pub physical_block_size: Option<u64>,
     /// `queue/write_cache`: `write back` (volatile cache, the kernel sends flushes)
-    /// or `write through`.
-    pub write_cache: Option<String>,
+    /// or `write through`; `None` when unreadable or another value.
+    pub write_cache: Option<flush::WriteCache>,
     /// `queue/fua`: the device honours Force Unit Access writes.
     pub fua: Option<bool>,
     /// SCSI `scsi_disk/*/cache_type` or virtio's `cache_type`, where present.
@@ -167,9 +174,17 @@ pub struct Leaf {
 /// The machine around the stack.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Environment {
-    /// `systemd-detect-virt`'s answer (`none` on bare metal, else `kvm`, `docker`…);
-    /// `None` when unknown.
+    /// The virtual machine the probe runs in: `systemd-detect-virt --vm` (`none` on
+    /// bare metal, else `kvm`, `vmware`, `microsoft`…), else `vm` from the
+    /// `hypervisor` CPU flag; `None` when unknown. A container is not a VM: see
+    /// [`Environment::container`].
     pub virtualization: Option<String>,
+    /// The container the probe runs in: `systemd-detect-virt --container` (`none`
+    /// outside one, else `docker`, `lxc`, `podman`…); `None` when unknown. A container
+    /// has no cache mode of its own: flushes go to the (real or virtual) machine's
+    /// disks.
+    #[serde(default)]
+    pub container: Option<String>,
     /// Where `libeatmydata` is preloaded: `LD_PRELOAD`, `/etc/ld.so.preload`.
     pub eatmydata_in: Vec<String>,
 }

@@ -2,6 +2,7 @@
 //! and environment, each with a stable id ([`WarningId`]) and one line of text.
 //! Warnings never fail a run; `docs/probe.md` says what to do about each.
 
+use super::flush::WriteCache;
 use super::{mountinfo, sysfs, Layer, Probe, Warning, WarningId};
 
 /// Every warning `p` raises, in the order of the rules below, each (id, subject) once.
@@ -14,11 +15,12 @@ pub fn warnings(p: &Probe) -> Vec<Warning> {
         }
     };
     for l in &p.layers {
+        super::volatile::warnings(l, &mut add);
         layer_warnings(l, &mut add);
     }
     for d in &p.leaves {
         if let (Some(ct), Some(wc)) = (&d.cache_type, &d.write_cache) {
-            let kernel_wb = wc.trim() == "write back";
+            let kernel_wb = *wc == WriteCache::WriteBack;
             if sysfs::cache_type_is_write_back(ct) != kernel_wb {
                 add(
                     WarningId::KernelCacheViewOverridden,
@@ -41,14 +43,40 @@ pub fn warnings(p: &Probe) -> Vec<Warning> {
         );
     }
     if let Some(v) = env.virtualization.as_deref().filter(|v| *v != "none") {
+        let inside = container(p)
+            .map(|c| format!(" (inside a {c} container)"))
+            .unwrap_or_default();
         add(
             WarningId::Virtualized,
             format!(
-                "running under {v}: the host's cache mode decides whether a flush reaches a disk"
+                "running under {v}{inside}: the host's cache mode decides whether a flush reaches a disk"
             ),
         );
     }
     w
+}
+
+/// The container the probe runs in, if any (`Environment::container` other than
+/// `none`).
+fn container(p: &Probe) -> Option<&str> {
+    p.environment.container.as_deref().filter(|c| *c != "none")
+}
+
+/// The note for a container on bare metal (no VM under it): it raises no warning,
+/// since a container has no cache mode of its own. `None` otherwise (no container,
+/// or a VM under it: then the `virtualized` warning speaks of the VM).
+///
+/// ```
+/// use plugpull::probe::{rules::container_note, Environment, Probe};
+/// let mut p = Probe::default();
+/// p.environment = Environment { virtualization: Some("none".into()), container: Some("docker".into()), ..Environment::default() };
+/// assert_eq!(container_note(&p).unwrap(), "running in a docker container on bare metal: a container has no cache mode of its own, flushes go to this machine's disks");
+/// ```
+pub fn container_note(p: &Probe) -> Option<String> {
+    let c = container(p)?;
+    (p.environment.virtualization.as_deref() == Some("none")).then(|| {
+        format!("running in a {c} container on bare metal: a container has no cache mode of its own, flushes go to this machine's disks")
+    })
 }
 
 fn layer_warnings(l: &Layer, add: &mut impl FnMut(WarningId, String)) {
@@ -139,7 +167,7 @@ mod tests {
             leaves: vec![Leaf {
                 name: "sda".into(),
                 cache_type: Some(ct.into()),
-                write_cache: Some(wc.into()),
+                write_cache: WriteCache::parse(wc),
                 ..Leaf::default()
             }],
             ..Probe::default()
@@ -195,12 +223,48 @@ mod tests {
         assert_eq!(ids(&z(None)), []);
     }
 
+    fn env(v: Option<&str>, c: Option<&str>) -> Probe {
+        Probe {
+            environment: Environment {
+                virtualization: v.map(String::from),
+                container: c.map(String::from),
+                ..Environment::default()
+            },
+            ..Probe::default()
+        }
+    }
+
+    #[test]
+    fn a_container_warns_of_the_vm_under_it_and_on_bare_metal_is_a_note() {
+        let tail = "the host's cache mode decides whether a flush reaches a disk";
+        let w = warnings(&env(Some("kvm"), Some("docker")));
+        assert_eq!(
+            w,
+            [Warning {
+                id: WarningId::Virtualized,
+                message: format!("running under kvm (inside a docker container): {tail}"),
+            }]
+        );
+        assert_eq!(container_note(&env(Some("kvm"), Some("docker"))), None);
+        let w = warnings(&env(Some("kvm"), Some("none")));
+        assert_eq!(w[0].message, format!("running under kvm: {tail}"));
+        let bare = env(Some("none"), Some("lxc"));
+        assert_eq!(ids(&bare), []);
+        assert_eq!(
+            container_note(&bare).as_deref(),
+            Some("running in a lxc container on bare metal: a container has no cache mode of its own, flushes go to this machine's disks")
+        );
+        assert_eq!(container_note(&env(Some("none"), Some("none"))), None);
+        assert_eq!(container_note(&env(None, Some("docker"))), None);
+    }
+
     #[test]
     fn eatmydata_and_virtualized() {
         let e = |pre: &[&str], v: Option<&str>| Probe {
             environment: Environment {
                 virtualization: v.map(String::from),
                 eatmydata_in: pre.iter().map(|s| s.to_string()).collect(),
+                ..Environment::default()
             },
             ..Probe::default()
         };

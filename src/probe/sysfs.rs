@@ -59,10 +59,17 @@ pub fn dm_table(text: &str) -> (Vec<String>, Option<String>) {
 
 /// The transport of a disk from its canonical sysfs path
 /// (`readlink -f /sys/class/block/NAME`): `nvme`, `virtio`, `usb`, `ata`, `mmc`,
-/// `scsi`, or `virtual` under `/sys/devices/virtual/`; `""` when unknown.
+/// `scsi`, or `virtual` under `/sys/devices/virtual/` — except an NVMe native
+/// multipath head (`/sys/devices/virtual/nvme-subsystem/nvme-subsysN/nvmeNnM`),
+/// which is `nvme`; `""` when unknown.
 pub fn transport(devpath: &str) -> String {
     let has = |s: &str| devpath.split('/').any(|c| c.starts_with(s));
-    let t = if devpath.starts_with("/sys/devices/virtual/") {
+    let t = if has("nvme-subsys") {
+        // NVMe native multipath: the disk is the subsystem's head, a class device
+        // under /sys/devices/virtual/nvme-subsystem/ whose paths are the hidden
+        // nvmeXcYnZ disks of each controller: NVMe, not a virtual device.
+        "nvme"
+    } else if devpath.starts_with("/sys/devices/virtual/") {
         "virtual"
     } else if has("nvme") {
         "nvme"
@@ -95,6 +102,14 @@ mod tests {
         assert_eq!(transport(VDA.trim()), "virtio");
         assert_eq!(transport(LOOP0.trim()), "virtual");
         assert_eq!(transport("/sys/devices/platform/x"), "");
+        // Where the kernel puts a native-multipath head disk: drivers/nvme/host/
+        // multipath.c adds it with the subsystem (class "nvme-subsystem", device
+        // "nvme-subsys%d", a virtual device: core.c) as its parent. No NVMe here to
+        // capture from.
+        assert_eq!(
+            transport("/sys/devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1"),
+            "nvme"
+        );
     }
 
     #[test]

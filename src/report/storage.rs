@@ -126,11 +126,10 @@ pub fn run_warnings(
         .iter()
         .filter(|f| f.flushes == Some(0) && f.acknowledged > 0)
         .filter(|f| {
-            probe.leaves.iter().any(|l| {
-                l.name == f.disk
-                    && l.write_cache.as_deref().and_then(WriteCache::parse)
-                        == Some(WriteCache::WriteBack)
-            })
+            probe
+                .leaves
+                .iter()
+                .any(|l| l.name == f.disk && l.write_cache == Some(WriteCache::WriteBack))
         })
         .map(|f| Warning {
             id: WarningId::FlushesNotReachingDevice,

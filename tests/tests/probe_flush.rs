@@ -124,7 +124,7 @@ fn root_disk_counts_a_flush_per_fdatasync() {
     }
     let leaves = leaves_of(dir.path());
     assert_eq!(leaves, std::slice::from_ref(&disk));
-    let m = measure(dir.path(), 1.0, &leaves).unwrap();
+    let m = measure(dir.path(), 1.0, &leaves, false).unwrap();
     no_scratch_left(dir.path());
     eprintln!("{test}: {m:?}");
     check_disk_measurement(test, &m, &disk);
@@ -160,18 +160,18 @@ fn ext4_on_a_loop_device_counts_its_flushes() {
     // A file target: the scratch file goes beside it.
     let target = mnt.at.join("target");
     std::fs::write(&target, b"x").unwrap();
-    let m = measure(&target, 0.5, &leaves).unwrap();
+    let m = measure(&target, 0.5, &leaves, false).unwrap();
     no_scratch_left(&mnt.at);
     check_disk_measurement(test, &m, &loop_name);
     // A target `write` has yet to create: its directory is probed.
     let later = mnt.at.join("not-yet");
     assert_eq!(leaves_of(&later), std::slice::from_ref(&loop_name));
-    let m = measure(&later, 0.2, &leaves).unwrap();
+    let m = measure(&later, 0.2, &leaves, false).unwrap();
     assert!(!later.exists());
     no_scratch_left(&mnt.at);
     check_disk_measurement(test, &m, &loop_name);
     let gone = mnt.at.join("no-dir/not-yet");
-    let err = measure(&gone, 0.2, &leaves).unwrap_err();
+    let err = measure(&gone, 0.2, &leaves, false).unwrap_err();
     assert_eq!(
         err.0,
         format!(
@@ -191,7 +191,7 @@ fn tmpfs_has_no_leaf_disk() {
     let mnt = Mount::new(&["-t", "tmpfs", "tmpfs"], &dir.path().join("t"));
     let leaves = leaves_of(&mnt.at);
     assert!(leaves.is_empty(), "{leaves:?}");
-    let m = measure(&mnt.at, 0.2, &leaves).unwrap();
+    let m = measure(&mnt.at, 0.2, &leaves, false).unwrap();
     no_scratch_left(&mnt.at);
     assert!(m.fdatasyncs > 0);
     assert!(m.per_disk.is_empty());
@@ -219,10 +219,10 @@ fn a_raw_device_is_refused() {
         .unwrap();
     let lp = Loop::attach(&img, &[]);
     let before = std::fs::read(&img).unwrap();
-    let err = measure(Path::new(&lp.dev), 0.2, &[]).unwrap_err();
+    let err = measure(Path::new(&lp.dev), 0.2, &[], false).unwrap_err();
     assert_eq!(
         err.0,
-        "probe --seconds on a raw device: not in this version"
+        "--seconds on a block device overwrites its first 4 KiB: give --force to allow it"
     );
     assert_eq!(
         std::fs::read(&img).unwrap(),
@@ -241,7 +241,7 @@ fn an_existing_scratch_name_is_never_clobbered() {
         .path()
         .join(format!(".plugpull-probe-{}", std::process::id()));
     std::fs::write(&name, b"someone else's").unwrap();
-    let err = measure(dir.path(), 0.1, &[]).unwrap_err();
+    let err = measure(dir.path(), 0.1, &[], false).unwrap_err();
     assert_eq!(
         err.0,
         format!(
@@ -252,7 +252,7 @@ fn an_existing_scratch_name_is_never_clobbered() {
     assert_eq!(std::fs::read(&name).unwrap(), b"someone else's");
     std::fs::remove_file(&name).unwrap();
     for bad in [0.0, -1.0, f64::NAN] {
-        let err = measure(dir.path(), bad, &[]).unwrap_err();
+        let err = measure(dir.path(), bad, &[], false).unwrap_err();
         assert_eq!(
             err.0,
             format!("probe --seconds must be a number above 0, not {bad}")

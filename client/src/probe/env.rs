@@ -1,5 +1,7 @@
-//! The machine around the stack: virtualisation (`systemd-detect-virt`, else the
-//! `hypervisor` CPU flag in `/proc/cpuinfo`) and libeatmydata preloaded through
+//! The machine around the stack: the virtual machine (`systemd-detect-virt --vm`,
+//! else the `hypervisor` CPU flag in `/proc/cpuinfo`) and the container
+//! (`systemd-detect-virt --container`) the probe runs in, each on its own (a
+//! container inside a VM names both), and libeatmydata preloaded through
 //! `LD_PRELOAD` or `/etc/ld.so.preload`.
 
 use plugpull::probe::Environment;
@@ -7,22 +9,28 @@ use std::process::Command;
 
 /// This machine's environment; what could not be found out goes to `notes`.
 pub fn environment(notes: &mut Vec<String>) -> Environment {
+    let container = detect_virt("--container");
     Environment {
-        virtualization: virtualization(notes),
+        virtualization: vm(notes),
+        container,
         eatmydata_in: eatmydata(),
     }
 }
 
-fn virtualization(notes: &mut Vec<String>) -> Option<String> {
-    // Exits 1 after printing "none" on bare metal: the answer is on stdout either way.
-    let cmd = Command::new("systemd-detect-virt");
-    if let Ok(o) =
-        crate::rig::proc::output_within(cmd, "systemd-detect-virt", super::tools::TOOL_TIMEOUT)
-    {
-        let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
-        if !v.is_empty() {
-            return Some(v);
-        }
+/// `systemd-detect-virt FLAG`'s answer (`none` included); `None` when it did not run.
+fn detect_virt(flag: &str) -> Option<String> {
+    // Exits 1 after printing "none": the answer is on stdout either way.
+    let mut cmd = Command::new("systemd-detect-virt");
+    cmd.arg(flag);
+    let o = crate::rig::proc::output_within(cmd, "systemd-detect-virt", super::tools::TOOL_TIMEOUT)
+        .ok()?;
+    let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    (!v.is_empty()).then_some(v)
+}
+
+fn vm(notes: &mut Vec<String>) -> Option<String> {
+    if let Some(v) = detect_virt("--vm") {
+        return Some(v);
     }
     let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags = cpu.lines().find(|l| l.starts_with("flags"));

@@ -13,14 +13,17 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The refusal for a raw block device target.
-pub const RAW_DEVICE_REFUSED: &str = "probe --seconds on a raw device: not in this version";
-/// Bytes each `pwrite` writes (at offset 0 of the scratch file).
+/// The refusal for a raw block device target without `--force`.
+pub const RAW_DEVICE_REFUSED: &str =
+    "--seconds on a block device overwrites its first 4 KiB: give --force to allow it";
+/// Bytes each `pwrite` writes (at offset 0 of the scratch file, or of the device).
 pub const WRITE_SIZE: usize = 4096;
+/// What each `pwrite` writes: [`WRITE_SIZE`] bytes of this value.
+pub const WRITE_BYTE: u8 = 0x5a;
 
-/// The scratch file: created `O_EXCL` and unlinked at once, so nothing is left
-/// behind however the probe ends (error, panic, Ctrl-C, SIGKILL); the loop writes
-/// through the open descriptor.
+/// Where the loop writes: a scratch file, created `O_EXCL` and unlinked at once so
+/// nothing is left behind however the probe ends (error, panic, Ctrl-C, SIGKILL),
+/// or (`--force`) a block device itself, opened exclusively.
 struct Scratch {
     path: PathBuf,
     file: File,
@@ -48,6 +51,16 @@ impl Scratch {
         })?;
         Ok(Scratch { path, file })
     }
+
+    /// The block device `dev` itself, opened as `write file` opens one
+    /// ([`crate::file::target::open_block_exclusive`]: `O_EXCL`, so a mounted or held
+    /// device is refused with EBUSY).
+    fn device(dev: &Path) -> Result<Scratch, Error> {
+        Ok(Scratch {
+            path: dev.to_path_buf(),
+            file: crate::file::target::open_block_exclusive(dev)?,
+        })
+    }
 }
 
 /// `path`, or its parent directory when `path` does not exist yet (a target
@@ -62,24 +75,27 @@ fn existing(path: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
     (existing == followed || md.is_dir()).then_some((real, md))
 }
 
-/// The directory the scratch file goes in: `target` itself when it is a directory,
-/// else its parent (also when `target` does not exist yet). A block device is
-/// refused with [`RAW_DEVICE_REFUSED`].
-fn scratch_dir(target: &Path) -> Result<PathBuf, Error> {
+/// Where the loop writes for `target`: a scratch file in `target` itself when it is
+/// a directory, else in its parent (also when `target` does not exist yet); a block
+/// device itself only with `force` (else [`RAW_DEVICE_REFUSED`]).
+fn sink(target: &Path, force: bool) -> Result<Scratch, Error> {
     let Some((path, md)) = existing(target) else {
         let e = std::fs::metadata(target).err();
         let why = e.map_or_else(|| "not found".to_string(), |e| e.to_string());
         return Err(Error(format!("cannot probe {}: {why}", target.display())));
     };
     if md.file_type().is_block_device() {
-        return Err(Error(RAW_DEVICE_REFUSED.into()));
+        if !force {
+            return Err(Error(RAW_DEVICE_REFUSED.into()));
+        }
+        return Scratch::device(&path);
     }
     if md.is_dir() {
-        return Ok(path);
+        return Scratch::create(&path);
     }
     match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => Ok(p.to_path_buf()),
-        _ => Ok(PathBuf::from(".")),
+        Some(p) if !p.as_os_str().is_empty() => Scratch::create(p),
+        _ => Scratch::create(Path::new(".")),
     }
 }
 
@@ -95,17 +111,25 @@ fn queue_attr(disk: &str, name: &str) -> Option<String> {
 }
 
 /// Runs the loop for `seconds` (at least one `fdatasync`) on a scratch file in
-/// `dir` (or beside it, when `dir` is a file), counting the flushes of `disks`
-/// (whole disks' kernel names: the probe's `leaves`). The scratch file is unlinked
-/// as soon as it is created, so nothing is left however the probe ends. Errors: a raw block device ([`RAW_DEVICE_REFUSED`]),
-/// a bad `seconds`, a scratch file that cannot be created, written or synced.
-pub fn measure(dir: &Path, seconds: f64, disks: &[String]) -> Result<FlushMeasurement, Error> {
+/// `dir` (or beside it, when `dir` is a file), or with `force` on `dir` itself when
+/// it is a block device (overwriting its first [`WRITE_SIZE`] bytes), counting the
+/// flushes of `disks` (whole disks' kernel names: the probe's `leaves`). The scratch
+/// file is unlinked as soon as it is created, so nothing is left however the probe
+/// ends. Errors: a block device without `force` ([`RAW_DEVICE_REFUSED`]) or in use
+/// (mounted, held), a bad `seconds`, a scratch file that cannot be created, or a
+/// write or sync that fails.
+pub fn measure(
+    dir: &Path,
+    seconds: f64,
+    disks: &[String],
+    force: bool,
+) -> Result<FlushMeasurement, Error> {
     if !(seconds.is_finite() && seconds > 0.0) {
         return Err(Error(format!(
             "probe --seconds must be a number above 0, not {seconds}"
         )));
     }
-    let scratch = Scratch::create(&scratch_dir(dir)?)?;
+    let scratch = sink(dir, force)?;
     let mut notes = Vec::new();
     if disks.is_empty() {
         notes.push(format!(
@@ -137,7 +161,7 @@ pub fn measure(dir: &Path, seconds: f64, disks: &[String]) -> Result<FlushMeasur
 /// `pwrite` + `fdatasync` until `budget` has passed; returns the count, the time
 /// taken and the `fdatasync` latencies.
 fn run_loop(s: &Scratch, budget: Duration) -> Result<(u64, Duration, LatencyStats), Error> {
-    let block = [0x5au8; WRITE_SIZE];
+    let block = [WRITE_BYTE; WRITE_SIZE];
     let mut lat = LatencyStats::new();
     let mut n = 0u64;
     let start = Instant::now();

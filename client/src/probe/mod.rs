@@ -21,6 +21,9 @@ use plugpull::probe::{mountinfo, rules, Layer, Probe};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+/// The most `--seconds` may ask for: one hour.
+pub const MAX_SECONDS: f64 = 3600.0;
+
 /// `plugpull probe`'s arguments: at least one of `--target` and `--dsn`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["target", "dsn"])))]
@@ -36,19 +39,63 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub dsn: Option<String>,
     /// Also run a timed single-job `pwrite` + `fdatasync` loop on a scratch file
-    /// beside the target for this many seconds, counting each leaf disk's flushes.
-    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    /// beside the target for this many seconds (above 0, at most 3600), counting
+    /// each leaf disk's flushes. Exit 2 when it could not run.
+    #[arg(long, value_parser = seconds_arg)]
     pub seconds: Option<f64>,
-    /// Print one JSON object instead of text.
+    /// With --seconds on a block device: run the loop on the device itself,
+    /// OVERWRITING ITS FIRST 4 KiB (offset 0). The device is opened exclusively, so
+    /// a mounted or otherwise held device is refused.
+    #[arg(long, requires = "seconds")]
+    pub force: bool,
+    /// Print one JSON object instead of text (`{"ok":false,"error":…}` when it could
+    /// not probe).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--seconds`: a number of seconds above 0 and at most [`MAX_SECONDS`].
+fn seconds_arg(s: &str) -> Result<f64, String> {
+    let v = plugpull::units::positive_secs(s)?;
+    if v > MAX_SECONDS {
+        return Err(format!(
+            "{s:?} is above {MAX_SECONDS} seconds (one hour), the longest a probe runs"
+        ));
+    }
+    Ok(v)
 }
 
 /// Runs `plugpull probe`: prints the stack and its warnings. Warnings never fail it.
 /// With `--dsn` and no `--target` the server's data directory is the target (also
 /// of the flush loop); with both, the data directory's stack goes beside the
 /// target's ([`pg::beside`]).
+/// Errors (exit 2): the target could not be probed (with `--json`, stdout then holds
+/// `{"ok":false,"error":…}`), or `--seconds` could not run (the report is printed,
+/// with the cause among its notes, and the cause is the error).
 pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
+    let (p, not_measured) = match run(args).await {
+        Ok(r) => r,
+        Err(e) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+            }
+            return Err(e);
+        }
+    };
+    if args.json {
+        let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
+        println!("{s}");
+    } else {
+        print!("{}", print::text(&p));
+    }
+    match not_measured {
+        Some(e) => Err(Error(format!("flush accounting not measured: {e}"))),
+        None => Ok(true),
+    }
+}
+
+/// The probe `args` ask for, and why `--seconds` could not run, if it could not.
+async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
     let mut p = match (&args.target, &args.dsn) {
         (Some(t), None) => probe(t)?,
         (Some(t), Some(dsn)) => {
@@ -58,34 +105,47 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
         (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
         (None, None) => return Err(Error("probe: give --target, --dsn or both".into())),
     };
+    if let Some(t) = &args.target {
+        p.notes.extend(held_note(t));
+    }
     let loop_at = match &args.target {
         Some(t) => Some(t.clone()),
         None => data_directory_of(&p),
     };
-    complete(&mut p, loop_at.as_deref(), args.seconds);
-    if args.json {
-        let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
-        println!("{s}");
-    } else {
-        print!("{}", print::text(&p));
-    }
-    Ok(true)
+    let not_measured = try_complete(&mut p, loop_at.as_deref(), args.seconds, args.force);
+    Ok((p, not_measured))
+}
+
+/// Completes a probe as a `write` run does ([`try_complete`] without `force`: never
+/// on a raw device; what could not be measured is only a note).
+pub fn complete(p: &mut Probe, loop_at: Option<&Path>, seconds: Option<f64>) {
+    let _noted = try_complete(p, loop_at, seconds, false);
 }
 
 /// Completes a probe the walk produced: with `seconds`, the timed flush loop at
-/// `loop_at` (the target, or the data directory; `None`: nothing to time there, a
-/// note says so), then the cut-evidence snapshot of its leaf disks.
-pub fn complete(p: &mut Probe, loop_at: Option<&Path>, seconds: Option<f64>) {
+/// `loop_at` (the target, or the data directory; on a raw device only with `force`;
+/// `None`: nothing to time there), then the cut-evidence snapshot of its leaf
+/// disks. Returns why the loop could not run, if it could not (a note says so too).
+pub fn try_complete(
+    p: &mut Probe,
+    loop_at: Option<&Path>,
+    seconds: Option<f64>,
+    force: bool,
+) -> Option<Error> {
     let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
+    let mut not_measured = None;
     if let Some(seconds) = seconds {
-        match loop_at {
-            Some(at) => measure_flushes(p, at, seconds, &disks),
-            None => p
-                .notes
-                .push("flush accounting not measured: the data directory was not probed".into()),
-        }
+        not_measured = match loop_at {
+            Some(at) => measure_flushes(p, at, seconds, force, &disks).err(),
+            None => {
+                let e = Error("the data directory was not probed".into());
+                p.notes.push(format!("flush accounting not measured: {e}"));
+                Some(e)
+            }
+        };
     }
     p.evidence = Some(evidence::snapshot(&disks));
+    not_measured
 }
 
 /// Where the timed loop of a server's probe runs: its data directory, when the walk
@@ -94,28 +154,37 @@ pub fn data_directory_of(p: &Probe) -> Option<std::path::PathBuf> {
     (!p.layers.is_empty()).then(|| std::path::PathBuf::from(&p.target))
 }
 
-/// Runs the timed flush loop beside the target (a raw device is refused) and adds its result and its
-/// warnings to `p`; what could not be measured becomes a note, never an error.
-pub fn measure_flushes(p: &mut Probe, target: &Path, seconds: f64, disks: &[String]) {
-    let m = flush::measure(target, seconds, disks);
-    match m {
-        Ok(m) => {
-            for w in plugpull::probe::flush::warnings(&m) {
-                if w.id == plugpull::probe::flush::FSYNC_TOO_FAST_FOR_ROTATIONAL
-                    && is_virtual_disk(p, &w.disk)
-                {
-                    p.notes.push(format!(
-                        "{}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply",
-                        w.disk
-                    ));
-                    continue;
-                }
-                p.warnings.push((&w).into());
-            }
-            p.flush = Some(m);
+/// Runs the timed flush loop (beside the target; on a raw device only with `force`)
+/// and adds its result and its warnings to `p`; when it could not run, a note says
+/// why and the cause is returned.
+fn measure_flushes(
+    p: &mut Probe,
+    target: &Path,
+    seconds: f64,
+    force: bool,
+    disks: &[String],
+) -> Result<(), Error> {
+    let m = match flush::measure(target, seconds, disks, force) {
+        Ok(m) => m,
+        Err(e) => {
+            p.notes.push(format!("flush accounting not measured: {e}"));
+            return Err(e);
         }
-        Err(e) => p.notes.push(format!("flush accounting not measured: {e}")),
+    };
+    for w in plugpull::probe::flush::warnings(&m) {
+        if w.id == plugpull::probe::flush::FSYNC_TOO_FAST_FOR_ROTATIONAL
+            && is_virtual_disk(p, &w.disk)
+        {
+            p.notes.push(format!(
+                "{}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply",
+                w.disk
+            ));
+            continue;
+        }
+        p.warnings.push((&w).into());
     }
+    p.flush = Some(m);
+    Ok(())
 }
 
 /// `path` with every symbolic link in its last component followed, also a link to a
@@ -193,8 +262,15 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
         target: target.display().to_string(),
         ..Probe::default()
     };
+    let t = meta.file_type();
+    if !(t.is_file() || t.is_dir() || t.is_block_device()) {
+        return Err(Error(format!(
+            "cannot probe {}: not a regular file, directory or block device",
+            target.display()
+        )));
+    }
     let mut walk = stack::Walk::default();
-    if meta.file_type().is_block_device() {
+    if t.is_block_device() {
         walk.device(&mut p, meta.rdev());
     } else {
         let m = mount_of(&existing, meta.dev())?;
@@ -210,11 +286,47 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
     Ok(p)
 }
 
-/// Fills in `p`'s environment and its warnings ([`rules::warnings`]) once its
+/// Fills in `p`'s environment, the note for a container on bare metal
+/// ([`rules::container_note`]) and its warnings ([`rules::warnings`]) once its
 /// layers and leaves are known.
 pub fn finish(p: &mut Probe) {
     p.environment = env::environment(&mut p.notes);
+    p.notes.extend(rules::container_note(p));
     p.warnings = rules::warnings(p);
+}
+
+/// For `plugpull probe` only (never for a `write` run, which holds its device
+/// open exclusively by then): the note for a block device `write file` would refuse.
+/// `write` opens a device exclusively
+/// ([`crate::file::target::open_block_exclusive`], called here too and closed at
+/// once, nothing written), and the kernel refuses that while the device is mounted
+/// or held, before `--force` is looked at. The note quotes `write`'s own refusal,
+/// after where the device is mounted (from `/proc/self/mountinfo`). `None` for a
+/// target that is not a block device.
+fn held_note(target: &Path) -> Option<String> {
+    let (_, dev) = existing_of(target);
+    let meta = std::fs::metadata(&dev).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let rdev = meta.rdev();
+    let refused = crate::file::target::open_block_exclusive(&dev).err()?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut at: Vec<String> = mountinfo::parse(&text)
+        .into_iter()
+        .filter(|m| (m.major, m.minor) == (libc::major(rdev), libc::minor(rdev)))
+        .map(|m| m.mountpoint)
+        .collect();
+    at.dedup();
+    let mounted = if at.is_empty() {
+        ":".to_string()
+    } else {
+        format!(" is mounted at {}:", at.join(", "))
+    };
+    Some(format!(
+        "{}{mounted} `write file` refuses it, also with --force ({refused})",
+        dev.display()
+    ))
 }
 
 /// The mountinfo entry of the filesystem holding `path` (whose `st_dev` is `dev`).

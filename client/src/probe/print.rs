@@ -82,6 +82,7 @@ fn layer_line(p: &Probe, l: &Layer) -> String {
             name,
             backing_file,
             direct_io,
+            ..
         } => {
             format!(
                 "loop    {name} backing {backing_file} (direct_io {})",
@@ -158,6 +159,14 @@ fn evidence_lines(s: &mut String, e: &plugpull::probe::evidence::Snapshot) {
     }
 }
 
+/// `, container: docker` when the probe runs in a container, else nothing.
+fn container_suffix(env: &plugpull::probe::Environment) -> String {
+    match env.container.as_deref() {
+        Some(c) if c != "none" => format!(", container: {c}"),
+        _ => String::new(),
+    }
+}
+
 /// The "PostgreSQL" section: the connection, the settings on two lines, the data
 /// directory (the target above, its own stack, or not probed) and the backend.
 fn postgres_lines(s: &mut String, p: &Probe, pg: &plugpull::probe::pg::PgProbe) {
@@ -205,8 +214,9 @@ pub fn text(p: &Probe) -> String {
     let env = &p.environment;
     let _ = writeln!(
         s,
-        "virtualization: {}",
-        env.virtualization.as_deref().unwrap_or("unknown")
+        "virtualization: {}{}",
+        env.virtualization.as_deref().unwrap_or("unknown"),
+        container_suffix(env)
     );
     if let Some(pg) = &p.postgres {
         postgres_lines(&mut s, p, pg);
@@ -254,13 +264,14 @@ mod tests {
                     name: "loop3".into(),
                     backing_file: "/srv/d.img".into(),
                     direct_io: Some(false),
+                    backing_fs: Some("ext4".into()),
                 },
                 Layer::Disk { name: "vda".into() },
             ],
             leaves: vec![Leaf {
                 name: "vda".into(),
                 transport: "virtio".into(),
-                write_cache: Some("write back".into()),
+                write_cache: Some(plugpull::probe::flush::WriteCache::WriteBack),
                 fua: Some(false),
                 rotational: Some(true),
                 logical_block_size: Some(512),

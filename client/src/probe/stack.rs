@@ -1,5 +1,7 @@
 //! The walk down sysfs from a filesystem's device to every whole disk under it.
 //! Each kernel block device is visited once (a disk under two dm legs is one leaf).
+//! A btrfs filesystem is followed through every one of its devices
+//! (`/sys/fs/btrfs/FSID/devices/`), not only the one its mount names.
 
 use super::{mount_of, tools};
 use plugpull::probe::{mountinfo::MountInfo, sysfs, Layer, Probe};
@@ -11,6 +13,43 @@ use std::path::{Path, PathBuf};
 #[derive(Default)]
 pub struct Walk {
     seen: HashSet<String>,
+}
+
+/// Every device of the btrfs filesystem whose mount source is `source` (a btrfs
+/// mount names one of its devices): the canonical sysfs directories behind
+/// `/sys/fs/btrfs/FSID/devices/*` of the filesystem whose list holds the source's
+/// kernel name, sorted; empty when none is found.
+fn btrfs_devices(source: &str) -> Vec<PathBuf> {
+    let Some(name) = std::fs::canonicalize(source)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_os_string()))
+    else {
+        return Vec::new();
+    };
+    let fs = std::fs::read_dir("/sys/fs/btrfs")
+        .into_iter()
+        .flatten()
+        .flatten();
+    for f in fs {
+        let devices = f.path().join("devices");
+        if devices.join(&name).exists() {
+            return linked_dirs(&devices);
+        }
+    }
+    Vec::new()
+}
+
+/// The canonical targets of the links in `dir` (sysfs `slaves/`, btrfs
+/// `devices/`), sorted; empty when `dir` cannot be read.
+fn linked_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::canonicalize(e.path()).ok())
+        .collect();
+    v.sort();
+    v
 }
 
 fn read(p: &Path) -> Option<String> {
@@ -30,6 +69,15 @@ impl Walk {
         let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
         if Path::new(&sys).exists() {
             return self.device(p, dev);
+        }
+        if m.fstype == "btrfs" {
+            let devices = btrfs_devices(&m.source);
+            if !devices.is_empty() {
+                for d in devices {
+                    self.node(p, &d);
+                }
+                return;
+            }
         }
         // btrfs and others give files an anonymous st_dev: the source names the device.
         if let Ok(md) = std::fs::metadata(&m.source) {
@@ -110,22 +158,33 @@ impl Walk {
     fn loop_dev(&mut self, p: &mut Probe, dir: &Path, name: String) {
         let backing = read(&dir.join("loop/backing_file")).unwrap_or_default();
         let direct_io = read(&dir.join("loop/dio")).and_then(|s| sysfs::flag(&s));
+        let path = Path::new(&backing);
+        let md = std::fs::metadata(path);
+        let mount = match &md {
+            Ok(md) if !md.file_type().is_block_device() => Some(mount_of(path, md.dev())),
+            _ => None,
+        };
+        let backing_fs = match &mount {
+            Some(Ok(m)) => Some(m.fstype.clone()),
+            _ => None,
+        };
         p.layers.push(Layer::Loop {
             name: name.clone(),
             backing_file: backing.clone(),
             direct_io,
+            backing_fs,
         });
-        let path = Path::new(&backing);
-        let Ok(md) = std::fs::metadata(path) else {
-            p.notes
-                .push(format!("{name}: backing file {backing} is gone"));
-            return;
+        let md = match md {
+            Ok(md) => md,
+            Err(_) => {
+                p.notes
+                    .push(format!("{name}: backing file {backing} is gone"));
+                return;
+            }
         };
-        if md.file_type().is_block_device() {
-            return self.device(p, md.rdev());
-        }
-        match mount_of(path, md.dev()) {
-            Ok(m) => {
+        match mount {
+            None => self.device(p, md.rdev()),
+            Some(Ok(m)) => {
                 p.notes.push(format!(
                     "{name}'s backing file is on {} {} at {} ({})",
                     m.fstype,
@@ -135,19 +194,12 @@ impl Walk {
                 ));
                 self.below_mount(p, &m, md.dev());
             }
-            Err(e) => p.notes.push(format!("{name}: {e}")),
+            Some(Err(e)) => p.notes.push(format!("{name}: {e}")),
         }
     }
 
     fn slave_dirs(&self, dir: &Path) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("slaves"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::canonicalize(e.path()).ok())
-            .collect();
-        v.sort();
-        v
+        linked_dirs(&dir.join("slaves"))
     }
 
     fn slaves(&mut self, p: &mut Probe, dir: &Path) {

@@ -181,6 +181,13 @@ fn write_cache_text_and_json() {
     assert_eq!(WriteCache::parse("unknown"), None);
     let m = measurement(50.0, 99, disk(Some(50), true, WriteCache::WriteBack, None));
     let json = serde_json::to_value(&m).unwrap();
-    assert_eq!(json["per_disk"][0]["write_cache"], "write-back");
+    assert_eq!(json["per_disk"][0]["write_cache"], "write back");
+    assert_eq!(WriteCache::WriteThrough.to_string(), "write through");
+    assert_eq!(
+        serde_json::to_value(WriteCache::WriteThrough).unwrap(),
+        "write through"
+    );
     assert_eq!(serde_json::from_value::<FlushMeasurement>(json).unwrap(), m);
+    let old: WriteCache = serde_json::from_str("\"write-through\"").unwrap();
+    assert_eq!(old, WriteCache::WriteThrough);
 }

@@ -38,7 +38,7 @@ fn probe(cache: &str) -> Probe {
         target: "/t".into(),
         leaves: vec![Leaf {
             name: "vda".into(),
-            write_cache: Some(cache.into()),
+            write_cache: crate::probe::flush::WriteCache::parse(cache),
             ..Leaf::default()
         }],
         ..Probe::default()

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 mod pg;
 mod seconds;
+mod targets;
 
 /// `[wrapper] plugpull probe --target TARGET [--json]`, asserting exit 0 within 1 s.
 fn probe(wrapper: &[&str], target: &Path, json: bool) -> Output {
@@ -47,10 +48,10 @@ fn probe_json(target: &Path) -> Value {
     serde_json::from_slice(&probe(&[], target, true).stdout).unwrap()
 }
 
-/// Whether this machine is virtualised as the probe decides it: `systemd-detect-virt`
+/// Whether this machine is a VM as the probe decides it: `systemd-detect-virt --vm`
 /// says something other than `none`, or (without it) the `hypervisor` CPU flag.
 fn virtualized() -> bool {
-    if let Ok(o) = Command::new("systemd-detect-virt").output() {
+    if let Ok(o) = Command::new("systemd-detect-virt").arg("--vm").output() {
         let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
         if !v.is_empty() {
             return v != "none";
@@ -80,6 +81,15 @@ fn expected_ids(mut ids: Vec<&str>) -> Vec<String> {
     let mut v: Vec<String> = ids.into_iter().map(String::from).collect();
     v.sort();
     v
+}
+
+/// The type of the filesystem holding `path`, as util-linux's `findmnt` reads it.
+fn fstype_of(path: &Path) -> String {
+    let t = run(
+        "findmnt",
+        &["-n", "-o", "FSTYPE", "--target", path.to_str().unwrap()],
+    );
+    t.trim().to_string()
 }
 
 /// The layers under the filesystem holding `dir` when it sits on a partition or a
@@ -151,7 +161,8 @@ fn ext4_on_loop(test: &str, opts: Option<&str>, want: Vec<&str>) {
     let name = lo.dev.trim_start_matches("/dev/");
     let backing = std::fs::canonicalize(&img).unwrap();
     let want_loop = json!({"kind": "loop", "name": name,
-        "backing_file": backing.to_str().unwrap(), "direct_io": false});
+        "backing_file": backing.to_str().unwrap(), "direct_io": false,
+        "backing_fs": fstype_of(dir.path())});
     assert_eq!(layers[1], want_loop);
     assert_eq!(layers[2..], below[..]);
     assert_eq!(v["leaves"].as_array().unwrap().len(), 1);
@@ -214,7 +225,7 @@ fn tmpfs_is_one_mount_layer_with_no_leaves_and_a_note() {
     let note = format!("tmpfs at {mps} (pptmp) has no block device under it: nothing below the filesystem to probe");
     // The walk's note comes first; environment notes (if any) follow.
     assert_eq!(v["notes"][0], json!(note));
-    assert_eq!(ids(&v), expected_ids(vec![]));
+    assert_eq!(ids(&v), expected_ids(vec!["volatile-memory"]));
     assert_eq!(v["environment"]["eatmydata_in"], json!([]));
 }
 
@@ -343,7 +354,8 @@ fn a_partition_of_a_loop_device_given_as_the_target_is_partition_loop_disk() {
     let backing = std::fs::canonicalize(&img).unwrap();
     let mut want = vec![
         json!({"kind": "partition", "name": format!("{name}p2"), "number": 2}),
-        json!({"kind": "loop", "name": name, "backing_file": backing.to_str().unwrap(), "direct_io": false}),
+        json!({"kind": "loop", "name": name, "backing_file": backing.to_str().unwrap(),
+            "direct_io": false, "backing_fs": fstype_of(dir.path())}),
     ];
     want.extend(below);
     assert_eq!(v["layers"], json!(want));
