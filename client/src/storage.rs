@@ -113,9 +113,10 @@ pub fn probe_for_run(target: &Path, seconds: Option<f64>) -> (Storage, Option<Pr
 pub async fn probe_server_for_run(
     client: &tokio_postgres::Client,
     conninfo: &str,
+    settings: plugpull::ledger::PgSettings,
     seconds: Option<f64>,
 ) -> (Storage, Option<Probe>) {
-    match crate::probe::pg::probe_postgres(client, conninfo).await {
+    match crate::probe::pg::probe_postgres(client, conninfo, settings).await {
         Ok(p) => tokio::task::spawn_blocking(move || {
             let dir = crate::probe::data_directory_of(&p);
             record(p, dir.as_deref(), seconds)
@@ -146,7 +147,12 @@ pub fn record(
     seconds: Option<f64>,
 ) -> (Storage, Option<Probe>) {
     crate::probe::complete(&mut p, loop_at, seconds);
-    let disks: Vec<String> = p.leaves.iter().map(|l| l.name.clone()).collect();
+    // Disks that are not known to hold the storage under test are not counted.
+    let disks: Vec<String> = if p.storage_is_here() {
+        p.leaves.iter().map(|l| l.name.clone()).collect()
+    } else {
+        Vec::new()
+    };
     let counters = FlushCounters::new(disks.clone());
     let storage = Storage {
         probe_json: serde_json::to_string(&p).expect("a probe serializes"),
@@ -184,7 +190,7 @@ pub fn section(storage: &Storage, run: &RunFacts, run_host: &str) -> StorageRepo
         ))
     } else if probe.is_none() {
         Err("cut evidence not taken: the run's storage was not probed".into())
-    } else if probe.is_some_and(|p| p.layers.is_empty()) {
+    } else if probe.is_some_and(|p| !p.storage_is_here()) {
         Err("cut evidence not taken: the run's storage is not on its host (a PostgreSQL server elsewhere?)".into())
     } else {
         Ok(crate::probe::evidence::snapshot(&storage.disks))

@@ -261,6 +261,20 @@ impl WarningId {
     }
 }
 
+impl Probe {
+    /// Whether the leaf disks under this probe are the storage under test on this
+    /// host: the walk found a stack, and (for a PostgreSQL server) its backend was
+    /// not found to be elsewhere ([`pg::PgProbe::server_on_this_host`]). Flush
+    /// accounting and cut evidence use the leaves only then.
+    pub fn storage_is_here(&self) -> bool {
+        !self.layers.is_empty()
+            && self
+                .postgres
+                .as_ref()
+                .is_none_or(|pg| pg.server_on_this_host != Some(false))
+    }
+}
+
 impl From<&flush::FlushWarning> for Warning {
     /// A flush rule's warning as one of the probe's (its id is one of the flush
     /// constants; the message names the disk).

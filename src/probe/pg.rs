@@ -34,6 +34,18 @@ pub struct PgProbe {
     /// when not checked: the server is not on this host, or its maps are not
     /// readable (a note says why).
     pub backend_eatmydata: Option<bool>,
+    /// Whether the server runs on this host: `Some(true)` its backend is a postgres
+    /// process here working in the data directory, `Some(false)` it is not (the
+    /// data directory's path here may be another server's, or nobody's), `None`
+    /// unknown. A run's flush accounting and cut evidence use the data directory's
+    /// disks only when this is not `Some(false)`.
+    #[serde(default)]
+    pub server_on_this_host: Option<bool>,
+    /// The stack of the WAL directory (`pg_wal`) when it is on another filesystem
+    /// than the data directory (a symbolic link to another device): commits flush
+    /// there. Its leaves are also among the probe's leaves.
+    #[serde(default)]
+    pub wal_stack: Option<Box<super::Probe>>,
 }
 
 /// Whether the text of a `/proc/PID/maps` file maps `libeatmydata` (a line whose

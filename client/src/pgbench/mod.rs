@@ -235,8 +235,13 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
                 conn::describe(&e)
             ))
         })?;
-    let (storage, probe) =
-        crate::storage::probe_server_for_run(&client, &conninfo, args.probe_seconds).await;
+    let (storage, probe) = crate::storage::probe_server_for_run(
+        &client,
+        &conninfo,
+        settings.clone(),
+        args.probe_seconds,
+    )
+    .await;
     drop(client);
     let manifest = PgManifest {
         conninfo,

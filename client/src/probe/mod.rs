@@ -151,7 +151,8 @@ pub fn try_complete(
 /// Where the timed loop of a server's probe runs: its data directory, when the walk
 /// found it on this host.
 pub fn data_directory_of(p: &Probe) -> Option<std::path::PathBuf> {
-    (!p.layers.is_empty()).then(|| std::path::PathBuf::from(&p.target))
+    p.storage_is_here()
+        .then(|| std::path::PathBuf::from(&p.target))
 }
 
 /// Runs the timed flush loop (beside the target; on a raw device only with `force`)

@@ -27,7 +27,13 @@ pub async fn probe_dsn(dsn: &str) -> Result<Probe, Error> {
             conn::describe(&e)
         ))
     })?;
-    probe_postgres(&client, &conninfo).await
+    let settings = conn::read_settings(&client).await.map_err(|e| {
+        Error(format!(
+            "cannot read the server's settings: {}",
+            conn::describe(&e)
+        ))
+    })?;
+    probe_postgres(&client, &conninfo, settings).await
 }
 
 /// Probes the server `client` is connected to (`conninfo`: the redacted connection
@@ -36,15 +42,16 @@ pub async fn probe_dsn(dsn: &str) -> Result<Probe, Error> {
 /// visible from this host; else a note says why), `postgres` filled in, and the
 /// warnings of the stack followed by those of the server ([`pg::warnings`]). The
 /// backend is `client`'s own session, so the session must stay open meanwhile.
-/// Without the timed flush loop and the cut-evidence snapshot (the caller adds them).
-/// `Err` only when the settings cannot be read (or the walk's thread panicked).
-pub async fn probe_postgres(client: &Client, conninfo: &str) -> Result<Probe, Error> {
-    let settings = conn::read_settings(client).await.map_err(|e| {
-        Error(format!(
-            "cannot read the server's settings: {}",
-            conn::describe(&e)
-        ))
-    })?;
+/// `settings` are the server's as [`conn::read_settings`] read them on `client`.
+/// When `pg_wal` is on another filesystem, its stack goes in `postgres.wal_stack`
+/// and its leaves join the probe's. Without the timed flush loop and the
+/// cut-evidence snapshot (the caller adds them).
+/// `Err` only when the walk's thread panicked.
+pub async fn probe_postgres(
+    client: &Client,
+    conninfo: &str,
+    settings: plugpull::ledger::PgSettings,
+) -> Result<Probe, Error> {
     let pid: Option<i32> = match client.query_one("SELECT pg_backend_pid()", &[]).await {
         Ok(r) => r.get(0),
         Err(_) => None,
@@ -52,16 +59,24 @@ pub async fn probe_postgres(client: &Client, conninfo: &str) -> Result<Probe, Er
     let dir = settings.data_directory.clone();
     // The walk reads sysfs and runs tools (each up to 5 s): off the async workers.
     // The session stays open meanwhile, so its backend is there to look at.
-    let (mut p, backend) =
-        tokio::task::spawn_blocking(move || (data_directory(&dir), backend(pid, &dir)))
-            .await
-            .map_err(|e| Error(format!("the data directory's probe failed: {e}")))?;
+    let (mut p, wal, backend) = tokio::task::spawn_blocking(move || {
+        let mut p = data_directory(&dir);
+        let wal = wal_elsewhere(&dir, &mut p);
+        (p, wal, backend(pid, &dir))
+    })
+    .await
+    .map_err(|e| Error(format!("the data directory's probe failed: {e}")))?;
     let dir = &settings.data_directory;
     if let (Backend::NotHere(why), false) = (&backend, p.layers.is_empty()) {
         p.notes.push(format!(
             "the data directory {dir} exists on this host, but the server's backend {why}: the server may run elsewhere, and the stack above may not be its"
         ));
     }
+    let server_on_this_host = match backend {
+        Backend::Maps(_) => Some(true),
+        Backend::NotHere(_) => Some(false),
+        Backend::Unknown(_) => None,
+    };
     let backend_eatmydata = match backend {
         Backend::Maps(m) => Some(m),
         Backend::NotHere(why) => {
@@ -81,6 +96,8 @@ pub async fn probe_postgres(client: &Client, conninfo: &str) -> Result<Probe, Er
         data_directory_stack: None,
         backend_pid: pid,
         backend_eatmydata,
+        server_on_this_host,
+        wal_stack: wal.map(Box::new),
     };
     p.warnings.extend(pg::warnings(&pg));
     p.postgres = Some(pg);
@@ -134,6 +151,48 @@ fn data_directory(dir: &str) -> Probe {
     };
     finish(&mut p);
     p
+}
+
+/// The probe of `dir/pg_wal` when it resolves to another filesystem than `dir` (a
+/// WAL directory on its own device), its leaves, notes and warnings added to `p`'s
+/// (each once); `None` when it is on the same filesystem or cannot be read.
+fn wal_elsewhere(dir: &str, p: &mut Probe) -> Option<Probe> {
+    use std::os::unix::fs::MetadataExt;
+    if p.layers.is_empty() {
+        return None;
+    }
+    let wal = Path::new(dir).join("pg_wal");
+    let (d, w) = (std::fs::metadata(dir).ok()?, std::fs::metadata(&wal).ok()?);
+    if d.dev() == w.dev() {
+        return None;
+    }
+    let real = std::fs::canonicalize(&wal).unwrap_or(wal);
+    let w = match probe(&real) {
+        Ok(w) => w,
+        Err(e) => {
+            p.notes.push(format!(
+                "the WAL directory {} could not be probed: {e}",
+                real.display()
+            ));
+            return None;
+        }
+    };
+    for l in &w.leaves {
+        if !p.leaves.iter().any(|x| x.name == l.name) {
+            p.leaves.push(l.clone());
+        }
+    }
+    for n in &w.notes {
+        if !p.notes.contains(n) {
+            p.notes.push(n.clone());
+        }
+    }
+    for x in &w.warnings {
+        if !p.warnings.contains(x) {
+            p.warnings.push(x.clone());
+        }
+    }
+    Some(w)
 }
 
 /// What `/proc` says of the backend serving the probe's session.

@@ -196,6 +196,12 @@ fn postgres_lines(s: &mut String, p: &Probe, pg: &plugpull::probe::pg::PgProbe) 
             let _ = writeln!(s, "  data directory {}: not probed", t.data_directory);
         }
     }
+    if let Some(w) = &pg.wal_stack {
+        let _ = writeln!(s, "  WAL directory {} (on its own filesystem):", w.target);
+        for l in &w.layers {
+            let _ = writeln!(s, "    {}", layer_line(w, l));
+        }
+    }
     let pid = opt(&pg.backend_pid);
     let maps = match pg.backend_eatmydata {
         Some(true) => "libeatmydata mapped",
@@ -324,6 +330,8 @@ mod pg_tests {
             data_directory_stack: stack.map(Box::new),
             backend_pid: Some(77),
             backend_eatmydata: eatmydata,
+            server_on_this_host: eatmydata.map(|_| true),
+            wal_stack: None,
         }
     }
 

@@ -285,6 +285,7 @@ fn a_server_in_another_pid_namespace_is_not_taken_for_this_hosts() {
     let data = c.data.to_str().unwrap();
     assert_eq!(v["target"], data);
     assert_eq!(v["postgres"]["backend_eatmydata"], Value::Null);
+    assert_eq!(v["postgres"]["server_on_this_host"], false);
     let pid = v["postgres"]["backend_pid"].as_i64().unwrap();
     let why = if Path::new(&format!("/proc/{pid}")).exists() {
         format!("PID {pid} is not a postgres process here")
@@ -356,4 +357,80 @@ fn a_data_directory_on_ext4_without_barriers_beside_another_target_adds_its_stac
         "{want:?}"
     );
     assert!(!ordered_ids(&own).contains(&"nobarrier".to_string()));
+}
+
+#[test]
+fn a_wal_directory_on_tmpfs_is_probed_beside_the_data_directory_and_warns_volatile_memory() {
+    let test =
+        "a_wal_directory_on_tmpfs_is_probed_beside_the_data_directory_and_warns_volatile_memory";
+    if PgCluster::skip(test) || skip_without_loop(test, &["mount"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = Mount::new(
+        &["-t", "tmpfs", "-o", "size=64m,mode=0777", "tmpfs"],
+        &dir.path().join("walfs"),
+    );
+    let wal = mnt.at.join("wal");
+    let mut c = PgCluster::create_with(None, &["--waldir", wal.to_str().unwrap()]);
+    c.start();
+    let v = probe_args_json(&["--dsn", &c.conninfo()]);
+    let ws = &v["postgres"]["wal_stack"];
+    let real = std::fs::canonicalize(&wal).unwrap();
+    assert_eq!(ws["target"], real.to_str().unwrap());
+    let mp = std::fs::canonicalize(&mnt.at).unwrap();
+    assert_eq!(ws["layers"][0]["kind"], "mount");
+    assert_eq!(ws["layers"][0]["fstype"], "tmpfs");
+    assert_eq!(ws["layers"][0]["mountpoint"], mp.to_str().unwrap());
+    // The data directory stays the target; the WAL's warning joins its warnings.
+    assert_eq!(v["target"], c.data.to_str().unwrap());
+    let volatile: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["id"] == "volatile-memory")
+        .map(|w| w["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(volatile.len(), 1, "{v:#}");
+    assert!(
+        volatile[0].starts_with(&format!("tmpfs at {} is in RAM", mp.display())),
+        "{volatile:?}"
+    );
+    assert_eq!(v["postgres"]["server_on_this_host"], true);
+    let text = String::from_utf8_lossy(
+        &plugpull_tests::plugpull(&["probe", "--dsn", &c.conninfo()]).stdout,
+    )
+    .into_owned();
+    assert!(
+        text.contains(&format!(
+            "  WAL directory {} (on its own filesystem):\n    mount   tmpfs on {} type tmpfs",
+            real.display(),
+            mp.display()
+        )),
+        "{text}"
+    );
+    c.stop();
+}
+
+#[test]
+fn a_password_in_the_dsn_is_never_printed() {
+    let test = "a_password_in_the_dsn_is_never_printed";
+    if PgCluster::skip(test) {
+        return;
+    }
+    let c = PgCluster::start_new();
+    // The test cluster trusts local connections: the password is sent, not needed.
+    let dsn = format!("{} password=hunter2-secret", c.conninfo());
+    for json in [true, false] {
+        let mut args = vec!["probe", "--dsn", &dsn];
+        if json {
+            args.push("--json");
+        }
+        let o = plugpull_tests::plugpull(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let all = [o.stdout, o.stderr].concat();
+        let text = String::from_utf8_lossy(&all);
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains(&format!("port={}", c.port)), "{text}");
+    }
 }
