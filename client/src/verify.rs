@@ -277,11 +277,10 @@ pub async fn verify(
         uses_flush: w.acks_wait_for_flush(),
         what: w.acks_name(),
     };
-    report.set_storage(crate::storage::section(
-        &l.manifest.storage,
-        &facts,
-        &l.manifest.host,
-    ));
+    // The cut-evidence snapshot runs tools (up to 5 s each).
+    report.set_storage(tokio::task::block_in_place(|| {
+        crate::storage::section(&l.manifest.storage, &facts, &l.manifest.host)
+    }));
     print_report(&report, args.json, args.show);
     if report.not_measured() {
         // Exit 2 with the report already printed (one JSON object with --json).

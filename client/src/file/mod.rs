@@ -142,7 +142,8 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     drop(crate::net::connect(listener, secret).await?);
     let size = blocks * args.block_size;
     let (_locked, files) = open_run_target(args, size, existed)?;
-    let (manifest, target, probe) = run_manifest(args, size)?;
+    // The probe blocks (sysfs, tools up to 5 s each, --probe-seconds).
+    let (manifest, target, probe) = tokio::task::block_in_place(|| run_manifest(args, size))?;
     let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
     let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
     if !args.json {

@@ -95,11 +95,15 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
 }
 
 /// The probe `args` ask for, and why `--seconds` could not run, if it could not.
+///
+/// The walk, the tools it runs (up to 5 s each) and the timed loop block: they run
+/// in `block_in_place`, off the runtime's async duty.
 async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
+    let walk = |t: &Path| tokio::task::block_in_place(|| probe(t));
     let mut p = match (&args.target, &args.dsn) {
-        (Some(t), None) => probe(t)?,
+        (Some(t), None) => walk(t)?,
         (Some(t), Some(dsn)) => {
-            let own = probe(t)?;
+            let own = walk(t)?;
             pg::beside(own, pg::probe_dsn(dsn).await?)
         }
         (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
@@ -112,7 +116,9 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
         Some(t) => Some(t.clone()),
         None => data_directory_of(&p),
     };
-    let not_measured = try_complete(&mut p, loop_at.as_deref(), args.seconds, args.force);
+    let not_measured = tokio::task::block_in_place(|| {
+        try_complete(&mut p, loop_at.as_deref(), args.seconds, args.force)
+    });
     Ok((p, not_measured))
 }
 
