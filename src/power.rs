@@ -5,7 +5,7 @@
 //! Grammar, one scheme per driver (`[...]` optional; ports default as shown):
 //!
 //! * `exec:CMD` — CMD is run with `sh -c`, `{action}` replaced by `off`, `on`, `status`.
-//! * `ipmi://USER@BMC[:PORT]?password-file=F` — port 623.
+//! * `ipmi://USER@BMC[:PORT]?password-file=F[&cipher=N]` — port 623.
 //! * `redfish://USER@BMC[:PORT]/redfish/v1/Systems/ID?password-file=F[&insecure]` —
 //!   HTTPS (port 443); `redfish+http://` for plain HTTP (port 80).
 //! * `apc-snmp://PDU[:PORT]/OUTLET?community-file=F[&on=1&off=2]` — port 161.
@@ -81,7 +81,7 @@ pub enum PowerUri {
         /// The shell command, `{action}` not yet replaced.
         command: String,
     },
-    /// `ipmi://USER@BMC[:PORT]?password-file=F`.
+    /// `ipmi://USER@BMC[:PORT]?password-file=F[&cipher=N]`.
     Ipmi {
         /// BMC user name.
         user: String,
@@ -91,6 +91,9 @@ pub enum PowerUri {
         port: u16,
         /// File holding the BMC password.
         password_file: PathBuf,
+        /// RMCP+ cipher suite (`&cipher=N`, ipmitool `-C`); none lets ipmitool ask
+        /// the BMC, which some BMCs (and ipmi_sim) answer only after a 10 s timeout.
+        cipher: Option<u8>,
     },
     /// `redfish[+http]://USER@BMC[:PORT]/redfish/v1/Systems/ID?password-file=F[&insecure]`.
     Redfish {
@@ -245,12 +248,19 @@ impl fmt::Display for PowerUri {
                 host,
                 port,
                 password_file,
-            } => write!(
-                f,
-                "{s}://{user}@{}:{port}?password-file={}",
-                bracket(host),
-                password_file.display()
-            ),
+                cipher,
+            } => {
+                write!(
+                    f,
+                    "{s}://{user}@{}:{port}?password-file={}",
+                    bracket(host),
+                    password_file.display()
+                )?;
+                match cipher {
+                    Some(c) => write!(f, "&cipher={c}"),
+                    None => Ok(()),
+                }
+            }
             PowerUri::Redfish {
                 user,
                 host,
@@ -312,6 +322,15 @@ fn parse_ipmi(auth: Authority, path: &str, q: &mut Query) -> Result<PowerUri, St
         port: auth.port.unwrap_or(623),
         host: auth.host,
         password_file: q.file("ipmi", "password-file")?,
+        cipher: match q.int("ipmi", "cipher")? {
+            None => None,
+            Some(c) => Some(
+                u8::try_from(c)
+                    .ok()
+                    .filter(|&c| c <= 17)
+                    .ok_or("ipmi: `cipher` must be an RMCP+ cipher suite, 0 to 17")?,
+            ),
+        },
     })
 }
 

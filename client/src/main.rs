@@ -83,8 +83,9 @@ enum Cmd {
         #[command(flatten)]
         args: probe::ProbeArgs,
     },
-    /// Turn a machine (or PDU outlet, smart plug) off or on, or read its power state,
-    /// through the cut driver a campaign will use (docs/power.md). Exit 0 done, 2 not.
+    /// Turn a machine, PDU outlet or smart plug off or on, or read its power state.
+    ///
+    /// Through the cut driver a campaign will use (docs/power.md). Exit 0 done, 2 not.
     ///
     /// Examples:
     ///   plugpull power --power 'ipmi://admin@bmc1?password-file=/etc/plugpull/bmc.pw' status

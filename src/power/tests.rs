@@ -13,13 +13,31 @@ fn ipmi_defaults_and_display() {
             user: "admin".into(),
             host: "bmc1".into(),
             port: 623,
-            password_file: "/etc/pp/bmc.pw".into()
+            password_file: "/etc/pp/bmc.pw".into(),
+            cipher: None
         }
     );
     assert_eq!(u.kind(), CutKind::Dc);
     assert_eq!(
         u.to_string(),
         "ipmi://admin@bmc1:623?password-file=/etc/pp/bmc.pw"
+    );
+}
+
+#[test]
+fn ipmi_cipher() {
+    let u = PowerUri::parse("ipmi://a@b:6230?password-file=p&cipher=3").unwrap();
+    assert!(matches!(
+        u,
+        PowerUri::Ipmi {
+            cipher: Some(3),
+            ..
+        }
+    ));
+    assert_eq!(u.to_string(), "ipmi://a@b:6230?password-file=p&cipher=3");
+    assert_eq!(
+        err("ipmi://a@b?password-file=p&cipher=18"),
+        "ipmi: `cipher` must be an RMCP+ cipher suite, 0 to 17"
     );
 }
 

@@ -1,5 +1,5 @@
-//! `ipmi://USER@BMC[:PORT]?password-file=F`: `ipmitool -I lanplus -H BMC -p PORT
-//! -U USER -f F chassis power off|on|status` (ipmitool(1)). The password stays in
+//! `ipmi://USER@BMC[:PORT]?password-file=F[&cipher=N]`: `ipmitool [-C N] -I lanplus
+//! -H BMC -p PORT -U USER -f F chassis power off|on|status` (ipmitool(1)). The password stays in
 //! its file: ipmitool reads it with `-f`, so it is on no command line.
 
 use super::{read_secret, Driver, Status};
@@ -14,6 +14,7 @@ pub struct Ipmi {
     host: String,
     port: u16,
     password_file: PathBuf,
+    cipher: Option<u8>,
 }
 
 impl Ipmi {
@@ -24,6 +25,7 @@ impl Ipmi {
             host,
             port,
             password_file,
+            cipher,
         } = uri
         else {
             unreachable!("Ipmi::new takes an ipmi URI")
@@ -34,11 +36,16 @@ impl Ipmi {
             host: host.clone(),
             port: *port,
             password_file: password_file.clone(),
+            cipher: *cipher,
         })
     }
 
     fn chassis_power(&self, action: &str) -> Result<String, Error> {
-        let out = Command::new("ipmitool")
+        let mut cmd = Command::new("ipmitool");
+        if let Some(c) = self.cipher {
+            cmd.args(["-C", &c.to_string()]);
+        }
+        let out = cmd
             .args(["-I", "lanplus", "-H", &self.host, "-p", &self.port.to_string()])
             .args(["-U", &self.user, "-f"])
             .arg(&self.password_file)

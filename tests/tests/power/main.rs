@@ -86,7 +86,7 @@ esac
 fn exec_off_status_on_status() {
     let dir = tempfile::tempdir().unwrap();
     let uri = exec_rig(dir.path());
-    let shown = format!("{uri}");
+    let shown = uri.clone();
     assert_eq!(ok(&uri, "status"), "on\n");
     assert_eq!(ok(&uri, "off"), format!("off: done ({shown}, ac)\n"));
     assert_eq!(ok(&uri, "status"), "off\n");
