@@ -3,7 +3,9 @@
 
 use super::device::{Device, Request};
 use super::{fails, ok, write_mode};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn get(target: &str) -> Request {
     Request {
@@ -212,5 +214,78 @@ fn shelly_switch_and_load() {
             "plugpull: shelly: GET http://{}/rpc/Switch.Set?id=7&on=false answered HTTP 404: {{\"code\":404,\"message\":\"No handler for this id\"}}\n",
             plug.addr
         )
+    );
+}
+
+/// HTTPS: `openssl s_server -WWW` (a real TLS server, serving files) answers the
+/// status GET with a self-signed certificate: accepted with `&insecure`, refused without.
+#[test]
+fn redfish_https_self_signed() {
+    if !super::have("openssl") {
+        plugpull_tests::skipped(
+            "power::redfish_https_self_signed",
+            "openssl missing: run scripts/deps",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let www = d.join("www/redfish/v1/Systems");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("1"), r#"{"Id":"1","PowerState":"Off"}"#).unwrap();
+    let pw = d.join("bmc.pw");
+    write_mode(&pw, "hunter2\n", 0o600);
+    let gen = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-keyout", "key.pem", "-out", "cert.pem", "-subj", "/CN=bmc"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "{}", plugpull_tests::stderr(&gen));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("openssl")
+        .args(["s_server", "-accept", &format!("127.0.0.1:{port}")])
+        .args([
+            "-cert",
+            "../cert.pem",
+            "-key",
+            "../key.pem",
+            "-WWW",
+            "-quiet",
+        ])
+        .current_dir(d.join("www"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!(
+        "redfish://root@127.0.0.1:{port}/redfish/v1/Systems/1?password-file={}",
+        pw.display()
+    );
+    let insecure = format!("{base}&insecure");
+    let t = Instant::now();
+    while super::power(&insecure, "status", false).status.code() != Some(0) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "s_server never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ok(&insecure, "status"), "off\n");
+    let e = fails(&base, "status");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        e.starts_with(&format!(
+            "plugpull: redfish: https://127.0.0.1:{port}/redfish/v1/Systems/1: "
+        )) && e.contains("invalid peer certificate"),
+        "{e}"
     );
 }

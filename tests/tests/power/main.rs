@@ -207,3 +207,30 @@ fn missing_and_shared_secret_files() {
     );
     assert!(!e.contains("hunter2"), "{e}");
 }
+
+#[test]
+fn missing_tools_name_their_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    write_mode(&secret, "s3cret\n", 0o600);
+    let cases = [
+        (
+            format!("ipmi://admin@127.0.0.1?password-file={}", secret.display()),
+            "ipmi: ipmitool not found: install the ipmitool package (Debian: apt-get install ipmitool)",
+        ),
+        (
+            format!("apc-snmp://127.0.0.1/1?community-file={}", secret.display()),
+            "apc-snmp: snmpget not found: install net-snmp's tools (Debian: apt-get install snmp)",
+        ),
+    ];
+    for (uri, want) in cases {
+        // An empty PATH: the tool cannot be found.
+        let o = Command::new(bin("plugpull"))
+            .args(["power", "--power", &uri, "status"])
+            .env("PATH", dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{uri}");
+        assert_eq!(stderr(&o), format!("plugpull: {want}\n"), "{uri}");
+    }
+}
