@@ -152,7 +152,7 @@ pub enum PowerUri {
     },
 }
 
-/// APC PowerNet MIB `sPDUOutletCtl` (write 1 on, 2 off), indexed by outlet.
+/// APC PowerNet MIB `rPDUOutletControlOutletCommand` (write 1 immediateOn, 2 immediateOff), indexed by outlet.
 pub const APC_OUTLET_CONTROL_OID: &str = "1.3.6.1.4.1.318.1.1.12.3.3.1.1.4";
 /// APC PowerNet MIB `rPDUOutletStatusOutletState` (1 on, 2 off), indexed by outlet.
 pub const APC_OUTLET_STATE_OID: &str = "1.3.6.1.4.1.318.1.1.12.3.5.1.1.4";

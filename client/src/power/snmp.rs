@@ -1,5 +1,5 @@
 //! `apc-snmp://PDU[:PORT]/OUTLET?community-file=F[&on=1&off=2]` (APC PowerNet MIB):
-//! `snmpset` (net-snmp) writes `on`/`off` to `sPDUOutletCtl.OUTLET`
+//! `snmpset` (net-snmp) writes `on`/`off` to `rPDUOutletControlOutletCommand.OUTLET`
 //! (`1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.OUTLET`); `snmpget` reads
 //! `rPDUOutletStatusOutletState.OUTLET` (`...12.3.5.1.1.4.OUTLET`). APC: 1 on, 2 off;
 //! Tripp Lite and others reverse them (`&on=2&off=1`). SNMP v2c.
