@@ -39,6 +39,11 @@ pub trait Driver {
     fn status(&self) -> Result<Status, Error>;
     /// What a cut through this driver removes power from.
     fn kind(&self) -> CutKind;
+    /// True when [`Driver::status`] reports the load's power ([`Status::load_w`]),
+    /// which confirms after `off` that the load really dropped.
+    fn measures_load(&self) -> bool {
+        false
+    }
 }
 
 /// The driver for a parsed URI. Errors for `simfs://` (not in this version).
@@ -134,6 +139,12 @@ pub fn command(args: &PowerArgs) -> Result<bool, Error> {
         Action::On => driver.on().map(|_| None)?,
         Action::Status => Some(driver.status()?),
     };
+    // Where the device measures the load, read it back after off/on: ~0 W after
+    // `off` confirms the load dropped.
+    let after = match args.action {
+        Action::Off | Action::On if driver.measures_load() => driver.status()?.load_w,
+        _ => None,
+    };
     let action = format!("{:?}", args.action).to_lowercase();
     if args.json {
         let mut v = serde_json::json!({
@@ -153,14 +164,18 @@ pub fn command(args: &PowerArgs) -> Result<bool, Error> {
             }
             v["load_w"] = s.load_w.into();
         }
+        if let Some(w) = after {
+            v["load_w"] = w.into();
+        }
         println!("{v}");
     } else {
-        match &status {
-            Some(s) => match s.load_w {
+        match (&status, after) {
+            (Some(s), _) => match s.load_w {
                 Some(w) => println!("{} (load {w} W)", s.state),
                 None => println!("{}", s.state),
             },
-            None => println!("{action}: done ({uri}, {kind})"),
+            (None, Some(w)) => println!("{action}: done ({uri}, {kind}); load now {w} W"),
+            (None, None) => println!("{action}: done ({uri}, {kind})"),
         }
     }
     Ok(true)

@@ -131,4 +131,8 @@ impl Driver for Shelly {
     fn kind(&self) -> CutKind {
         CutKind::Ac
     }
+
+    fn measures_load(&self) -> bool {
+        true
+    }
 }

@@ -190,21 +190,30 @@ fn shelly_switch_and_load() {
     let plug = shelly();
     let uri = format!("shelly://{}/1", plug.addr);
     assert_eq!(ok(&uri, "status"), "on (load 41.5 W)\n");
-    assert_eq!(ok(&uri, "off"), format!("off: done ({uri}, ac)\n"));
+    assert_eq!(
+        ok(&uri, "off"),
+        format!("off: done ({uri}, ac); load now 0 W\n")
+    );
     assert_eq!(ok(&uri, "status"), "off (load 0 W)\n");
     let o = super::power(&uri, "status", true);
     let v: serde_json::Value = serde_json::from_str(&plugpull_tests::stdout(&o)).unwrap();
     assert_eq!(v["state"], "off");
     assert_eq!(v["load_w"], 0.0);
-    assert_eq!(ok(&uri, "on"), format!("on: done ({uri}, ac)\n"));
+    assert_eq!(
+        ok(&uri, "on"),
+        format!("on: done ({uri}, ac); load now 41.5 W\n")
+    );
+    let status = get("/rpc/Switch.GetStatus?id=1");
     assert_eq!(
         plug.take(),
         vec![
-            get("/rpc/Switch.GetStatus?id=1"),
+            status.clone(),
             get("/rpc/Switch.Set?id=1&on=false"),
-            get("/rpc/Switch.GetStatus?id=1"),
-            get("/rpc/Switch.GetStatus?id=1"),
+            status.clone(),
+            status.clone(),
+            status.clone(),
             get("/rpc/Switch.Set?id=1&on=true"),
+            status,
         ]
     );
     let bad = format!("shelly://{}/7", plug.addr);
