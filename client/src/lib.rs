@@ -10,6 +10,7 @@ pub mod latency;
 pub mod manifest;
 pub mod net;
 pub mod pgbench;
+pub mod power;
 pub mod probe;
 pub mod progress;
 pub mod reporter;

@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
-use plugpull_client::{demo, file, pgbench, probe, verify, Error};
+use plugpull_client::{demo, file, pgbench, power, probe, verify, Error};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -21,6 +21,7 @@ use std::process::ExitCode;
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
 ///   plugpull probe --target /mnt/test/pp.dat --seconds 5
+///   plugpull power --power 'ipmi://admin@bmc1?password-file=/etc/plugpull/bmc.pw' status
 ///   plugpull demo            # the whole procedure on this machine, no hardware needed
 ///
 /// Exit codes: 0 nothing acknowledged lost or damaged, 1 findings, 2 could not do the job.
@@ -85,6 +86,22 @@ enum Cmd {
     Probe {
         #[command(flatten)]
         args: probe::ProbeArgs,
+    },
+    /// Turn a machine, PDU outlet or smart plug off or on, or read its power state.
+    ///
+    /// Through the cut driver a campaign will use (docs/power.md). Exit 0 done, 2 not.
+    ///
+    /// Examples:
+    ///   plugpull power --power 'ipmi://admin@bmc1?password-file=/etc/plugpull/bmc.pw' status
+    ///   plugpull power --power 'redfish://root@bmc1/redfish/v1/Systems/1?password-file=/etc/plugpull/bmc.pw&insecure' off
+    ///   plugpull power --power 'apc-snmp://pdu1/4?community-file=/etc/plugpull/pdu.community' on
+    ///   plugpull power --power tasmota://plug1 status --json
+    ///   plugpull power --power shelly://plug2/0 off
+    ///   plugpull power --power 'exec:/usr/local/bin/relay {action}' status
+    #[command(verbatim_doc_comment)]
+    Power {
+        #[command(flatten)]
+        args: power::PowerArgs,
     },
 }
 
@@ -162,6 +179,7 @@ async fn run(cli: Cli) -> Result<bool, Error> {
             .map(|_| true),
         Cmd::Demo { args } => demo::demo(&args).await,
         Cmd::Probe { args } => probe::command(&args).await,
+        Cmd::Power { args } => power::command(&args),
         Cmd::Verify { listener, args, pg } => {
             verify::command(&args, &listener.listener, secret(&listener), &pg).await
         }

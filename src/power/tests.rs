@@ -1,0 +1,197 @@
+use super::*;
+
+fn err(uri: &str) -> String {
+    PowerUri::parse(uri).unwrap_err()
+}
+
+#[test]
+fn ipmi_defaults_and_display() {
+    let u = PowerUri::parse("ipmi://admin@bmc1?password-file=/etc/pp/bmc.pw").unwrap();
+    assert_eq!(
+        u,
+        PowerUri::Ipmi {
+            user: "admin".into(),
+            host: "bmc1".into(),
+            port: 623,
+            password_file: "/etc/pp/bmc.pw".into(),
+            cipher: None
+        }
+    );
+    assert_eq!(u.kind(), CutKind::Dc);
+    assert_eq!(
+        u.to_string(),
+        "ipmi://admin@bmc1:623?password-file=/etc/pp/bmc.pw"
+    );
+}
+
+#[test]
+fn ipmi_cipher() {
+    let u = PowerUri::parse("ipmi://a@b:6230?password-file=p&cipher=3").unwrap();
+    assert!(matches!(
+        u,
+        PowerUri::Ipmi {
+            cipher: Some(3),
+            ..
+        }
+    ));
+    assert_eq!(u.to_string(), "ipmi://a@b:6230?password-file=p&cipher=3");
+    assert_eq!(
+        err("ipmi://a@b?password-file=p&cipher=18"),
+        "ipmi: `cipher` must be an RMCP+ cipher suite, 0 to 17"
+    );
+}
+
+#[test]
+fn redfish_schemes() {
+    let u =
+        PowerUri::parse("redfish://root@[::1]:8443/redfish/v1/Systems/1/?password-file=p&insecure")
+            .unwrap();
+    assert_eq!(
+        u,
+        PowerUri::Redfish {
+            user: "root".into(),
+            host: "::1".into(),
+            port: 8443,
+            system: "/redfish/v1/Systems/1".into(),
+            password_file: "p".into(),
+            plain_http: false,
+            insecure: true
+        }
+    );
+    assert_eq!(
+        u.to_string(),
+        "redfish://root@[::1]:8443/redfish/v1/Systems/1?password-file=p&insecure"
+    );
+    let h = PowerUri::parse("redfish+http://a@h/redfish/v1/Systems/X?password-file=p").unwrap();
+    assert!(matches!(
+        h,
+        PowerUri::Redfish {
+            port: 80,
+            plain_http: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        err("redfish://a@h/redfish/v1/Systems/?password-file=p"),
+        "redfish: needs the system's path: redfish://USER@BMC[:PORT]/redfish/v1/Systems/ID?password-file=F"
+    );
+}
+
+#[test]
+fn snmp_values() {
+    let u = PowerUri::parse("apc-snmp://pdu:1161/7?community-file=c&on=2&off=1").unwrap();
+    assert_eq!(
+        u,
+        PowerUri::ApcSnmp {
+            host: "pdu".into(),
+            port: 1161,
+            outlet: 7,
+            community_file: "c".into(),
+            on_value: 2,
+            off_value: 1
+        }
+    );
+    assert_eq!(u.kind(), CutKind::Ac);
+    assert_eq!(
+        err("apc-snmp://private@pdu/1?community-file=c"),
+        "apc-snmp: the community must come from a file, not the URI: apc-snmp://PDU/OUTLET?community-file=F"
+    );
+    assert_eq!(
+        err("apc-snmp://pdu/0?community-file=c"),
+        "apc-snmp: needs an outlet number from 1: apc-snmp://PDU/OUTLET?community-file=F"
+    );
+    assert_eq!(
+        err("apc-snmp://pdu/1?community-file=c&on=1&off=1"),
+        "apc-snmp: `on` and `off` must differ (both 1)"
+    );
+}
+
+#[test]
+fn plugs_and_simfs() {
+    assert_eq!(
+        PowerUri::parse("tasmota://plug").unwrap(),
+        PowerUri::Tasmota {
+            host: "plug".into(),
+            port: 80,
+            relay: None
+        }
+    );
+    assert_eq!(
+        PowerUri::parse("shelly://10.0.0.5:8080/2")
+            .unwrap()
+            .to_string(),
+        "shelly://10.0.0.5:8080/2"
+    );
+    assert_eq!(
+        PowerUri::parse("simfs:///mnt/sim").unwrap(),
+        PowerUri::Simfs {
+            mountpoint: "/mnt/sim".into()
+        }
+    );
+    assert_eq!(
+        err("tasmota://plug/x"),
+        "tasmota: the relay must be a number, not `x`"
+    );
+}
+
+#[test]
+fn secrets_are_refused_and_never_echoed() {
+    let e = err("ipmi://admin:hunter2@bmc?password-file=p");
+    assert_eq!(
+        e,
+        "ipmi: a password in the URI is refused: put it in a file and use ?password-file=F"
+    );
+    assert!(!e.contains("hunter2"));
+    assert_eq!(
+        err("ipmi://admin@bmc"),
+        "ipmi: needs ?password-file=FILE (secrets come only from files)"
+    );
+    assert_eq!(
+        err("ipmi://admin@bmc?password-file=p&x=1"),
+        "ipmi: unknown parameter `x`"
+    );
+    assert_eq!(
+        err("ipmi://bmc?password-file=p"),
+        "ipmi: needs a user: ipmi://USER@HOST..."
+    );
+    assert_eq!(
+        err("ipmi://a@bmc:99999?password-file=p"),
+        "ipmi: bad port `99999`"
+    );
+    assert!(err("ftp://x").starts_with("unknown power scheme `ftp`"));
+    assert!(err("bmc1").starts_with("not a power URI"));
+    assert_eq!(err("exec:  "), "exec: needs a command: exec:CMD");
+}
+
+#[test]
+fn answers() {
+    assert_eq!(ipmi_state("Chassis Power is on\n"), PowerState::On);
+    assert_eq!(ipmi_state("Chassis Power is off\n"), PowerState::Off);
+    assert_eq!(ipmi_state("weird"), PowerState::Unknown("weird".into()));
+    assert_eq!(text_state(" OFF\n"), PowerState::Off);
+    assert_eq!(snmp_state("1\n", 1, 2), PowerState::On);
+    assert_eq!(snmp_state("INTEGER: 2", 1, 2), PowerState::Off);
+    assert_eq!(snmp_state("2", 2, 1), PowerState::On);
+    assert_eq!(snmp_state("3", 1, 2), PowerState::Unknown("3".into()));
+    assert_eq!(
+        redfish_state(r#"{"PowerState":"Off"}"#),
+        Ok(PowerState::Off)
+    );
+    assert_eq!(
+        redfish_state(r#"{"PowerState":"PoweringOn"}"#),
+        Ok(PowerState::Unknown("PoweringOn".into()))
+    );
+    assert_eq!(tasmota_state(r#"{"POWER":"ON"}"#, None), Ok(PowerState::On));
+    assert_eq!(
+        tasmota_state(r#"{"POWER1":"OFF"}"#, Some(1)),
+        Ok(PowerState::Off)
+    );
+    assert_eq!(
+        tasmota_state(r#"{"POWER1":"OFF"}"#, Some(2)),
+        Err(r#"no POWER2 in the answer: {"POWER1":"OFF"}"#.into())
+    );
+    assert_eq!(
+        shelly_status(r#"{"id":0,"output":false,"apower":0.0}"#),
+        Ok((PowerState::Off, Some(0.0)))
+    );
+}
