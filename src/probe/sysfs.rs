@@ -89,6 +89,25 @@ pub fn transport(devpath: &str) -> String {
     t.to_string()
 }
 
+/// Whether an MD array member takes part in the array's writes and flushes, from
+/// its `/sys/block/mdX/md/dev-NAME/state` (a comma-separated list, kernel
+/// `Documentation/admin-guide/md.rst`): not when it is a `spare` or `faulty`. An
+/// unreadable state (`None`) counts as active.
+///
+/// ```
+/// use plugpull::probe::sysfs::md_member_active;
+/// assert!(md_member_active(Some("in_sync")));
+/// assert!(!md_member_active(Some("spare")));
+/// assert!(!md_member_active(Some("faulty,write_mostly")));
+/// ```
+pub fn md_member_active(state: Option<&str>) -> bool {
+    state.is_none_or(|s| {
+        !s.trim()
+            .split(',')
+            .any(|w| matches!(w.trim(), "spare" | "faulty"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -131,8 +131,24 @@ impl Walk {
             self.slaves(p, dir);
         } else if dir.join("md").is_dir() {
             let level = read(&dir.join("md/level")).unwrap_or_default();
-            p.layers.push(Layer::Md { name, level });
-            self.slaves(p, dir);
+            p.layers.push(Layer::Md {
+                name: name.clone(),
+                level,
+            });
+            // Spares and faulty members get no writes and no flushes: not leaves.
+            for s in self.slave_dirs(dir) {
+                let member = s.file_name().map(|n| n.to_string_lossy().into_owned());
+                let member = member.unwrap_or_default();
+                let state = read(&dir.join(format!("md/dev-{member}/state")));
+                if sysfs::md_member_active(state.as_deref()) {
+                    self.node(p, &s);
+                } else {
+                    p.notes.push(format!(
+                        "{name}: member {member} is {}: not followed (it gets no writes or flushes)",
+                        state.unwrap_or_default()
+                    ));
+                }
+            }
         } else if dir.join("loop").is_dir() {
             self.loop_dev(p, dir, name);
         } else if name.starts_with("bcache") && dir.join("bcache").is_dir() {
