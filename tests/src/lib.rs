@@ -357,6 +357,12 @@ pub fn verdicts(counts: &[(&str, u64)]) -> serde_json::Value {
 /// takes it) with `extra` arguments to the end; panics unless it exits 0. Returns the
 /// run id.
 pub fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> String {
+    run_id(&write_file(l, target, size, extra))
+}
+
+/// [`write_run`]'s command, its output returned whole (stdout: the run id line, the
+/// stack under test, the summary); panics unless it exits 0.
+pub fn write_file(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "write",
         "file",
@@ -370,5 +376,5 @@ pub fn write_run(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> Str
     args.extend_from_slice(extra);
     let o = plugpull(&args);
     assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
-    run_id(&o)
+    o
 }

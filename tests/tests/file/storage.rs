@@ -100,20 +100,7 @@ fn a_run_on_ext4_mounted_without_barriers_carries_the_warning_into_write_and_ver
         &dir.path().join("mnt"),
     );
     let target = mnt.at.join("t.dat");
-    let o = plugpull(&[
-        "write",
-        "file",
-        "--listener",
-        l.addr(),
-        "--target",
-        target.to_str().unwrap(),
-        "--size",
-        "1MiB",
-        "--writes",
-        "50",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
+    let out = stdout(&write_file(&l, &target, "1MiB", &["--writes", "50"]));
     let mp = std::fs::canonicalize(&mnt.at).unwrap();
     let nobarrier = format!(
         "  nobarrier: ext4 at {} is mounted without barriers: it sends no cache flushes, so a volatile write cache can lose fsynced data",
@@ -152,20 +139,7 @@ fn a_run_on_ext4_mounted_without_barriers_carries_the_warning_into_write_and_ver
         lo.dev.as_str()
     );
     // `write --json` names the same warnings in its summary.
-    let o = plugpull(&[
-        "write",
-        "file",
-        "--listener",
-        l.addr(),
-        "--target",
-        target.to_str().unwrap(),
-        "--size",
-        "1MiB",
-        "--writes",
-        "5",
-        "--json",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = write_file(&l, &target, "1MiB", &["--writes", "5", "--json"]);
     let w: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(w["storage_warnings"], j["storage"]["probe"]["warnings"]);
 }
