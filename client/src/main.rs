@@ -81,7 +81,7 @@ enum Cmd {
     ///   plugpull probe --target /mnt/test/pp.dat
     ///   plugpull probe --target /mnt/test/pp.dat --seconds 5 --json
     ///   plugpull probe --dsn 'host=/tmp dbname=bench' --seconds 5
-    ///   plugpull probe --target /dev/sdX --seconds 5 --force   (overwrites its first 4 KiB)
+    ///   plugpull probe --target /dev/sdX --seconds 5 --force   # writes its first 4 KiB, then restores them
     #[command(verbatim_doc_comment)]
     Probe {
         #[command(flatten)]

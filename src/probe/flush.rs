@@ -124,6 +124,12 @@ pub struct DiskFlushes {
     pub flushes_delta: Option<u64>,
     /// `flushes_delta / fdatasyncs`; `None` when either is unknown or zero fdatasyncs ran.
     pub per_fdatasync: Option<f64>,
+    /// Write requests completed during the loop (field 5 after minus before); `None`
+    /// when unknown. Zero means the disk's counters do not see the loop's I/O at all
+    /// (e.g. an NVMe multipath head without I/O accounting): then its zero flushes
+    /// prove nothing.
+    #[serde(default)]
+    pub writes_delta: Option<u64>,
     /// `queue/rotational`: `Some(true)` for a spinning disk (as the kernel reports it).
     pub rotational: Option<bool>,
     /// `queue/write_cache`.
@@ -144,10 +150,13 @@ impl DiskFlushes {
         let per_fdatasync = flushes_delta
             .filter(|_| fdatasyncs > 0)
             .map(|d| d as f64 / fdatasyncs as f64);
+        let writes_delta = (before.fields > 0 && after.write_ios >= before.write_ios)
+            .then(|| after.write_ios - before.write_ios);
         DiskFlushes {
             disk: disk.to_string(),
             flushes_delta,
             per_fdatasync,
+            writes_delta,
             rotational: None,
             write_cache: None,
             rpm: None,
@@ -199,7 +208,9 @@ pub fn warnings(m: &FlushMeasurement) -> Vec<FlushWarning> {
             })
         };
         let volatile = d.write_cache == Some(WriteCache::WriteBack);
-        if volatile && m.fdatasyncs >= 1 && d.flushes_delta == Some(0) {
+        // Zero flushes prove something only where the disk counted the loop's writes.
+        if volatile && m.fdatasyncs >= 1 && d.flushes_delta == Some(0) && d.writes_delta != Some(0)
+        {
             warn(
                 FLUSHES_NOT_REACHING_DEVICE,
                 format!(

@@ -22,9 +22,9 @@ fn ram_disk(name: &str) -> Option<&'static str> {
     }
 }
 
-/// Whether a filesystem type keeps its files in RAM only.
+/// Whether a filesystem type keeps its files in RAM only (tmpfs, ramfs, devtmpfs).
 fn ram_fs(fstype: &str) -> bool {
-    matches!(fstype, "tmpfs" | "ramfs")
+    matches!(fstype, "tmpfs" | "ramfs" | "devtmpfs")
 }
 
 /// The `volatile-memory` warnings of one layer: the target (or a loop device's

@@ -222,7 +222,7 @@ fn a_raw_device_is_refused() {
     let err = measure(Path::new(&lp.dev), 0.2, &[], false).unwrap_err();
     assert_eq!(
         err.0,
-        "--seconds on a block device overwrites its first 4 KiB: give --force to allow it"
+        "--seconds on a block device writes its first 4 KiB (put back after the loop): give --force to allow it"
     );
     assert_eq!(
         std::fs::read(&img).unwrap(),

@@ -15,12 +15,73 @@ use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
+/// `dsn` as text safe to print: a URL's `user:password@` loses its password (up to
+/// the last `@`), and in
+/// the key=value form every `password` value (quoted or not) becomes `***`
+/// (libpq's syntax, PostgreSQL docs "Connection Strings"). Used where the DSN could
+/// not be parsed, so [`redacted`] cannot be.
+pub fn redact_dsn(dsn: &str) -> String {
+    if let Some(scheme_end) = dsn.find("://") {
+        let rest = &dsn[scheme_end + 3..];
+        // The last `@`: a password may hold `/`, `?` or `@` in a malformed URL (this
+        // may hide more than the password, never less).
+        if let Some(at) = rest.rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                return format!(
+                    "{}{}:***{}",
+                    &dsn[..scheme_end + 3],
+                    &rest[..colon],
+                    &rest[at..]
+                );
+            }
+        }
+        return dsn.to_string();
+    }
+    let mut out = String::new();
+    let mut rest = dsn;
+    while let Some(i) = rest.find("password") {
+        let (head, tail) = rest.split_at(i + "password".len());
+        out.push_str(head);
+        let after = tail.trim_start();
+        if !after.starts_with('=') {
+            rest = tail;
+            continue;
+        }
+        let value = after[1..].trim_start();
+        let len = if let Some(q) = value.strip_prefix('\'') {
+            let mut end = q.len();
+            let mut esc = false;
+            for (k, c) in q.char_indices() {
+                match c {
+                    '\\' if !esc => esc = true,
+                    '\'' if !esc => {
+                        end = k + 1;
+                        break;
+                    }
+                    _ => esc = false,
+                }
+            }
+            1 + end
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        out.push_str("=***");
+        rest = &value[len.min(value.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Builds the connection configuration from `dsn` (or nothing) plus the environment.
 pub fn config(dsn: Option<&str>) -> Result<Config, String> {
     let text = dsn.unwrap_or("").trim();
-    let mut cfg: Config = text
-        .parse()
-        .map_err(|e| format!("cannot parse connection string {text:?}: {}", describe(&e)))?;
+    let mut cfg: Config = text.parse().map_err(|e| {
+        format!(
+            "cannot parse connection string {:?}: {}",
+            redact_dsn(text),
+            describe(&e)
+        )
+    })?;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     if cfg.get_hosts().is_empty() && cfg.get_hostaddrs().is_empty() {
         match env("PGHOST") {
@@ -303,6 +364,33 @@ mod tests {
         let c = config(Some("postgresql://u:pw@127.0.0.1:5444/db")).unwrap();
         assert_eq!(redacted(&c), "host=127.0.0.1 port=5444 user=u dbname=db");
         assert_eq!(c.get_password(), Some(&b"pw"[..]));
+    }
+
+    #[test]
+    fn a_dsn_that_cannot_be_parsed_is_printed_without_its_password() {
+        assert_eq!(
+            redact_dsn("host=/tmp password=hunter2 dbname='bench"),
+            "host=/tmp password=*** dbname='bench"
+        );
+        assert_eq!(
+            redact_dsn("password = 'a b\\' c' port=x"),
+            "password=*** port=x"
+        );
+        assert_eq!(
+            redact_dsn("postgresql://u:hun/ter@h:99999/db"),
+            "postgresql://u:***@h:99999/db"
+        );
+        assert_eq!(redact_dsn("postgresql://u@h/db"), "postgresql://u@h/db");
+        let e = config(Some("host=/tmp password=hunter2 dbname='bench")).unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(
+            e.starts_with(
+                "cannot parse connection string \"host=/tmp password=*** dbname='bench\": "
+            ),
+            "{e}"
+        );
+        let e = config(Some("postgresql://u:hunter2@h:99999/db")).unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// The refusal for a raw block device target without `--force`.
 pub const RAW_DEVICE_REFUSED: &str =
-    "--seconds on a block device overwrites its first 4 KiB: give --force to allow it";
+    "--seconds on a block device writes its first 4 KiB (put back after the loop): give --force to allow it";
 /// Bytes each `pwrite` writes (at offset 0 of the scratch file, or of the device).
 pub const WRITE_SIZE: usize = 4096;
 /// What each `pwrite` writes: [`WRITE_SIZE`] bytes of this value.
@@ -27,6 +27,9 @@ pub const WRITE_BYTE: u8 = 0x5a;
 struct Scratch {
     path: PathBuf,
     file: File,
+    /// A device's first [`WRITE_SIZE`] bytes as they were before the loop, written
+    /// back after it.
+    saved: Option<Vec<u8>>,
 }
 
 impl Scratch {
@@ -49,17 +52,52 @@ impl Scratch {
                 path.display()
             ))
         })?;
-        Ok(Scratch { path, file })
+        Ok(Scratch {
+            path,
+            file,
+            saved: None,
+        })
     }
 
     /// The block device `dev` itself, opened as `write file` opens one
     /// ([`crate::file::target::open_block_exclusive`]: `O_EXCL`, so a mounted or held
     /// device is refused with EBUSY).
+    /// Its first [`WRITE_SIZE`] bytes are read first, to be put back ([`Scratch::restore`]).
     fn device(dev: &Path) -> Result<Scratch, Error> {
+        let file = crate::file::target::open_block_exclusive(dev)?;
+        let mut saved = vec![0u8; WRITE_SIZE];
+        file.read_exact_at(&mut saved, 0).map_err(|e| {
+            Error(format!(
+                "cannot read the first {WRITE_SIZE} bytes of {} to restore them after the loop: {e}",
+                dev.display()
+            ))
+        })?;
         Ok(Scratch {
             path: dev.to_path_buf(),
-            file: crate::file::target::open_block_exclusive(dev)?,
+            file,
+            saved: Some(saved),
         })
+    }
+
+    /// Writes a device's saved bytes back and syncs them; the note saying so. Errors
+    /// name the device and that its first 4 KiB now hold the loop's bytes.
+    fn restore(&self) -> Result<Option<String>, Error> {
+        let Some(saved) = &self.saved else {
+            return Ok(None);
+        };
+        self.file
+            .write_all_at(saved, 0)
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| {
+                Error(format!(
+                    "could not restore the first {WRITE_SIZE} bytes of {} after the loop ({e}): they now hold 0x{WRITE_BYTE:02x}",
+                    self.path.display()
+                ))
+            })?;
+        Ok(Some(format!(
+            "{}: the loop wrote its first {WRITE_SIZE} bytes; what they held before was written back and synced",
+            self.path.display()
+        )))
     }
 }
 
@@ -138,9 +176,12 @@ pub fn measure(
         ));
     }
     let before: Vec<_> = disks.iter().map(|d| read_stat(d)).collect();
-    let (fdatasyncs, elapsed, lat) = run_loop(&scratch, Duration::from_secs_f64(seconds))?;
+    let ran = run_loop(&scratch, Duration::from_secs_f64(seconds));
     let after: Vec<_> = disks.iter().map(|d| read_stat(d)).collect();
+    // Put a device's bytes back whether or not the loop went well.
+    notes.extend(scratch.restore()?);
     drop(scratch);
+    let (fdatasyncs, elapsed, lat) = ran?;
     let per_disk = disks
         .iter()
         .zip(before.iter().zip(&after))
@@ -207,6 +248,11 @@ fn disk_flushes(
             DiskFlushes::between(disk, &none, &none, fdatasyncs)
         }
     };
+    if d.writes_delta == Some(0) && fdatasyncs > 0 {
+        notes.push(format!(
+            "{disk}: no write counted during the loop either: its counters do not see this I/O (an NVMe multipath head without I/O accounting?), so its flush count proves nothing"
+        ));
+    }
     d.rotational = queue_attr(disk, "rotational").map(|r| r.trim() == "1");
     d.write_cache = queue_attr(disk, "write_cache").and_then(|w| WriteCache::parse(&w));
     if d.rotational == Some(true) {

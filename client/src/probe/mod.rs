@@ -43,9 +43,10 @@ pub struct ProbeArgs {
     /// each leaf disk's flushes. Exit 2 when it could not run.
     #[arg(long, value_parser = seconds_arg)]
     pub seconds: Option<f64>,
-    /// With --seconds on a block device: run the loop on the device itself,
-    /// OVERWRITING ITS FIRST 4 KiB (offset 0). The device is opened exclusively, so
-    /// a mounted or otherwise held device is refused.
+    /// With --seconds on a block device: run the loop on the device itself, writing
+    /// its first 4 KiB (offset 0; what they held is put back after the loop, but not
+    /// if the probe is killed during it). The device is opened exclusively, so a
+    /// mounted or otherwise held device is refused.
     #[arg(long, requires = "seconds")]
     pub force: bool,
     /// Print one JSON object instead of text (`{"ok":false,"error":…}` when it could
@@ -122,9 +123,20 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
     Ok((p, not_measured))
 }
 
-/// Completes a probe as a `write` run does ([`try_complete`] without `force`: never
-/// on a raw device; what could not be measured is only a note).
+/// Completes a probe as a `write` run does ([`try_complete`] without `force`; what
+/// could not be measured is only a note). A raw device is not timed: the run holds
+/// it, and its own blocks are the run's; the note says how to time it beforehand.
 pub fn complete(p: &mut Probe, loop_at: Option<&Path>, seconds: Option<f64>) {
+    let raw =
+        loop_at.filter(|at| std::fs::metadata(at).is_ok_and(|m| m.file_type().is_block_device()));
+    if let (Some(dev), Some(_)) = (raw, seconds) {
+        p.notes.push(format!(
+            "flush accounting not measured: a run does not time its own raw device; run `plugpull probe --target {} --seconds N --force` before the run",
+            dev.display()
+        ));
+        let _noted = try_complete(p, None, None, false);
+        return;
+    }
     let _noted = try_complete(p, loop_at, seconds, false);
 }
 
@@ -305,9 +317,9 @@ pub fn finish(p: &mut Probe) {
 /// For `plugpull probe` only (never for a `write` run, which holds its device
 /// open exclusively by then): the note for a block device `write file` would refuse.
 /// `write` opens a device exclusively
-/// ([`crate::file::target::open_block_exclusive`], called here too and closed at
-/// once, nothing written), and the kernel refuses that while the device is mounted
-/// or held, before `--force` is looked at. The note quotes `write`'s own refusal,
+/// ([`crate::file::target::open_block_exclusive`]; asked here read-only,
+/// [`crate::file::target::block_in_use`], and closed at once), and the kernel
+/// refuses that while the device is mounted or held, before `--force` is looked at. The note quotes `write`'s own refusal,
 /// after where the device is mounted (from `/proc/self/mountinfo`). `None` for a
 /// target that is not a block device.
 fn held_note(target: &Path) -> Option<String> {
@@ -317,7 +329,7 @@ fn held_note(target: &Path) -> Option<String> {
         return None;
     }
     let rdev = meta.rdev();
-    let refused = crate::file::target::open_block_exclusive(&dev).err()?;
+    let refused = crate::file::target::block_in_use(&dev)?;
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut at: Vec<String> = mountinfo::parse(&text)
         .into_iter()

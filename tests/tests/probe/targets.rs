@@ -180,7 +180,7 @@ fn seconds_on_a_raw_device_without_force_is_not_measured_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let (img, lo) = image_on_loop(dir.path(), 1 << 20);
     let o = plugpull(&["probe", "--seconds", "1", "--json", "--target", &lo.dev]);
-    let cause = "--seconds on a block device overwrites its first 4 KiB: give --force to allow it";
+    let cause = "--seconds on a block device writes its first 4 KiB (put back after the loop): give --force to allow it";
     assert_eq!(
         exit_2(&o),
         format!("plugpull: flush accounting not measured: {cause}")
@@ -236,13 +236,19 @@ fn seconds_on_a_read_only_mount_is_not_measured_exit_2() {
 }
 
 #[test]
-fn force_runs_the_loop_on_the_device_and_overwrites_only_its_first_4_kib() {
-    let test = "force_runs_the_loop_on_the_device_and_overwrites_only_its_first_4_kib";
+fn force_runs_the_loop_on_the_device_and_restores_its_first_4_kib() {
+    let test = "force_runs_the_loop_on_the_device_and_restores_its_first_4_kib";
     if skip_without_loop(test, &[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (img, lo) = image_on_loop(dir.path(), 1 << 20);
+    let name = lo.dev.trim_start_matches("/dev/");
+    let writes = || -> u64 {
+        let s = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+        s.split_whitespace().nth(4).unwrap().parse().unwrap()
+    };
+    let before = writes();
     let o = plugpull(&[
         "probe",
         "--seconds",
@@ -254,19 +260,30 @@ fn force_runs_the_loop_on_the_device_and_overwrites_only_its_first_4_kib() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(v["flush"]["fdatasyncs"].as_u64().unwrap() >= 1, "{v}");
+    let n = v["flush"]["fdatasyncs"].as_u64().unwrap();
+    assert!(n >= 1, "{v}");
+    // Every loop write and the restore went to the device itself.
+    assert!(
+        writes() - before > n,
+        "{} writes for {n} fdatasyncs",
+        writes() - before
+    );
+    let note = format!(
+        "{}: the loop wrote its first 4096 bytes; what they held before was written back and synced",
+        lo.dev
+    );
+    assert_eq!(v["flush"]["notes"], json!([note]), "{v}");
     let mut head = vec![0u8; 1 << 20];
     std::io::Read::read_exact(&mut std::fs::File::open(&lo.dev).unwrap(), &mut head).unwrap();
-    assert!(head[..4096].iter().all(|&b| b == 0x5a), "the loop's block");
     assert!(
-        head[4096..].iter().all(|&b| b == 0xa5),
-        "the rest untouched"
+        head.iter().all(|&b| b == 0xa5),
+        "restored, the rest untouched"
     );
     drop(lo);
     let on_disk = std::fs::read(&img).unwrap();
     assert!(
-        on_disk[..4096].iter().all(|&b| b == 0x5a),
-        "reached the image"
+        on_disk.iter().all(|&b| b == 0xa5),
+        "restored on the image too"
     );
 }
 
@@ -467,7 +484,12 @@ fn a_write_run_on_a_raw_device_does_not_record_that_write_refuses_it() {
     std::fs::write(&img, vec![0; 4 << 20]).unwrap();
     let lo = Loop::attach(&img, &[]);
     let l = plugpull_tests::Listener::start(dir.path());
-    plugpull_tests::write_run(&l, Path::new(&lo.dev), "1MiB", &["--writes", "50"]);
+    plugpull_tests::write_run(
+        &l,
+        Path::new(&lo.dev),
+        "1MiB",
+        &["--writes", "50", "--probe-seconds", "1"],
+    );
     let (code, v, err) = plugpull_tests::verify_json(&l, &[]);
     assert_eq!(code, 0, "{err}");
     let p = &v["storage"]["probe"];
@@ -477,4 +499,17 @@ fn a_write_run_on_a_raw_device_does_not_record_that_write_refuses_it() {
         .filter(|n| n.contains("`write file` refuses it"))
         .collect();
     assert_eq!(held, Vec::<String>::new());
+    // The run holds its device: --probe-seconds says how to time it beforehand.
+    let timed: Vec<String> = notes(p)
+        .into_iter()
+        .filter(|n| n.starts_with("flush accounting"))
+        .collect();
+    assert_eq!(
+        timed,
+        [format!(
+            "flush accounting not measured: a run does not time its own raw device; run `plugpull probe --target {} --seconds N --force` before the run",
+            lo.dev
+        )]
+    );
+    assert_eq!(p["flush"], Value::Null);
 }
