@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 mod device;
 mod http;
 mod ipmi;
+mod limits;
 mod snmp;
 
 /// `plugpull power --power URI ACTION [--json]`.
