@@ -176,3 +176,46 @@ fn json_failure_prints_one_object() {
         serde_json::json!({"ok": false, "error": "exec: `sleep 1000` timed out after 1 s"})
     );
 }
+
+/// `ipmitool` and `snmpget` replaced by PATH shims recording their arguments: the
+/// IPMI password and the SNMP community are on no child command line.
+#[test]
+fn secrets_on_no_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = d.join("args");
+    for (tool, answer) in [("ipmitool", "Chassis Power is on"), ("snmpget", "1")] {
+        super::write_mode(
+            &d.join(tool),
+            &format!(
+                "#!/bin/sh\nprintf '%s\\n' {tool} \"$@\" >> {}\necho '{answer}'\n",
+                args.display()
+            ),
+            0o755,
+        );
+    }
+    let secret = d.join("secret");
+    super::write_mode(&secret, "Sq3-secret-Xv\n", 0o600);
+    let path = format!("{}:{}", d.display(), std::env::var("PATH").unwrap());
+    for uri in [
+        format!("ipmi://admin@127.0.0.1?password-file={}", secret.display()),
+        format!("apc-snmp://127.0.0.1/1?community-file={}", secret.display()),
+    ] {
+        let o = Command::new(bin("plugpull"))
+            .args(["power", "--power", &uri, "status"])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&o), "on\n", "{uri}: {}", stderr(&o));
+    }
+    let got = std::fs::read_to_string(&args).unwrap();
+    assert_eq!(
+        got,
+        format!(
+            "ipmitool\n-I\nlanplus\n-H\n127.0.0.1\n-p\n623\n-U\nadmin\n-f\n{}\nchassis\npower\nstatus\n\
+             snmpget\n-On\n-Oqv\n-t\n3\n-r\n1\nudp:127.0.0.1:161\n1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.1\n",
+            secret.display()
+        )
+    );
+    assert!(!got.contains("Sq3-secret-Xv"), "{got}");
+}
