@@ -219,3 +219,30 @@ fn secrets_on_no_command_line() {
     );
     assert!(!got.contains("Sq3-secret-Xv"), "{got}");
 }
+
+#[test]
+fn shelly_off_json_holds_the_read_back_state() {
+    let on = std::sync::Arc::new(std::sync::Mutex::new(true));
+    let plug = Device::start(move |r| {
+        let mut s = on.lock().unwrap();
+        match r.target.as_str() {
+            "/rpc/Switch.Set?id=0&on=false" => {
+                *s = false;
+                (200, r#"{"was_on":true}"#.into())
+            }
+            "/rpc/Switch.GetStatus?id=0" => {
+                (200, format!(r#"{{"id":0,"output":{},"apower":0.0}}"#, *s))
+            }
+            _ => (404, "{}".into()),
+        }
+    });
+    let uri = format!("shelly://{}", plug.addr);
+    let (o, _) = power_1s(&uri, "off", true);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"uri": format!("shelly://{}/0", plug.addr), "kind": "ac",
+                           "action": "off", "ok": true, "state": "off", "load_w": 0.0})
+    );
+}
