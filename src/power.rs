@@ -14,13 +14,14 @@
 //! * `simfs://MOUNTPOINT` — the simulated machine.
 //!
 //! Secrets (passwords, SNMP communities) come only from files: a URI carrying one
-//! (`user:password@`, `community@`) is refused, and the error never repeats it.
+//! (`user:password@`, `community@`) is refused before anything else is split (the
+//! secret may hold `/`, `?`, `#` or `@`), and the error never repeats it.
 //! Query values are taken literally (no percent-decoding).
 
 pub mod answer;
 mod grammar;
 
-use grammar::{number, Authority, Query};
+use grammar::{number, userinfo, Authority, Query};
 
 pub use answer::{ipmi_state, redfish_state, shelly_status, snmp_state, tasmota_state, text_state};
 
@@ -173,6 +174,8 @@ impl PowerUri {
              redfish, redfish+http, apc-snmp, tasmota, shelly, simfs"
                 .to_string()
         })?;
+        // The user (and any secret wrongly put there) first: it may hold `/?#@`.
+        let (user, rest) = userinfo(scheme, rest)?;
         let (rest, mut query) = match rest.split_once('?') {
             Some((r, q)) => (r, Query::parse(scheme, q)?),
             None => (rest, Query::default()),
@@ -181,7 +184,7 @@ impl PowerUri {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let auth = Authority::parse(scheme, authority)?;
+        let auth = Authority::parse(scheme, user, authority)?;
         let uri = match scheme {
             "ipmi" => parse_ipmi(auth, path, &mut query)?,
             "redfish" | "redfish+http" => parse_redfish(scheme, auth, path, &mut query)?,
@@ -189,7 +192,10 @@ impl PowerUri {
             "tasmota" => PowerUri::Tasmota {
                 port: auth.port.unwrap_or(80),
                 host: auth.no_user(scheme)?,
-                relay: number(scheme, "relay", path, true)?,
+                relay: match number(scheme, "relay", path, true)? {
+                    Some(0) => return Err("tasmota: relay 0 would switch every relay (Power0): give one relay from 1, or none for a single-relay plug".into()),
+                    r => r,
+                },
             },
             "shelly" => PowerUri::Shelly {
                 port: auth.port.unwrap_or(80),

@@ -7,10 +7,13 @@ use super::PowerState;
 use serde_json::Value;
 
 /// `exec:` status: the command's stdout, `on` or `off` (any case, surrounding blanks
-/// ignored); anything else is [`PowerState::Unknown`].
+/// ignored), optionally after `Status:` (fence agents print `Status: ON`); anything
+/// else is [`PowerState::Unknown`].
 pub fn text_state(stdout: &str) -> PowerState {
     let t = stdout.trim();
-    match t.to_ascii_lowercase().as_str() {
+    let lower = t.to_ascii_lowercase();
+    let word = lower.strip_prefix("status:").unwrap_or(&lower).trim();
+    match word {
         "on" => PowerState::On,
         "off" => PowerState::Off,
         _ => PowerState::Unknown(t.to_string()),

@@ -22,7 +22,40 @@ pub(super) fn number(
         .map_err(|_| format!("{scheme}: the {what} must be a number, not `{p}`"))
 }
 
-/// `[USER@]HOST[:PORT]`, HOST possibly `[v6]`.
+/// Splits `USER@` off the front of what follows `://`, before anything else is
+/// split, so a secret holding `/`, `?`, `#` or `@` is never taken for a host, port,
+/// path or query. The user part runs to the first `@`, unless that `@` lies in a
+/// `?...-file=` value (a file path). A `:` in it means a password: refused, and the
+/// error quotes nothing of it; so is anything before an `@` for the schemes that
+/// take no user (`apc-snmp`: a community), and a user holding `/`, `?` or `#`.
+pub(super) fn userinfo<'a>(
+    scheme: &str,
+    rest: &'a str,
+) -> Result<(Option<String>, &'a str), String> {
+    let Some(i) = rest.find('@') else {
+        return Ok((None, rest));
+    };
+    let user = &rest[..i];
+    if scheme == "simfs" || user.contains("-file=") {
+        return Ok((None, rest));
+    }
+    match scheme {
+        "apc-snmp" => Err(
+            "apc-snmp: the community must come from a file, not the URI: apc-snmp://PDU/OUTLET?community-file=F"
+                .into(),
+        ),
+        "tasmota" | "shelly" => Err(format!("{scheme}: takes no user or password")),
+        _ if user.contains(':') => Err(format!(
+            "{scheme}: a password in the URI is refused: put it in a file and use ?password-file=F"
+        )),
+        _ if user.contains(['/', '?', '#']) => Err(format!(
+            "{scheme}: the user before `@` holds `/`, `?` or `#`: give USER@HOST, the password in a file"
+        )),
+        _ => Ok((Some(user.to_string()), &rest[i + 1..])),
+    }
+}
+
+/// `HOST[:PORT]`, HOST possibly `[v6]` (the user already split off by [`userinfo`]).
 pub(super) struct Authority {
     pub(super) user: Option<String>,
     pub(super) host: String,
@@ -30,7 +63,7 @@ pub(super) struct Authority {
 }
 
 impl Authority {
-    pub(super) fn parse(scheme: &str, a: &str) -> Result<Authority, String> {
+    pub(super) fn parse(scheme: &str, user: Option<String>, a: &str) -> Result<Authority, String> {
         if scheme == "simfs" {
             return Ok(Authority {
                 user: None,
@@ -38,17 +71,10 @@ impl Authority {
                 port: None,
             });
         }
-        let (user, hostport) = match a.rsplit_once('@') {
-            Some((u, h)) => {
-                if u.contains(':') {
-                    return Err(format!(
-                        "{scheme}: a password in the URI is refused: put it in a file and use ?password-file=F"
-                    ));
-                }
-                (Some(u.to_string()), h)
-            }
-            None => (None, a),
-        };
+        let hostport = a;
+        if hostport.contains('@') {
+            return Err(format!("{scheme}: more than one `@` before the host"));
+        }
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
             let (h, tail) = v6
                 .split_once(']')

@@ -195,3 +195,61 @@ fn answers() {
         Ok((PowerState::Off, Some(0.0)))
     );
 }
+
+#[test]
+fn secrets_holding_uri_delimiters_are_refused_quoting_nothing() {
+    let pw = "redfish: a password in the URI is refused: put it in a file and use ?password-file=F";
+    let cases = [
+        ("redfish://root:Zx9/q+w@bmc/redfish/v1/Systems/1?password-file=p", pw, "Zx9/q+w"),
+        ("redfish://root:Qx#Zk@bmc/redfish/v1/Systems/1?password-file=p", pw, "Qx#Zk"),
+        ("redfish://root:Pq@Wv@bmc/redfish/v1/Systems/1?password-file=p", pw, "Pq@Wv"),
+        (
+            "ipmi://admin:s3cr?et@bmc",
+            "ipmi: a password in the URI is refused: put it in a file and use ?password-file=F",
+            "s3cr?et",
+        ),
+        (
+            "apc-snmp://pub/lic@pdu/1",
+            "apc-snmp: the community must come from a file, not the URI: apc-snmp://PDU/OUTLET?community-file=F",
+            "pub/lic",
+        ),
+        (
+            "apc-snmp://Pu?Bx#Lz@Ic@pdu/1?community-file=f",
+            "apc-snmp: the community must come from a file, not the URI: apc-snmp://PDU/OUTLET?community-file=F",
+            "Pu?Bx#Lz@Ic",
+        ),
+        ("tasmota://Tt:Kk/Jj@plug/1", "tasmota: takes no user or password", "Kk/Jj"),
+    ];
+    for (uri, want, secret) in cases {
+        let e = err(uri);
+        assert_eq!(e, want, "{uri}");
+        for part in secret.split(['/', '?', '#', '@']) {
+            assert!(!e.contains(part), "{uri}: {e}");
+        }
+    }
+    // An `@` in a file path is not a user.
+    let u = PowerUri::parse("apc-snmp://pdu:1161/3?community-file=/run/user@1000/c").unwrap();
+    assert_eq!(
+        u.to_string(),
+        "apc-snmp://pdu:1161/3?community-file=/run/user@1000/c&on=1&off=2"
+    );
+}
+
+#[test]
+fn tasmota_relay_zero_is_refused() {
+    assert_eq!(
+        err("tasmota://plug/0"),
+        "tasmota: relay 0 would switch every relay (Power0): give one relay from 1, or none for a single-relay plug"
+    );
+}
+
+#[test]
+fn exec_status_accepts_fence_agent_spelling() {
+    assert_eq!(text_state("Status: ON\n"), PowerState::On);
+    assert_eq!(text_state("status:off"), PowerState::Off);
+    assert_eq!(text_state(" OFF \n"), PowerState::Off);
+    assert_eq!(
+        text_state("Status: UNKNOWN\n"),
+        PowerState::Unknown("Status: UNKNOWN".into())
+    );
+}

@@ -1,8 +1,10 @@
 //! `exec:CMD`: any command (USB relays, fence agents, in-house rigs). CMD runs with
 //! `sh -c`, every `{action}` replaced by `off`, `on` or `status`; a non-zero exit is
-//! an error naming the command; `status` reads `on` or `off` from its stdout.
+//! an error naming the command; `status` reads `on` or `off` (or a fence agent's
+//! `Status: ON`) from its stdout. The command runs in a process group of its own,
+//! killed whole after [`EXEC_LIMIT`](super::EXEC_LIMIT) (60 s).
 
-use super::{Driver, Status};
+use super::{limit, run_tool, Driver, Status, EXEC_LIMIT};
 use crate::Error;
 use plugpull::power::{text_state, CutKind};
 use std::process::Command;
@@ -23,11 +25,9 @@ impl Exec {
     /// Runs the command for `action`; its stdout on success.
     fn run(&self, action: &str) -> Result<String, Error> {
         let cmd = self.command.replace("{action}", action);
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .output()
-            .map_err(|e| Error(format!("exec: cannot run `{cmd}`: {e}")))?;
+        let mut sh = Command::new("sh");
+        sh.arg("-c").arg(&cmd);
+        let out = run_tool(sh, &format!("exec: `{cmd}`"), limit(EXEC_LIMIT))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let code = match out.status.code() {

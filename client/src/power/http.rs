@@ -1,6 +1,8 @@
 //! The HTTP(S) client shared by the Redfish, Tasmota and Shelly drivers: `ureq`
-//! with rustls, 10 s per request, HTTP error statuses returned (not raised) so the
-//! drivers can name them.
+//! with rustls; each request limited to [`HTTP_LIMIT`](super::HTTP_LIMIT) (10 s,
+//! connect included; `PLUGPULL_POWER_TIMEOUT` replaces it); HTTP error statuses
+//! returned (not raised) so the drivers can name them. Redirects are not followed
+//! (ureq would turn a POST into a GET): a 3xx is an error naming its `Location`.
 
 use crate::Error;
 use std::time::Duration;
@@ -10,8 +12,11 @@ pub fn agent(insecure: bool) -> ureq::Agent {
     let tls = ureq::tls::TlsConfig::builder()
         .disable_verification(insecure)
         .build();
+    let limit = super::limit(super::HTTP_LIMIT);
     ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(10)))
+        .timeout_global(Some(limit))
+        .timeout_connect(Some(limit.min(Duration::from_secs(5))))
+        .max_redirects(0)
         .http_status_as_error(false)
         .tls_config(tls)
         .build()
@@ -27,7 +32,8 @@ pub struct Answer {
 }
 
 /// GET (`body` none) or POST of a JSON `body` to `url`, with an `Authorization`
-/// header when given. Errors: connection, TLS or timeout (named with `what`).
+/// header when given. Errors: connection, TLS or timeout (named with `what`), and a
+/// redirect (3xx), naming where it pointed.
 pub fn call(
     agent: &ureq::Agent,
     what: &str,
@@ -53,6 +59,16 @@ pub fn call(
         }
     };
     let status = resp.status().as_u16();
+    if (300..400).contains(&status) {
+        let to = resp
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .unwrap_or("nowhere");
+        return Err(Error(format!(
+            "{what}: {url} answered HTTP {status}, a redirect to {to}: not followed (fix the URI)"
+        )));
+    }
     let body = resp.body_mut().read_to_string().map_err(fail)?;
     Ok(Answer { status, body })
 }

@@ -1,8 +1,9 @@
 //! `ipmi://USER@BMC[:PORT]?password-file=F[&cipher=N]`: `ipmitool [-C N] -I lanplus
 //! -H BMC -p PORT -U USER -f F chassis power off|on|status` (ipmitool(1)). The password stays in
-//! its file: ipmitool reads it with `-f`, so it is on no command line.
+//! its file: ipmitool reads it with `-f`, so it is on no command line. Each run is
+//! killed after [`IPMI_LIMIT`](super::IPMI_LIMIT) (30 s).
 
-use super::{read_secret, Driver, Status};
+use super::{limit, on_path, read_secret, run_tool, Driver, Status, IPMI_LIMIT};
 use crate::Error;
 use plugpull::power::{ipmi_state, CutKind, PowerUri};
 use std::path::PathBuf;
@@ -41,23 +42,32 @@ impl Ipmi {
     }
 
     fn chassis_power(&self, action: &str) -> Result<String, Error> {
+        if !on_path("ipmitool") {
+            return Err(Error(
+                "ipmi: ipmitool not found: install the ipmitool package (Debian: apt-get install ipmitool)"
+                    .into(),
+            ));
+        }
         let mut cmd = Command::new("ipmitool");
         if let Some(c) = self.cipher {
             cmd.args(["-C", &c.to_string()]);
         }
-        let out = cmd
-            .args(["-I", "lanplus", "-H", &self.host, "-p", &self.port.to_string()])
-            .args(["-U", &self.user, "-f"])
-            .arg(&self.password_file)
-            .args(["chassis", "power", action])
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Error(
-                    "ipmi: ipmitool not found: install the ipmitool package (Debian: apt-get install ipmitool)"
-                        .into(),
-                ),
-                _ => Error(format!("ipmi: cannot run ipmitool: {e}")),
-            })?;
+        cmd.args([
+            "-I",
+            "lanplus",
+            "-H",
+            &self.host,
+            "-p",
+            &self.port.to_string(),
+        ])
+        .args(["-U", &self.user, "-f"])
+        .arg(&self.password_file)
+        .args(["chassis", "power", action]);
+        let what = format!(
+            "ipmi: `ipmitool ... chassis power {action}` on {}:{}",
+            self.host, self.port
+        );
+        let out = run_tool(cmd, &what, limit(IPMI_LIMIT))?;
         if !out.status.success() {
             return Err(Error(format!(
                 "ipmi: `ipmitool ... chassis power {action}` on {}:{} failed: {}",

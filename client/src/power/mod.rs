@@ -17,7 +17,53 @@ mod snmp;
 use crate::Error;
 use plugpull::power::{CutKind, PowerState, PowerUri};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// How long an `exec:` command may run (a relay script, a fence agent).
+pub const EXEC_LIMIT: Duration = Duration::from_secs(60);
+/// How long one `ipmitool` run may take.
+pub const IPMI_LIMIT: Duration = Duration::from_secs(30);
+/// How long one `snmpset`/`snmpget` run may take.
+pub const SNMP_LIMIT: Duration = Duration::from_secs(15);
+/// How long one HTTP request (Redfish, Tasmota, Shelly) may take, connect included.
+pub const HTTP_LIMIT: Duration = Duration::from_secs(10);
+
+/// `default`, or `PLUGPULL_POWER_TIMEOUT` whole seconds (at least 1) when set.
+pub fn limit(default: Duration) -> Duration {
+    std::env::var("PLUGPULL_POWER_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(default)
+}
+
+/// Runs a driver's tool (`sh -c`, ipmitool, snmpset/snmpget) with stdin from
+/// `/dev/null`, in a process group of its own, its output captured: after `limit`
+/// (or on Ctrl-C) the whole group is SIGKILLed, so neither the tool nor a child it
+/// left behind holding its output can hang the caller. `what` names it in errors:
+/// `"{what} timed out after N s"`.
+pub fn run_tool(mut cmd: Command, what: &str, limit: Duration) -> Result<Output, Error> {
+    cmd.stdin(Stdio::null()).process_group(0);
+    crate::rig::proc::output_within(cmd, what, limit).map_err(|e| {
+        if e.0 == format!("{what}: no answer within {} s", limit.as_secs_f64()) {
+            Error(format!("{what} timed out after {} s", limit.as_secs()))
+        } else {
+            e
+        }
+    })
+}
+
+/// True when `tool` is an executable file in a `PATH` directory.
+pub fn on_path(tool: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| {
+        std::fs::metadata(d.join(tool)).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+    })
+}
 
 /// What a driver read back from the device.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,7 +75,9 @@ pub struct Status {
 }
 
 /// One piece of power-control hardware. Every call blocks until the device answered
-/// (HTTP and SNMP time out after 10 s); errors name the device and the cause.
+/// or its time limit ran out ([`EXEC_LIMIT`], [`IPMI_LIMIT`], [`SNMP_LIMIT`],
+/// [`HTTP_LIMIT`]; all replaced by `PLUGPULL_POWER_TIMEOUT` seconds when set);
+/// errors name the device and the cause.
 pub trait Driver {
     /// Cuts power.
     fn off(&self) -> Result<(), Error>;
@@ -129,54 +177,118 @@ pub enum Action {
 }
 
 /// `plugpull power`: runs the action and prints what happened. Exit 0 when the
-/// device did it (or answered, for `status`, whatever the state), 2 otherwise.
+/// device did it (or answered, for `status`, whatever the state), 2 otherwise; with
+/// `--json`, a failure prints `{"ok":false,"error":…}` on stdout too.
 pub fn command(args: &PowerArgs) -> Result<bool, Error> {
+    match act(args) {
+        Ok(done) => {
+            done.print(args.json);
+            Ok(true)
+        }
+        Err(e) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// What `plugpull power` did.
+struct Done {
+    uri: PowerUri,
+    kind: CutKind,
+    action: Action,
+    /// `status`: what the device reported; `off`/`on` on a driver that measures the
+    /// load: the read-back that confirmed it.
+    status: Option<Status>,
+}
+
+/// Runs the action. Where the device measures the load (Shelly), `off`/`on` read the
+/// switch back: it must report the new state (after `off`, ~0 W confirms the load
+/// dropped); a read-back that fails leaves the action sent but not confirmed.
+fn act(args: &PowerArgs) -> Result<Done, Error> {
     let uri = PowerUri::parse(&args.power).map_err(Error)?;
     let driver = open(&uri)?;
-    let kind = driver.kind();
-    let status = match args.action {
-        Action::Off => driver.off().map(|_| None)?,
-        Action::On => driver.on().map(|_| None)?,
-        Action::Status => Some(driver.status()?),
+    let (name, want) = match args.action {
+        Action::Status => {
+            return Ok(Done {
+                status: Some(driver.status()?),
+                kind: driver.kind(),
+                uri,
+                action: args.action,
+            })
+        }
+        Action::Off => ("off", PowerState::Off),
+        Action::On => ("on", PowerState::On),
     };
-    // Where the device measures the load, read it back after off/on: ~0 W after
-    // `off` confirms the load dropped.
-    let after = match args.action {
-        Action::Off | Action::On if driver.measures_load() => driver.status()?.load_w,
-        _ => None,
-    };
-    let action = format!("{:?}", args.action).to_lowercase();
-    if args.json {
-        let mut v = serde_json::json!({
-            "uri": uri.to_string(),
-            "kind": kind.to_string(),
-            "action": action,
-            "ok": true,
-        });
-        if let Some(s) = &status {
-            v["state"] = match &s.state {
-                PowerState::On => "on".into(),
-                PowerState::Off => "off".into(),
-                PowerState::Unknown(_) => "unknown".into(),
+    match args.action {
+        Action::Off => driver.off()?,
+        _ => driver.on()?,
+    }
+    let mut status = None;
+    if driver.measures_load() {
+        let scheme = uri.scheme();
+        let s = driver
+            .status()
+            .map_err(|e| Error(format!("{scheme}: {name} sent, not confirmed: {}", e.0)))?;
+        if s.state != want {
+            let load = match (args.action, s.load_w) {
+                (Action::Off, Some(w)) => format!(" (load {w} W)"),
+                _ => String::new(),
             };
-            if let PowerState::Unknown(a) = &s.state {
-                v["answer"] = a.as_str().into();
+            return Err(Error(format!(
+                "{scheme}: {name} sent, but the switch still reports {}{load}",
+                s.state
+            )));
+        }
+        status = Some(s);
+    }
+    Ok(Done {
+        kind: driver.kind(),
+        uri,
+        action: args.action,
+        status,
+    })
+}
+
+impl Done {
+    fn print(&self, json: bool) {
+        let action = format!("{:?}", self.action).to_lowercase();
+        let (uri, kind) = (&self.uri, self.kind);
+        if json {
+            let mut v = serde_json::json!({
+                "uri": uri.to_string(),
+                "kind": kind.to_string(),
+                "action": action,
+                "ok": true,
+            });
+            if let Some(s) = &self.status {
+                v["state"] = match &s.state {
+                    PowerState::On => "on".into(),
+                    PowerState::Off => "off".into(),
+                    PowerState::Unknown(_) => "unknown".into(),
+                };
+                if let PowerState::Unknown(a) = &s.state {
+                    v["answer"] = a.as_str().into();
+                }
+                v["load_w"] = s.load_w.into();
             }
-            v["load_w"] = s.load_w.into();
+            println!("{v}");
+            return;
         }
-        if let Some(w) = after {
-            v["load_w"] = w.into();
-        }
-        println!("{v}");
-    } else {
-        match (&status, after) {
-            (Some(s), _) => match s.load_w {
+        match (self.action, &self.status) {
+            (Action::Status, Some(s)) => match s.load_w {
                 Some(w) => println!("{} (load {w} W)", s.state),
                 None => println!("{}", s.state),
             },
-            (None, Some(w)) => println!("{action}: done ({uri}, {kind}); load now {w} W"),
-            (None, None) => println!("{action}: done ({uri}, {kind})"),
+            (
+                _,
+                Some(Status {
+                    load_w: Some(w), ..
+                }),
+            ) => println!("{action}: done ({uri}, {kind}); load now {w} W"),
+            _ => println!("{action}: done ({uri}, {kind})"),
         }
     }
-    Ok(true)
 }

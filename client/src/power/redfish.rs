@@ -47,7 +47,15 @@ impl Redfish {
         let url = format!("{}/Actions/ComputerSystem.Reset", self.system_url);
         let body = format!(r#"{{"ResetType":"{reset_type}"}}"#);
         let a = call(&self.agent, "redfish", &url, Some(&self.auth), Some(&body))?;
-        expect_ok("redfish", "POST", &url, a).map(drop)
+        let a = expect_ok("redfish", "POST", &url, a)?;
+        // Redfish answers a Reset 200, 202 (a task) or 204; anything else did not reset.
+        if ![200, 202, 204].contains(&a.status) {
+            return Err(Error(format!(
+                "redfish: POST {url} answered HTTP {}, not 200, 202 or 204: no reset",
+                a.status
+            )));
+        }
+        Ok(())
     }
 }
 

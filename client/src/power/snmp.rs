@@ -6,9 +6,10 @@
 //!
 //! The community stays off the command line: it is written as `defCommunity` to a
 //! `snmp.conf` in a private (0700) temporary directory named by `SNMPCONFPATH` for
-//! the one command, and removed after it.
+//! the one command, and removed after it. Each run is killed after
+//! [`SNMP_LIMIT`](super::SNMP_LIMIT) (15 s).
 
-use super::{read_secret, Driver, Status};
+use super::{limit, on_path, read_secret, run_tool, Driver, Status, SNMP_LIMIT};
 use crate::Error;
 use plugpull::power::{
     snmp_state, CutKind, PowerUri, APC_OUTLET_CONTROL_OID, APC_OUTLET_STATE_OID,
@@ -91,19 +92,19 @@ impl ApcSnmp {
 
     /// Runs `tool ARGS` with the private config; its stdout.
     fn run(&self, tool: &str, args: &[String]) -> Result<String, Error> {
+        if !on_path(tool) {
+            return Err(Error(format!(
+                "apc-snmp: {tool} not found: install net-snmp's tools (Debian: apt-get install snmp)"
+            )));
+        }
         let dir = self.conf_dir()?;
-        let out = Command::new(tool)
-            .env("SNMPCONFPATH", &dir.0)
+        let mut cmd = Command::new(tool);
+        cmd.env("SNMPCONFPATH", &dir.0)
             .env("MIBS", "")
             .args(["-On", "-Oqv", "-t", "3", "-r", "1", &self.peer])
-            .args(args)
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Error(format!(
-                    "apc-snmp: {tool} not found: install net-snmp's tools (Debian: apt-get install snmp)"
-                )),
-                _ => Error(format!("apc-snmp: cannot run {tool}: {e}")),
-            })?;
+            .args(args);
+        let what = format!("apc-snmp: {tool} {} on {}", args.join(" "), self.peer);
+        let out = run_tool(cmd, &what, limit(SNMP_LIMIT))?;
         if !out.status.success() {
             return Err(Error(format!(
                 "apc-snmp: {tool} {} on {} failed: {}",

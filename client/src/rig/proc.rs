@@ -98,12 +98,22 @@ pub fn output_within(cmd: Command, what: &str, limit: Duration) -> Result<Output
 
 fn output_limited(cmd: Command, what: &str, limit: Option<Duration>) -> Result<Output, Error> {
     let mut child = spawn_piped(cmd, what)?;
+    // A child that leads its own process group (`process_group(0)`) is killed with
+    // its group, so a grandchild still holding the pipes dies too.
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: getpgid with an integer argument only.
+    let group = unsafe { libc::getpgid(pid) } == pid;
     let out = read_all(child.stdout.take());
     let err = read_all(child.stderr.take());
     let end = limit.map(|l| Instant::now() + l);
+    let mut status = None;
     let status = loop {
         let late = end.is_some_and(|e| Instant::now() >= e);
         if cancelled() || late {
+            if group {
+                // SAFETY: kill with integer arguments only.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
             let _ = child.kill();
             let _ = child.wait();
             return Err(Error(match limit {
@@ -111,10 +121,17 @@ fn output_limited(cmd: Command, what: &str, limit: Option<Duration>) -> Result<O
                 _ => "interrupted".into(),
             }));
         }
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) => std::thread::sleep(POLL),
-            Err(e) => return Err(Error(format!("{what}: {e}"))),
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(st) => status = st,
+                Err(e) => return Err(Error(format!("{what}: {e}"))),
+            }
+        }
+        // Done when the child exited and its output ended (a background grandchild
+        // may hold the pipes open past the child's exit: the limit applies to it too).
+        match status {
+            Some(st) if out.is_finished() && err.is_finished() => break st,
+            _ => std::thread::sleep(POLL),
         }
     };
     Ok(Output {

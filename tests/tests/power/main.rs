@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 mod device;
 mod http;
 mod ipmi;
+mod limits;
 mod snmp;
 
 /// `plugpull power --power URI ACTION [--json]`.
@@ -154,6 +155,38 @@ fn bad_uris_exact_errors() {
         let e = fails(uri, "status");
         assert_eq!(e, format!("plugpull: {want}\n"), "{uri}");
         assert!(!e.contains("hunter2") && !e.contains("private"), "{e}");
+    }
+    // Secrets holding `/`, `?`, `#`, `@`: refused before the URI is split, never quoted.
+    let pw = "a password in the URI is refused: put it in a file and use ?password-file=F";
+    let community = "apc-snmp: the community must come from a file, not the URI: apc-snmp://PDU/OUTLET?community-file=F";
+    let secrets = [
+        (
+            "redfish://root:Zx9/q+w@bmc/redfish/v1/Systems/1?password-file=/x",
+            format!("redfish: {pw}"),
+            ["Zx9", "q+w"],
+        ),
+        (
+            "ipmi://admin:s3cr?et@bmc",
+            format!("ipmi: {pw}"),
+            ["s3cr", "et@"],
+        ),
+        (
+            "ipmi://admin:Hk#Qz@Wv@bmc?password-file=/x",
+            format!("ipmi: {pw}"),
+            ["Hk", "Qz@Wv"],
+        ),
+        (
+            "apc-snmp://pub/lic@pdu/1",
+            community.to_string(),
+            ["pub", "lic"],
+        ),
+    ];
+    for (uri, want, parts) in secrets {
+        let e = fails(uri, "status");
+        assert_eq!(e, format!("plugpull: {want}\n"), "{uri}");
+        for p in parts {
+            assert!(!e.contains(p), "{uri}: {e}");
+        }
     }
     let o = power("tasmota://plug", "reboot", false);
     assert_eq!(o.status.code(), Some(2), "clap usage error");
