@@ -176,6 +176,9 @@ pub fn write_head(storage: &Storage, probe: Option<&Probe>) -> String {
     }
 }
 
+/// Why a run's cut evidence and flushes were not taken: its storage was not found.
+pub const NOT_HERE: &str = "cut evidence not taken: the run's storage was not found on its host (a data directory hidden from the role, or a server elsewhere: see the notes above)";
+
 /// The storage section of a report on the run `storage` recorded (`run`: how it
 /// went), verified now on this host. The cut-evidence snapshot is taken again only
 /// when this host is the run's (`run_host`) and the run's storage was found on it
@@ -191,7 +194,7 @@ pub fn section(storage: &Storage, run: &RunFacts, run_host: &str) -> StorageRepo
     } else if probe.is_none() {
         Err("cut evidence not taken: the run's storage was not probed".into())
     } else if probe.is_some_and(|p| !p.storage_is_here()) {
-        Err("cut evidence not taken: the run's storage is not on its host (a PostgreSQL server elsewhere?)".into())
+        Err(NOT_HERE.into())
     } else {
         Ok(crate::probe::evidence::snapshot(&storage.disks))
     };
@@ -280,6 +283,7 @@ mod tests {
             end: None,
             device_error: false,
             uses_flush: true,
+            serial: true,
             what: "acknowledged writes",
         };
         let probed = Storage {
@@ -296,10 +300,7 @@ mod tests {
         assert_eq!(r.evidence_after, None);
         // A probe with no layers: the server's data directory was not on this host.
         let r = section(&probed, &facts, &here);
-        assert_eq!(
-            r.cut_evidence,
-            ["cut evidence not taken: the run's storage is not on its host (a PostgreSQL server elsewhere?)"]
-        );
+        assert_eq!(r.cut_evidence, [NOT_HERE]);
         let unprobed = Storage {
             not_probed: "no mount holds /x".into(),
             ..Storage::default()

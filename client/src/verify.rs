@@ -269,24 +269,30 @@ pub async fn verify(
                 .into()
         }
     };
-    let w = &l.manifest.workload;
-    let facts = plugpull::report::storage::RunFacts {
-        batches: &l.batches,
-        end: l.end_flushes.as_ref(),
-        device_error: l.device_error.is_some(),
-        uses_flush: w.acks_wait_for_flush(),
-        what: w.acks_name(),
-    };
-    // The cut-evidence snapshot runs tools (up to 5 s each).
-    report.set_storage(tokio::task::block_in_place(|| {
-        crate::storage::section(&l.manifest.storage, &facts, &l.manifest.host)
-    }));
+    report.set_storage(storage_of(&l));
     print_report(&report, args.json, args.show);
     if report.not_measured() {
         // Exit 2 with the report already printed (one JSON object with --json).
         return Ok(Reported::NotMeasured(Error(report.summary().to_string())));
     }
     Ok(Reported::Judged(report.ok()))
+}
+
+/// The "stack under test" section of the report on run `l` ([`crate::storage::section`]),
+/// with the cut-evidence snapshot taken now (its tools run in `block_in_place`).
+pub fn storage_of(l: &RunLedger) -> plugpull::report::StorageReport {
+    let w = &l.manifest.workload;
+    let facts = plugpull::report::storage::RunFacts {
+        batches: &l.batches,
+        end: l.end_flushes.as_ref(),
+        device_error: l.device_error.is_some(),
+        uses_flush: w.acks_wait_for_flush(),
+        serial: w.single_writer(),
+        what: w.acks_name(),
+    };
+    tokio::task::block_in_place(|| {
+        crate::storage::section(&l.manifest.storage, &facts, &l.manifest.host)
+    })
 }
 
 /// Prints `report`: one JSON object with `json`, else the human report listing at most

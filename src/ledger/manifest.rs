@@ -101,6 +101,13 @@ impl Workload {
         }
     }
 
+    /// Whether one writer made every acknowledgement, each durability call after the
+    /// last returned (a file run with `--jobs 1`): then no two calls can share one
+    /// flush, and every `fsync`/`fdatasync` must send its own.
+    pub fn single_writer(&self) -> bool {
+        matches!(self, Workload::File(f) if f.jobs == 1)
+    }
+
     /// Whether every acknowledgement waited for a call that sends the device a cache
     /// flush whenever its write cache is volatile: `fsync`/`fdatasync` (a file run's
     /// `--sync`; for pgbench, a configuration that promised durability — `fsync=on`,

@@ -18,7 +18,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Warning id: the disk has a volatile ("write back") cache, yet no flush request
-/// was counted while the loop ran at least one `fdatasync`.
+/// (or fewer than [`MIN_FLUSHES_PER_FDATASYNC`] per `fdatasync`) was counted while
+/// the loop ran at least one `fdatasync`.
 pub const FLUSHES_NOT_REACHING_DEVICE: &str = "flushes-not-reaching-device";
 /// Warning id: a rotational disk completed more `fdatasync`s per second than it
 /// makes revolutions (7200 rpm = 120/s when the rpm is not known).
@@ -30,6 +31,9 @@ pub const WRITE_BACK_CACHE_FAST_FLUSH: &str = "write-back-cache-fast-flush";
 /// The median `fdatasync` latency, µs, under which a volatile-cache disk is
 /// suspected of acknowledging flushes without draining its cache.
 pub const FAST_FLUSH_US: u64 = 100;
+/// Below this many flushes per `fdatasync` the single-job loop raises
+/// [`FLUSHES_NOT_REACHING_DEVICE`]: each of its calls must send one.
+pub const MIN_FLUSHES_PER_FDATASYNC: f64 = 0.5;
 /// The rpm assumed for a rotational disk whose rpm is not known.
 pub const DEFAULT_RPM: u32 = 7200;
 
@@ -208,16 +212,26 @@ pub fn warnings(m: &FlushMeasurement) -> Vec<FlushWarning> {
             })
         };
         let volatile = d.write_cache == Some(WriteCache::WriteBack);
-        // Zero flushes prove something only where the disk counted the loop's writes.
-        if volatile && m.fdatasyncs >= 1 && d.flushes_delta == Some(0) && d.writes_delta != Some(0)
-        {
-            warn(
+        // Few flushes prove something only where the disk counted the loop's writes.
+        // The loop is one writer: each fdatasync must send its own flush, and other
+        // I/O on the disk only adds flushes.
+        let counted = volatile && m.fdatasyncs >= 1 && d.writes_delta != Some(0);
+        match (d.flushes_delta, d.per_fdatasync) {
+            (Some(0), _) if counted => warn(
                 FLUSHES_NOT_REACHING_DEVICE,
                 format!(
                     "{}: write cache \"write back\" but 0 flushes counted over {} fdatasyncs",
                     d.disk, m.fdatasyncs
                 ),
-            );
+            ),
+            (Some(n), Some(per)) if counted && per < MIN_FLUSHES_PER_FDATASYNC => warn(
+                FLUSHES_NOT_REACHING_DEVICE,
+                format!(
+                    "{}: write cache \"write back\" but only {n} flushes counted over {} fdatasyncs ({per:.2} per fdatasync)",
+                    d.disk, m.fdatasyncs
+                ),
+            ),
+            _ => {}
         }
         let revs_per_s = f64::from(d.rpm.unwrap_or(DEFAULT_RPM)) / 60.0;
         if d.rotational == Some(true) && m.rate_per_s > revs_per_s {

@@ -60,10 +60,13 @@ pub fn run_flushes(
     end: Option<&FlushSample>,
 ) -> (Vec<RunFlushes>, String) {
     if storage.disks.is_empty() {
-        return (
-            Vec::new(),
-            "no leaf disk under the target: flushes not counted".into(),
-        );
+        let why = match storage.probe() {
+            Ok(Some(p)) if !p.storage_is_here() => {
+                "the run's storage was not found on its host: flushes not counted"
+            }
+            _ => "no leaf disk under the target: flushes not counted",
+        };
+        return (Vec::new(), why.into());
     }
     let mut acked = 0u64;
     let mut samples: Vec<(&FlushSample, u64)> = Vec::new();
@@ -108,37 +111,61 @@ pub fn run_flushes(
     (flushes, String::new())
 }
 
-/// The run's flush rule: a disk whose write cache is "write back" completed no flush
-/// while `acknowledged ≥ 1` writes were acknowledged by a durability call that
-/// sends one (`uses_flush`: `fsync`/`fdatasync`; not `O_DSYNC` writes, which a
-/// device with FUA completes without a flush). `what` names the acknowledgements
-/// (`acknowledged writes`, `acknowledged commits`).
+/// Below this many flushes per acknowledgement a single writer's run warns: each of
+/// its `fsync`/`fdatasync` calls, one after another, must send the disk a flush, so
+/// fewer than half means most did not (other I/O on the disk only adds flushes).
+pub const SERIAL_MIN_FLUSHES_PER_ACK: f64 = 0.5;
+
+/// The run's flush rule, for a disk whose write cache is "write back" when every ack
+/// waited for a call that sends a flush (`uses_flush`: `fsync`/`fdatasync`; not
+/// `O_DSYNC` writes, which a device with FUA completes without one): it completed
+/// no flush over `acknowledged ≥ 1` acks; or, with one writer (`serial`), fewer
+/// than [`SERIAL_MIN_FLUSHES_PER_ACK`] per ack (concurrent writers and group commit
+/// may share one flush, so for them only zero proves it). `what` names the
+/// acknowledgements (`acknowledged writes`, `acknowledged commits`).
 pub fn run_warnings(
     probe: &Probe,
     flushes: &[RunFlushes],
     uses_flush: bool,
+    serial: bool,
     what: &str,
 ) -> Vec<Warning> {
     if !uses_flush {
         return Vec::new();
     }
-    flushes
+    let write_back = |disk: &str| {
+        probe
+            .leaves
+            .iter()
+            .any(|l| l.name == disk && l.write_cache == Some(WriteCache::WriteBack))
+    };
+    let mut out = Vec::new();
+    for f in flushes
         .iter()
-        .filter(|f| f.flushes == Some(0) && f.acknowledged > 0)
-        .filter(|f| {
-            probe
-                .leaves
-                .iter()
-                .any(|l| l.name == f.disk && l.write_cache == Some(WriteCache::WriteBack))
-        })
-        .map(|f| Warning {
-            id: WarningId::FlushesNotReachingDevice,
-            message: format!(
+        .filter(|f| f.acknowledged > 0 && write_back(&f.disk))
+    {
+        let (Some(n), Some(per)) = (f.flushes, f.per_ack) else {
+            continue;
+        };
+        let message = if n == 0 {
+            format!(
                 "{}: write cache \"write back\" but 0 flushes counted over the run's {} {what}",
                 f.disk, f.acknowledged
-            ),
-        })
-        .collect()
+            )
+        } else if serial && per < SERIAL_MIN_FLUSHES_PER_ACK {
+            format!(
+                "{}: write cache \"write back\" but only {n} flushes counted over the run's {} {what} ({per:.2} per acknowledgement; one writer's every call should send one)",
+                f.disk, f.acknowledged
+            )
+        } else {
+            continue;
+        };
+        out.push(Warning {
+            id: WarningId::FlushesNotReachingDevice,
+            message,
+        });
+    }
+    out
 }
 
 /// What the section needs to know of a run besides its storage record.
@@ -154,6 +181,8 @@ pub struct RunFacts<'a> {
     pub device_error: bool,
     /// Whether every ack waited for a flushing call ([`run_warnings`]).
     pub uses_flush: bool,
+    /// Whether one writer made the acks one after another ([`run_warnings`]).
+    pub serial: bool,
     /// What the run acknowledges (`acknowledged writes`, `acknowledged commits`).
     pub what: &'a str,
 }
@@ -176,6 +205,7 @@ impl StorageReport {
             end,
             device_error,
             uses_flush,
+            serial,
             what,
         } = *run;
         let (probe, not_probed) = match storage.probe() {
@@ -188,7 +218,7 @@ impl StorageReport {
         let mut cut_evidence = Vec::new();
         if let Some(p) = &probe {
             warnings.extend(p.warnings.iter().cloned());
-            warnings.extend(run_warnings(p, &flushes, uses_flush, what));
+            warnings.extend(run_warnings(p, &flushes, uses_flush, serial, what));
             match (&p.evidence, &after) {
                 (_, Err(why)) => cut_evidence.push(why.clone()),
                 (Some(before), Ok(a)) => {

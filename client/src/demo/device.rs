@@ -222,8 +222,9 @@ async fn verify_pg(
     let plugpull::ledger::Workload::Pgbench(pm) = &l.manifest.workload else {
         return Err(Error(format!("run {run} is not a pgbench run")));
     };
-    let report =
+    let mut report =
         crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts).await?;
+    report.storage = crate::verify::storage_of(&l);
     crate::pgbench::print::print_human(&report, 10);
     Ok(report)
 }

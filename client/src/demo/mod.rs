@@ -204,7 +204,8 @@ async fn verify_file(addr: &str, run: plugpull::RunId, show: usize) -> Result<Fi
         target: None,
         quiet: false,
     };
-    let report = crate::file::verify::verify_file_run(&l, fm, &opts, addr, &secret).await?;
+    let mut report = crate::file::verify::verify_file_run(&l, fm, &opts, addr, &secret).await?;
+    report.storage = crate::verify::storage_of(&l);
     crate::file::print::print_file_report(&report, show);
     Ok(report)
 }

@@ -85,7 +85,7 @@ pub struct WriteArgs {
     /// Before the first write, also time a `pwrite` + `fdatasync` loop beside the
     /// target for this many seconds, counting each leaf disk's flushes (as `plugpull
     /// probe --seconds`); the stack itself is always probed.
-    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    #[arg(long, value_parser = crate::probe::seconds_arg)]
     pub probe_seconds: Option<f64>,
     #[command(flatten)]
     pub reporter: crate::reporter::ReporterOptions,

@@ -114,7 +114,7 @@ pub struct WriteArgs {
     /// Before the run, also time a `pwrite` + `fdatasync` loop in the data directory
     /// for this many seconds, counting each leaf disk's flushes (as `plugpull probe
     /// --seconds`); its stack itself is always probed when it is on this host.
-    #[arg(long, value_parser = plugpull::units::positive_secs)]
+    #[arg(long, value_parser = crate::probe::seconds_arg)]
     pub probe_seconds: Option<f64>,
 
     /// Ack log and the bound on unconfirmed acknowledgements. Clients wait while

@@ -56,7 +56,7 @@ pub struct ProbeArgs {
 }
 
 /// `--seconds`: a number of seconds above 0 and at most [`MAX_SECONDS`].
-fn seconds_arg(s: &str) -> Result<f64, String> {
+pub fn seconds_arg(s: &str) -> Result<f64, String> {
     let v = plugpull::units::positive_secs(s)?;
     if v > MAX_SECONDS {
         return Err(format!(

@@ -122,6 +122,21 @@ fn flushes_not_reaching_device() {
         ..disk(Some(0), false, WriteCache::WriteBack, None)
     };
     assert!(ids(&measurement(50.0, 5000, blind)).is_empty());
+    // A few flushes from the rest of the machine do not hide it (eatmydata on a
+    // disk others use): under half a flush per fdatasync warns.
+    let mut few = disk(Some(145), false, WriteCache::WriteBack, None);
+    few.per_fdatasync = Some(145.0 / 100_000.0);
+    let m = FlushMeasurement {
+        fdatasyncs: 100_000,
+        ..measurement(50.0, 5000, few)
+    };
+    assert_eq!(
+        warnings(&m)[0].text,
+        "sdz: write cache \"write back\" but only 145 flushes counted over 100000 fdatasyncs (0.00 per fdatasync)"
+    );
+    let mut half = disk(Some(50), false, WriteCache::WriteBack, None);
+    half.per_fdatasync = Some(0.5);
+    assert!(ids(&measurement(100.0, 5000, half)).is_empty());
 }
 
 #[test]

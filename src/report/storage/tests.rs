@@ -55,6 +55,7 @@ fn facts<'a>(
         end,
         device_error,
         uses_flush: true,
+        serial: false,
         what: "acknowledged writes",
     }
 }
@@ -135,7 +136,7 @@ fn zero_flushes_on_a_write_back_disk_warn_only_when_the_sync_call_flushes() {
         acknowledged: 42,
         per_ack: Some(0.0),
     }];
-    let w = run_warnings(&probe("write back"), &f, true, "acknowledged writes");
+    let w = run_warnings(&probe("write back"), &f, true, false, "acknowledged writes");
     assert_eq!(
         w,
         [Warning {
@@ -143,13 +144,47 @@ fn zero_flushes_on_a_write_back_disk_warn_only_when_the_sync_call_flushes() {
             message: "vda: write cache \"write back\" but 0 flushes counted over the run's 42 acknowledged writes".into(),
         }]
     );
-    assert_eq!(run_warnings(&probe("write back"), &f, false, "x"), []);
-    assert_eq!(run_warnings(&probe("write through"), &f, true, "x"), []);
+    assert_eq!(
+        run_warnings(&probe("write back"), &f, false, false, "x"),
+        []
+    );
+    assert_eq!(
+        run_warnings(&probe("write through"), &f, true, false, "x"),
+        []
+    );
     let one = [RunFlushes {
         flushes: Some(1),
         ..f[0].clone()
     }];
-    assert_eq!(run_warnings(&probe("write back"), &one, true, "x"), []);
+    assert_eq!(
+        run_warnings(&probe("write back"), &one, true, false, "x"),
+        []
+    );
+}
+
+#[test]
+fn a_single_writer_warns_below_half_a_flush_per_ack_and_concurrent_writers_only_at_zero() {
+    let few = [RunFlushes {
+        disk: "vda".into(),
+        flushes: Some(857),
+        acknowledged: 16298,
+        per_ack: Some(857.0 / 16298.0),
+    }];
+    let p = probe("write back");
+    assert_eq!(
+        run_warnings(&p, &few, true, true, "acknowledged writes"),
+        [Warning {
+            id: WarningId::FlushesNotReachingDevice,
+            message: "vda: write cache \"write back\" but only 857 flushes counted over the run's 16298 acknowledged writes (0.05 per acknowledgement; one writer's every call should send one)".into(),
+        }]
+    );
+    assert_eq!(run_warnings(&p, &few, true, false, "x"), []);
+    let enough = [RunFlushes {
+        flushes: Some(8150),
+        per_ack: Some(8150.0 / 16298.0),
+        ..few[0].clone()
+    }];
+    assert_eq!(run_warnings(&p, &enough, true, true, "x"), []);
 }
 
 #[test]

@@ -200,10 +200,7 @@ fn a_run_under_eatmydata_is_told_its_fdatasyncs_flushed_nothing() {
                     .unwrap()
                     .starts_with(&format!("{disk}: "))
         });
-        assert_eq!(
-            warned,
-            n == 0 && leaf["write_cache"] == "write back",
-            "{s:#}"
-        );
+        // One writer: under half a flush per ack warns (here under a tenth).
+        assert_eq!(warned, leaf["write_cache"] == "write back", "{s:#}");
     }
 }
