@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 mod pg;
 mod seconds;
 mod targets;
+mod write_run;
 
 /// `[wrapper] plugpull probe --target TARGET [--json]`, asserting exit 0 within 1 s.
 fn probe(wrapper: &[&str], target: &Path, json: bool) -> Output {
