@@ -53,6 +53,18 @@ pub fn skip_without_loop(test: &str, tools: &[&str]) -> bool {
     }
 }
 
+/// ext4 made on a sparse image file `img` of `size` bytes, on a loop device over it,
+/// mounted at `at` with the extra `mount` arguments `opts` (e.g. `["-o",
+/// "barrier=0"]`). Unmounted and detached on drop.
+pub fn ext4_on_loop(img: &Path, size: u64, opts: &[&str], at: &Path) -> (Mount, Loop) {
+    std::fs::File::create(img).unwrap().set_len(size).unwrap();
+    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
+    let lo = Loop::attach(img, &[]);
+    let mut args = opts.to_vec();
+    args.push(lo.dev.as_str());
+    (Mount::new(&args, at), lo)
+}
+
 /// A loop device over a file; detached on drop.
 pub struct Loop {
     /// The device path, e.g. `/dev/loop3`.

@@ -5,7 +5,7 @@
 //! kernel's own flush counter.
 
 use super::*;
-use plugpull_tests::blockdev::{run, skip_without_loop, Loop, Mount};
+use plugpull_tests::blockdev::{ext4_on_loop, skip_without_loop};
 
 /// `plugpull probe --target T --json`.
 fn probe_json(target: &std::path::Path) -> Value {
@@ -88,15 +88,10 @@ fn a_run_on_ext4_mounted_without_barriers_carries_the_warning_into_write_and_ver
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
-    let img = dir.path().join("disk.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
-    let lo = Loop::attach(&img, &[]);
-    let mnt = Mount::new(
-        &[lo.dev.as_str(), "-o", "barrier=0"],
+    let (mnt, lo) = ext4_on_loop(
+        &dir.path().join("disk.img"),
+        64 << 20,
+        &["-o", "barrier=0"],
         &dir.path().join("mnt"),
     );
     let target = mnt.at.join("t.dat");

@@ -3,7 +3,7 @@
 //! Expected layers, leaves and warning ids come from what each test built and from
 //! this machine (its disk under the image file, `systemd-detect-virt`).
 
-use plugpull_tests::blockdev::{have, run, skip_without_loop, Loop, Mount};
+use plugpull_tests::blockdev::{ext4_on_loop, have, run, skip_without_loop, Loop, Mount};
 use plugpull_tests::simfs::{skip_without_fuse, SimFs};
 use plugpull_tests::{bin, is_root, skipped};
 use serde_json::{json, Value};
@@ -118,7 +118,7 @@ fn plain_disk_under(dir: &Path) -> Option<(Vec<Value>, String)> {
 
 /// ext4 on a loop device over an image file in a temp dir, mounted with `opts`;
 /// checks the exact layers, leaves and warning ids.
-fn ext4_on_loop(test: &str, opts: Option<&str>, want: Vec<&str>) {
+fn ext4_on_loop_case(test: &str, opts: Option<&str>, want: Vec<&str>) {
     if skip_without_loop(test, &["mkfs.ext4", "mount"]) {
         return;
     }
@@ -131,17 +131,8 @@ fn ext4_on_loop(test: &str, opts: Option<&str>, want: Vec<&str>) {
         return;
     };
     let img = dir.path().join("disk.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
-    let lo = Loop::attach(&img, &[]);
-    let mut args = vec![lo.dev.as_str()];
-    if let Some(o) = opts {
-        args.extend(["-o", o]);
-    }
-    let mnt = Mount::new(&args, &dir.path().join("mnt"));
+    let extra: Vec<&str> = opts.map(|o| vec!["-o", o]).unwrap_or_default();
+    let (mnt, lo) = ext4_on_loop(&img, 64 << 20, &extra, &dir.path().join("mnt"));
     let v = probe_json(&mnt.at.join("plugpull.dat"));
     let layers = v["layers"].as_array().unwrap();
     let mp = std::fs::canonicalize(&mnt.at).unwrap();
@@ -185,7 +176,7 @@ fn ext4_on_loop(test: &str, opts: Option<&str>, want: Vec<&str>) {
 
 #[test]
 fn ext4_on_loop_mounted_barrier_0_warns_nobarrier() {
-    ext4_on_loop(
+    ext4_on_loop_case(
         "ext4_on_loop_mounted_barrier_0_warns_nobarrier",
         Some("barrier=0"),
         vec!["nobarrier"],
@@ -194,7 +185,7 @@ fn ext4_on_loop_mounted_barrier_0_warns_nobarrier() {
 
 #[test]
 fn ext4_on_loop_mounted_with_barriers_does_not_warn_nobarrier() {
-    ext4_on_loop(
+    ext4_on_loop_case(
         "ext4_on_loop_mounted_with_barriers_does_not_warn_nobarrier",
         None,
         vec![],

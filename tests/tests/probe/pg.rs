@@ -321,14 +321,12 @@ fn a_data_directory_on_ext4_without_barriers_beside_another_target_adds_its_stac
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("pg.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(256 << 20)
-        .unwrap();
-    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
-    let lo = Loop::attach(&img, &[]);
-    let mnt = Mount::new(&[&lo.dev, "-o", "barrier=0"], &dir.path().join("mnt"));
+    let (mnt, lo) = ext4_on_loop(
+        &dir.path().join("pg.img"),
+        256 << 20,
+        &["-o", "barrier=0"],
+        &dir.path().join("mnt"),
+    );
     // Dropped first: the server stops before its filesystem goes.
     let mut c = PgCluster::init_at(&mnt.at.join("data"));
     c.start();

@@ -47,15 +47,7 @@ fn image_on_loop(dir: &Path, size: usize) -> (std::path::PathBuf, Loop) {
 /// A 32 MiB ext4 image at `img` on a loop device, mounted with `opts` beside it
 /// (`disk.img` → `disk.mnt`); the mount drops first.
 fn ext4_on_loop_at(img: &Path, opts: &[&str]) -> (Mount, Loop) {
-    std::fs::File::create(img)
-        .unwrap()
-        .set_len(32 << 20)
-        .unwrap();
-    run("mkfs.ext4", &["-q", "-F", img.to_str().unwrap()]);
-    let lo = Loop::attach(img, &[]);
-    let mut args = opts.to_vec();
-    args.push(lo.dev.as_str());
-    (Mount::new(&args, &img.with_extension("mnt")), lo)
+    ext4_on_loop(img, 32 << 20, opts, &img.with_extension("mnt"))
 }
 
 #[test]
