@@ -186,17 +186,13 @@ pub const NOT_HERE: &str = "cut evidence not taken: the run's storage was not fo
 /// else the section says why not.
 pub fn section(storage: &Storage, run: &RunFacts, run_host: &str) -> StorageReport {
     let here = crate::manifest::hostname();
-    let probe = storage.probe().ok().flatten();
-    let after = if here != run_host {
-        Err(format!(
+    let after = |probe: Option<&Probe>| match probe {
+        _ if here != run_host => Err(format!(
             "cut evidence not taken: verify runs on host {here}, the run ran on host {run_host}"
-        ))
-    } else if probe.is_none() {
-        Err("cut evidence not taken: the run's storage was not probed".into())
-    } else if probe.is_some_and(|p| !p.storage_is_here()) {
-        Err(NOT_HERE.into())
-    } else {
-        Ok(crate::probe::evidence::snapshot(&storage.disks))
+        )),
+        None => Err("cut evidence not taken: the run's storage was not probed".into()),
+        Some(p) if !p.storage_is_here() => Err(NOT_HERE.into()),
+        Some(_) => Ok(crate::probe::evidence::snapshot(&storage.disks)),
     };
     StorageReport::build(storage, run, after)
 }

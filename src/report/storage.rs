@@ -53,15 +53,17 @@ pub struct RunFlushes {
 /// disk, from `storage.flushes_start` to the latest sample in which its counter is
 /// known and not below the start (a disk that went away at a device error keeps
 /// its count up to then), counting the acks up to that sample. The note is empty,
-/// or says why nothing could be counted.
+/// or says why nothing could be counted (`probe`: the stored probe, read once by
+/// the caller).
 pub fn run_flushes(
     storage: &Storage,
+    probe: Option<&Probe>,
     batches: &[AckBatch],
     end: Option<&FlushSample>,
 ) -> (Vec<RunFlushes>, String) {
     if storage.disks.is_empty() {
-        let why = match storage.probe() {
-            Ok(Some(p)) if !p.storage_is_here() => {
+        let why = match probe {
+            Some(p) if !p.storage_is_here() => {
                 "the run's storage was not found on its host: flushes not counted"
             }
             _ => "no leaf disk under the target: flushes not counted",
@@ -191,14 +193,15 @@ pub struct RunFacts<'a> {
 pub const DEVICE_ERROR_SAME_BOOT: &str = "same boot id: the host stayed up and the run ended by a device error (a drive-only cut?) \u{2014} the drive's counters below say whether it lost power";
 
 impl StorageReport {
-    /// The section for a run recorded with `storage`: `run` is how the run went,
-    /// `after` the cut-evidence snapshot verify took (or why it took none).
+    /// The section for a run recorded with `storage`: `run` is how the run went;
+    /// `after` is given the stored probe (read once, here) and takes the
+    /// cut-evidence snapshot, or says why it took none.
     ///
     /// A stored probe this version cannot read is reported as not probed, naming why.
     pub fn build(
         storage: &Storage,
         run: &RunFacts,
-        after: Result<Snapshot, String>,
+        after: impl FnOnce(Option<&Probe>) -> Result<Snapshot, String>,
     ) -> StorageReport {
         let RunFacts {
             batches,
@@ -213,7 +216,8 @@ impl StorageReport {
             Ok(None) => (None, storage.not_probed.clone()),
             Err(e) => (None, e),
         };
-        let (flushes, flushes_note) = run_flushes(storage, batches, end);
+        let after = after(probe.as_ref());
+        let (flushes, flushes_note) = run_flushes(storage, probe.as_ref(), batches, end);
         let mut warnings = Vec::new();
         let mut cut_evidence = Vec::new();
         if let Some(p) = &probe {

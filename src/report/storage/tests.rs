@@ -71,7 +71,7 @@ fn the_end_sample_counts_every_ack_and_a_disk_gone_at_the_end_keeps_its_last_cou
     let end = FlushSample {
         counts: vec![Some(106), Some(0)],
     };
-    let (f, note) = run_flushes(&s, &batches, Some(&end));
+    let (f, note) = run_flushes(&s, None, &batches, Some(&end));
     assert_eq!(note, "");
     let got: Vec<_> = f
         .iter()
@@ -89,7 +89,7 @@ fn flushes_count_from_the_start_to_the_latest_known_sample_over_the_acks_up_to_i
         batch(3, 5, Some(vec![Some(110), None])),
         batch(4, 4, None),
     ];
-    let (f, note) = run_flushes(&s, &batches, None);
+    let (f, note) = run_flushes(&s, None, &batches, None);
     assert_eq!(note, "");
     assert_eq!(
         f,
@@ -113,11 +113,17 @@ fn flushes_count_from_the_start_to_the_latest_known_sample_over_the_acks_up_to_i
 
 #[test]
 fn without_disks_or_samples_nothing_is_counted_and_the_note_says_why() {
-    let (f, note) = run_flushes(&storage(&[], vec![], None), &[batch(1, 3, None)], None);
+    let (f, note) = run_flushes(
+        &storage(&[], vec![], None),
+        None,
+        &[batch(1, 3, None)],
+        None,
+    );
     assert!(f.is_empty());
     assert_eq!(note, "no leaf disk under the target: flushes not counted");
     let (f, note) = run_flushes(
         &storage(&["vda"], vec![Some(1)], None),
+        None,
         &[batch(1, 3, None)],
         None,
     );
@@ -214,7 +220,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         notes: vec![],
     };
     let batches = [batch(1, 2, Some(vec![Some(5)]))];
-    let r = StorageReport::build(&s, &facts(&batches, None, false), Ok(after.clone()));
+    let r = StorageReport::build(&s, &facts(&batches, None, false), |_| Ok(after.clone()));
     assert_eq!(r.not_probed, "");
     assert_eq!(
         r.warnings.iter().map(|w| w.id).collect::<Vec<_>>(),
@@ -230,7 +236,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
     );
     assert_eq!(r.evidence_after.as_ref(), Some(&after));
     let why = "verify runs on host b, the run ran on host a: no cut evidence taken";
-    let r = StorageReport::build(&s, &facts(&[], None, false), Err(why.into()));
+    let r = StorageReport::build(&s, &facts(&[], None, false), |_| Err(why.into()));
     assert_eq!(r.cut_evidence, [why]);
     assert_eq!(r.evidence_after, None);
     // A device error on a host that stayed up: not "its power was not cut".
@@ -238,9 +244,9 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         boot_id: "a".into(),
         ..after.clone()
     };
-    let r = StorageReport::build(&s, &facts(&[], None, true), Ok(same.clone()));
+    let r = StorageReport::build(&s, &facts(&[], None, true), |_| Ok(same.clone()));
     assert_eq!(r.cut_evidence[0], DEVICE_ERROR_SAME_BOOT);
-    let r = StorageReport::build(&s, &facts(&[], None, false), Ok(same));
+    let r = StorageReport::build(&s, &facts(&[], None, false), |_| Ok(same));
     assert_eq!(
         r.cut_evidence[0],
         "same boot id: the machine did not reboot \u{2014} its power was not cut"
@@ -250,7 +256,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
 #[test]
 fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
     let s = storage(&[], vec![], None);
-    let r = StorageReport::build(&s, &facts(&[], None, false), Err("x".into()));
+    let r = StorageReport::build(&s, &facts(&[], None, false), |_| Err("x".into()));
     assert_eq!(
         (r.probe, r.not_probed.as_str()),
         (None, "data directory hidden")
@@ -259,7 +265,7 @@ fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
         probe_json: "{\"layers\":7}".into(),
         ..Storage::default()
     };
-    let r = StorageReport::build(&bad, &facts(&[], None, false), Err("x".into()));
+    let r = StorageReport::build(&bad, &facts(&[], None, false), |_| Err("x".into()));
     assert!(
         r.not_probed
             .starts_with("the run's stored probe cannot be read: "),
