@@ -13,11 +13,14 @@
 //! * [`report`] — the verification report model shared by the human and JSON output.
 //! * [`probe`] — the storage stack under a target and the warnings it raises, flush
 //!   accounting and cut-evidence parsers.
+//! * [`campaign`] — campaigns of many cuts: the definition, the durable events, the
+//!   state they imply and how each cut is judged.
 //! * [`power`] — `--power` URIs (cut drivers) and the power devices' answers.
 //! * [`units`] — parsing of sizes (`64MiB`) and durations (`30s`).
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod campaign;
 pub mod ledger;
 pub mod modes;
 pub mod power;

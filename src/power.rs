@@ -77,10 +77,13 @@ impl fmt::Display for PowerState {
 /// `Display` prints the canonical URI (ports made explicit).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PowerUri {
-    /// `exec:CMD`.
+    /// `exec:CMD`, or `exec+KIND:CMD` to declare what the command cuts
+    /// (`exec+dc:`, `exec+device:`; `exec:` is `ac`).
     Exec {
         /// The shell command, `{action}` not yet replaced.
         command: String,
+        /// What it cuts.
+        kind: CutKind,
     },
     /// `ipmi://USER@BMC[:PORT]?password-file=F[&cipher=N]`.
     Ipmi {
@@ -161,12 +164,23 @@ pub const APC_OUTLET_STATE_OID: &str = "1.3.6.1.4.1.318.1.1.12.3.5.1.1.4";
 impl PowerUri {
     /// Parses a `--power` URI. Errors name the scheme and what is wrong, never a secret.
     pub fn parse(uri: &str) -> Result<PowerUri, String> {
-        if let Some(cmd) = uri.strip_prefix("exec:") {
+        if let Some((head, cmd)) = uri.split_once(':').filter(|(h, _)| h.starts_with("exec")) {
+            let kind = match head {
+                "exec" | "exec+ac" => CutKind::Ac,
+                "exec+dc" => CutKind::Dc,
+                "exec+device" => CutKind::Device,
+                other => {
+                    return Err(format!(
+                        "`{other}:`: expected exec:, exec+ac:, exec+dc: or exec+device:"
+                    ))
+                }
+            };
             if cmd.trim().is_empty() {
                 return Err("exec: needs a command: exec:CMD".into());
             }
             return Ok(PowerUri::Exec {
                 command: cmd.to_string(),
+                kind,
             });
         }
         let (scheme, rest) = uri.split_once("://").ok_or_else(|| {
@@ -217,10 +231,12 @@ impl PowerUri {
         Ok(uri)
     }
 
-    /// What a cut through this driver removes power from (`exec:` counts as `ac`).
+    /// What a cut through this driver removes power from (`exec:` counts as `ac`
+    /// unless declared `exec+dc:` or `exec+device:`).
     pub fn kind(&self) -> CutKind {
         match self {
-            PowerUri::Exec { .. } | PowerUri::ApcSnmp { .. } => CutKind::Ac,
+            PowerUri::Exec { kind, .. } => *kind,
+            PowerUri::ApcSnmp { .. } => CutKind::Ac,
             PowerUri::Tasmota { .. } | PowerUri::Shelly { .. } => CutKind::Ac,
             PowerUri::Ipmi { .. } | PowerUri::Redfish { .. } => CutKind::Dc,
             PowerUri::Simfs { .. } => CutKind::Simulated,
@@ -248,7 +264,11 @@ impl fmt::Display for PowerUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.scheme();
         match self {
-            PowerUri::Exec { command } => write!(f, "exec:{command}"),
+            PowerUri::Exec {
+                command,
+                kind: CutKind::Ac,
+            } => write!(f, "exec:{command}"),
+            PowerUri::Exec { command, kind } => write!(f, "exec+{kind}:{command}"),
             PowerUri::Ipmi {
                 user,
                 host,

@@ -161,6 +161,29 @@ fn secrets_are_refused_and_never_echoed() {
     assert!(err("ftp://x").starts_with("unknown power scheme `ftp`"));
     assert!(err("bmc1").starts_with("not a power URI"));
     assert_eq!(err("exec:  "), "exec: needs a command: exec:CMD");
+    assert_eq!(
+        err("exec+usb:relay {action}"),
+        "`exec+usb:`: expected exec:, exec+ac:, exec+dc: or exec+device:"
+    );
+}
+
+/// `exec+KIND:` declares what the command cuts; the URI prints back as given.
+#[test]
+fn exec_declares_its_cut_kind() {
+    for (uri, kind) in [
+        ("exec:relay {action}", CutKind::Ac),
+        ("exec+dc:fence_ipmilan -o {action}", CutKind::Dc),
+        (
+            "exec+device:/usr/local/bin/slot-power 3 {action}",
+            CutKind::Device,
+        ),
+    ] {
+        let u = PowerUri::parse(uri).unwrap();
+        assert_eq!(
+            (u.kind(), u.scheme(), u.to_string()),
+            (kind, "exec", uri.to_string())
+        );
+    }
 }
 
 #[test]

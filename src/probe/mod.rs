@@ -262,6 +262,75 @@ impl WarningId {
 }
 
 impl Probe {
+    /// The configuration of the stack, without what names one machine's parts
+    /// (device names, mount points, serials, sizes): each layer's kind and settings
+    /// from the top, then each disk's model, firmware, write cache and FUA, e.g.
+    /// `ext4 (rw,relatime) / dm [crypt] / disk Samsung SSD 990 PRO 4B2QJXD7 (write
+    /// back, fua)`. Machines whose probes give the same text run the same
+    /// configuration, and a campaign pools their cuts.
+    pub fn configuration(&self) -> String {
+        let mut parts: Vec<String> = self
+            .layers
+            .iter()
+            .filter_map(|l| {
+                Some(match l {
+                    Layer::Mount {
+                        fstype, options, ..
+                    } => format!("{fstype} ({})", options.join(",")),
+                    Layer::Partition { .. } => "partition".into(),
+                    Layer::Dm {
+                        targets,
+                        cache_mode,
+                        ..
+                    } => match cache_mode {
+                        Some(m) => format!("dm [{}] {m}", targets.join(",")),
+                        None => format!("dm [{}]", targets.join(",")),
+                    },
+                    Layer::Md { level, .. } => format!("md {level}"),
+                    Layer::Loop {
+                        direct_io,
+                        backing_fs,
+                        ..
+                    } => format!(
+                        "loop (dio {}, on {})",
+                        direct_io.map_or("?".into(), |d| d.to_string()),
+                        backing_fs.as_deref().unwrap_or("?")
+                    ),
+                    Layer::Bcache { cache_mode, .. } => format!("bcache {cache_mode}"),
+                    Layer::Zfs { sync, logbias, .. } => format!(
+                        "zfs (sync {}, logbias {})",
+                        sync.as_deref().unwrap_or("?"),
+                        logbias.as_deref().unwrap_or("?")
+                    ),
+                    // Its facts come from the leaves below.
+                    Layer::Disk { .. } => return None,
+                })
+            })
+            .collect();
+        let mut disks: Vec<String> = self
+            .leaves
+            .iter()
+            .map(|d| {
+                let cache = d
+                    .write_cache
+                    .map_or("write cache ?".into(), |c| c.to_string());
+                let fua = match d.fua {
+                    Some(true) => ", fua",
+                    Some(false) => ", no fua",
+                    None => "",
+                };
+                format!(
+                    "disk {} {} ({cache}{fua})",
+                    d.model.trim(),
+                    d.firmware.trim()
+                )
+            })
+            .collect();
+        disks.sort();
+        parts.extend(disks);
+        parts.join(" / ")
+    }
+
     /// Whether the leaf disks under this probe are the storage under test on this
     /// host: the walk found a stack, and (for a PostgreSQL server) its backend was
     /// not found to be elsewhere ([`pg::PgProbe::server_on_this_host`]). Flush

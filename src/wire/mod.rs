@@ -30,10 +30,14 @@
 //! A verifier sends `FetchLedger` instead and receives `LedgerChunk`s whose bytes,
 //! concatenated, are the run's ledger file (see [`crate::ledger`]). An agent that
 //! lost its connection sends `ResumeRun` with the run's token and resends every batch
-//! above the `confirmed_batch` it is told. Proofs and seals are defined in
-//! [`crate::auth`].
+//! above the `confirmed_batch` it is told. The campaign controller and the agent
+//! service send `Campaign` requests ([`campaign`]), each answered by one `Campaign`
+//! response. Proofs and seals are defined in [`crate::auth`].
 
+pub mod campaign;
 pub mod frame;
+
+pub use campaign::{CampaignRequest, CampaignResponse};
 
 pub use frame::{
     check, decode, encode, encode_sealed, read_frame, read_frame_with, write_frame, FrameError,
@@ -45,7 +49,7 @@ use crate::RunId;
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol, carried in `Hello` and `Challenge`.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A message from the agent or verifier to the listener.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -103,6 +107,9 @@ pub enum Request {
         /// Host name to pick the latest run of when `run` is `None`.
         host: String,
     },
+    /// A campaign request (`plugpull campaign`, `plugpull agent`); answered by
+    /// `Campaign`.
+    Campaign(Box<CampaignRequest>),
     /// The agent saw a witness fault: the run cannot be judged; answered by
     /// `Confirmed{batch: 0}` and recorded as [`crate::ledger::Entry::Invalid`].
     Invalidate {
@@ -160,6 +167,8 @@ pub enum Response {
         /// (complete on the last chunk; empty on the others).
         torn: Vec<TornTail>,
     },
+    /// Answer to a campaign request.
+    Campaign(Box<CampaignResponse>),
     /// The request was refused; the listener closes the connection after this.
     Error {
         /// What kind of refusal.
@@ -191,6 +200,8 @@ pub enum ErrorKind {
     /// A verifier asked for the ledger of a run still being written (its agent is
     /// connected and appending).
     Live,
+    /// No such campaign, or one of that name exists already.
+    Campaign,
 }
 
 #[cfg(test)]
