@@ -71,6 +71,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
     let listener = bind(config.listen).await?;
     let ctx = Arc::new(session::Context {
         store: Arc::new(store),
+        campaigns: Arc::new(crate::campaigns::Campaigns::open(&config.data_dir)?),
         secret,
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,

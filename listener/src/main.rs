@@ -19,6 +19,7 @@
 //! (handshake, requests, answers in order); [`store`] keeps the ledgers.
 
 mod accept;
+mod campaigns;
 mod session;
 mod store;
 

@@ -22,8 +22,8 @@ use crate::store::{Append, RunHandle, Store, StoreError, LIVE_APPEND};
 use answer::{answer_in_order, Pending};
 use plugpull::auth::{Direction, Secret, Session};
 use plugpull::wire::{
-    self, ErrorKind, FrameError, Request, Response, HANDSHAKE_MAX_FRAME, MAX_FRAME,
-    PROTOCOL_VERSION,
+    self, CampaignRequest, CampaignResponse, ErrorKind, FrameError, Request, Response,
+    HANDSHAKE_MAX_FRAME, MAX_FRAME, PROTOCOL_VERSION,
 };
 use plugpull::RunId;
 use std::sync::Arc;
@@ -36,6 +36,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 pub struct Context {
     /// The ledgers.
     pub store: Arc<Store>,
+    /// The campaigns.
+    pub campaigns: Arc<crate::campaigns::Campaigns>,
     /// The shared secret (when none, proofs use the empty key: agents without one pass).
     pub secret: Secret,
     /// Time a new connection has to complete its handshake.
@@ -299,12 +301,52 @@ impl Requests<'_> {
                 tracing::warn!(%run, %error, "run cannot be judged: witness fault");
             }
             Request::FetchLedger { run, host } => self.fetch_ledger(run, &host).await?,
+            Request::Campaign(req) => {
+                let answer = self.campaign(*req)?;
+                self.now(Response::Campaign(Box::new(answer)));
+            }
             Request::Hello { .. } | Request::Auth { .. } => {
                 let msg = "handshake message after the handshake";
                 return Err(Refusal::new(ErrorKind::Protocol, msg));
             }
         }
         Ok(())
+    }
+
+    /// A campaign request. Appends `fdatasync` under the campaigns' lock; they are
+    /// rare (a few per cut), so the worker thread blocks for them.
+    fn campaign(&self, req: CampaignRequest) -> Result<CampaignResponse, Refusal> {
+        let c = &self.ctx.campaigns;
+        let refuse = |m: String| Refusal::new(ErrorKind::Campaign, m);
+        Ok(match req {
+            CampaignRequest::Create(d) => {
+                tokio::task::block_in_place(|| c.create(d)).map_err(refuse)?;
+                CampaignResponse::Created
+            }
+            CampaignRequest::Load { name } => {
+                let camp = c.load(&name).map_err(refuse)?;
+                CampaignResponse::State {
+                    definition: camp.definition,
+                    events: camp.events,
+                }
+            }
+            CampaignRequest::Append { name, event } => {
+                let index =
+                    tokio::task::block_in_place(|| c.append(&name, event)).map_err(refuse)?;
+                CampaignResponse::Appended { index }
+            }
+            CampaignRequest::Next { host, boot_id } => {
+                let now = crate::store::now_ms();
+                let next =
+                    tokio::task::block_in_place(|| c.next(&host, &boot_id, now)).map_err(refuse)?;
+                CampaignResponse::Next(next)
+            }
+            CampaignRequest::Runs { runs } => CampaignResponse::Runs(
+                runs.into_iter()
+                    .map(|r| self.ctx.store.run_state(r))
+                    .collect(),
+            ),
+        })
     }
 
     /// Queues an answer that is ready now.

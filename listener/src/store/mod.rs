@@ -264,6 +264,23 @@ impl Store {
         (r.held() && !r.ended && ago < LIVE_APPEND.as_millis() as u64).then_some(ago)
     }
 
+    /// What the store knows of `run` without reading its ledger, for a campaign's
+    /// controller (times on the listener's clock).
+    pub fn run_state(&self, run: RunId) -> plugpull::campaign::RunState {
+        let runs = self.runs.lock().unwrap();
+        let r = runs.get(&run);
+        plugpull::campaign::RunState {
+            run,
+            known: r.is_some(),
+            created_ms: r.map_or(0, |r| r.created_unix_ms),
+            last_append_ms: r.map_or(0, |r| r.last_append_unix_ms),
+            last_ack_ms: r.map_or(0, |r| r.last_ack_unix_ms),
+            now_ms: now_ms(),
+            ended: r.is_none_or(|r| r.ended),
+            held: r.is_some_and(|r| r.held()),
+        }
+    }
+
     /// The newest run of `host` by the listener's own record (creation order), if any.
     ///
     /// Errors: [`StoreError::Ambiguous`]: several unfinished runs of `host` were being
@@ -356,9 +373,13 @@ impl Store {
     /// now, ended if the group ended it.
     fn committed(&self, run: RunId, highest: u64, len: u64, ended: bool) {
         if let Some(r) = self.runs.lock().unwrap().get_mut(&run) {
+            let now = now_ms();
+            if highest > r.highest_batch {
+                r.last_ack_unix_ms = now;
+            }
             r.highest_batch = highest;
             r.len = len;
-            r.last_append_unix_ms = now_ms();
+            r.last_append_unix_ms = now;
             r.ended |= ended;
         }
     }
@@ -414,7 +435,7 @@ fn token_key(dir: &Path) -> Result<[u8; 32], StoreError> {
 }
 
 /// Milliseconds since the Unix epoch by the listener's clock.
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -24,6 +24,9 @@ pub(super) struct Run {
     /// The listener's clock at the run's last append (the ledger file's mtime after a
     /// restart), ms since the epoch.
     pub last_append_unix_ms: u64,
+    /// The listener's clock when the run's last acknowledgement batch became durable
+    /// (not the end entries), ms since the epoch; the last append after a restart.
+    pub last_ack_unix_ms: u64,
     /// Highest batch number durable in the ledger (0 before the first).
     pub highest_batch: u64,
     /// Durable length of the ledger file, bytes: what has been confirmed or recovered.
@@ -49,6 +52,7 @@ impl Run {
             order: manifest.listener_order,
             created_unix_ms: manifest.listener_created_unix_ms,
             last_append_unix_ms,
+            last_ack_unix_ms: last_append_unix_ms,
             highest_batch: 0,
             len,
             ended: false,
@@ -67,6 +71,7 @@ impl Run {
             order: manifest.map_or(0, |m| m.listener_order),
             created_unix_ms: manifest.map_or(0, |m| m.listener_created_unix_ms),
             last_append_unix_ms: 0,
+            last_ack_unix_ms: 0,
             highest_batch: 0,
             len: 0,
             ended: true,
