@@ -3,6 +3,8 @@
 //! Exit codes everywhere: 0 = nothing acknowledged was lost or damaged (or the job
 //! succeeded), 1 = findings, 2 = could not do the job (a [`Error`]).
 
+pub mod agent;
+pub mod campaign;
 pub mod demo;
 pub mod file;
 pub mod interrupt;

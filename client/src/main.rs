@@ -5,8 +5,8 @@
 
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
-use plugpull_client::{demo, file, pgbench, power, probe, verify, Error};
-use std::path::PathBuf;
+use plugpull_client::net::ListenerArgs;
+use plugpull_client::{agent, campaign, demo, file, pgbench, power, probe, verify, Error};
 use std::process::ExitCode;
 
 /// Proves or disproves that a storage stack keeps every write it acknowledged
@@ -37,17 +37,6 @@ struct Cli {
 /// every documented example sets it. It is no flag on purpose: a flag could be typed
 /// into a real `plugpull verify` line and make it exit 0 without verifying anything.
 const CHECK_ARGS_ENV: &str = "PLUGPULL_CHECK_ARGS";
-
-/// Where the listener is and how to prove ourselves to it.
-#[derive(clap::Args, Debug, Clone)]
-struct ListenerArgs {
-    /// Listener address, HOST:PORT.
-    #[arg(long, env = "PLUGPULL_LISTENER", value_parser = plugpull::units::parse_host_port)]
-    listener: String,
-    /// File holding the shared secret (else the PLUGPULL_SECRET variable).
-    #[arg(long)]
-    secret_file: Option<PathBuf>,
-}
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
@@ -102,6 +91,22 @@ enum Cmd {
     Power {
         #[command(flatten)]
         args: power::PowerArgs,
+    },
+    /// Many power cuts, unattended: create a campaign, run it, show its cuts.
+    Campaign {
+        #[command(subcommand)]
+        cmd: campaign::CampaignCmd,
+    },
+    /// The service on a machine under test: runs and verifies what a campaign says.
+    ///
+    /// Writes only the targets and databases its --config lists (docs/campaign.md);
+    /// runs until stopped. Started at boot by contrib/systemd/plugpull-agent.service.
+    ///
+    /// Example: plugpull agent --listener witness:7458 --secret-file /etc/plugpull.secret --config /etc/plugpull/agent.toml
+    #[command(verbatim_doc_comment)]
+    Agent {
+        #[command(flatten)]
+        args: agent::AgentArgs,
     },
 }
 
@@ -164,7 +169,7 @@ fn main() -> ExitCode {
 }
 
 fn secret(l: &ListenerArgs) -> Result<Secret, Error> {
-    Secret::load(l.secret_file.as_deref()).map_err(Error)
+    l.secret()
 }
 
 async fn run(cli: Cli) -> Result<bool, Error> {
@@ -180,6 +185,8 @@ async fn run(cli: Cli) -> Result<bool, Error> {
         Cmd::Demo { args } => demo::demo(&args).await,
         Cmd::Probe { args } => probe::command(&args).await,
         Cmd::Power { args } => power::command(&args),
+        Cmd::Campaign { cmd } => campaign::command(&cmd).await,
+        Cmd::Agent { args } => agent::agent(&args).await,
         Cmd::Verify { listener, args, pg } => {
             verify::command(&args, &listener.listener, secret(&listener), &pg).await
         }

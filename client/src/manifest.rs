@@ -3,8 +3,16 @@
 use plugpull::ledger::{Manifest, Storage, Workload};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// This machine's host name (as `gethostname(2)` gives it), or `"unknown"`.
+/// The variable through which `plugpull agent --host NAME` names the host to the
+/// runs it starts (several simulated machines share one real host).
+pub const HOST_ENV: &str = "PLUGPULL_HOST";
+
+/// This machine's host name: `PLUGPULL_HOST` when set (by `plugpull agent --host`),
+/// else as `gethostname(2)` gives it, or `"unknown"`.
 pub fn hostname() -> String {
+    if let Some(h) = std::env::var(HOST_ENV).ok().filter(|h| !h.is_empty()) {
+        return h;
+    }
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -20,10 +28,7 @@ pub fn hostname() -> String {
 pub fn make_manifest(workload: Workload, storage: Storage) -> Manifest {
     Manifest {
         host: hostname(),
-        started_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
+        started_unix_ms: now_unix_ms(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         workload,
         boot_id: crate::target_id::boot_id(),
@@ -31,4 +36,12 @@ pub fn make_manifest(workload: Workload, storage: Storage) -> Manifest {
         listener_created_unix_ms: 0,
         storage,
     }
+}
+
+/// Now, ms since the Unix epoch (0 if the clock is before it).
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

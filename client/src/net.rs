@@ -200,3 +200,22 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Er
         ))),
     }
 }
+
+/// Where the listener is and how to prove ourselves to it (`--listener`,
+/// `--secret-file`), for every command that talks to it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ListenerArgs {
+    /// Listener address, HOST:PORT.
+    #[arg(long, env = "PLUGPULL_LISTENER", value_parser = plugpull::units::parse_host_port)]
+    pub listener: String,
+    /// File holding the shared secret (else the PLUGPULL_SECRET variable).
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
+}
+
+impl ListenerArgs {
+    /// The shared secret. Errors: the file cannot be read.
+    pub fn secret(&self) -> Result<Secret, Error> {
+        Secret::load(self.secret_file.as_deref()).map_err(Error)
+    }
+}

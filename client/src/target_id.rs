@@ -22,9 +22,20 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+/// The variable through which the simulated machine (`simfs://`, `docs/power.md`)
+/// gives its agent and the agent's runs the boot id of the simulated boot.
+pub const SIMULATED_BOOT_ID_ENV: &str = "PLUGPULL_SIMULATED_BOOT_ID";
+
 /// This host's boot id (`/proc/sys/kernel/random/boot_id`, a UUID that changes at
-/// every boot), or `""` when it cannot be read.
+/// every boot), or `""` when it cannot be read; inside the simulated machine, the
+/// simulated boot's (`PLUGPULL_SIMULATED_BOOT_ID`).
 pub fn boot_id() -> String {
+    if let Some(b) = std::env::var(SIMULATED_BOOT_ID_ENV)
+        .ok()
+        .filter(|b| !b.is_empty())
+    {
+        return b;
+    }
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
@@ -124,22 +135,11 @@ fn fs_uuid(source: &str) -> String {
     if f.read_exact_at(&mut sb, 0).is_err() {
         return String::new();
     }
-    let fmt = |u: &[u8]| {
-        let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..]
-        )
-    };
     if sb[1024 + 0x38..1024 + 0x3A] == [0x53, 0xEF] {
-        return fmt(&sb[1024 + 0x68..1024 + 0x78]);
+        return uuid_text(&sb[1024 + 0x68..1024 + 0x78]);
     }
     if &sb[..4] == b"XFSB" {
-        return fmt(&sb[32..48]);
+        return uuid_text(&sb[32..48]);
     }
     String::new()
 }
@@ -325,4 +325,17 @@ pub fn find_device(expected: &TargetIdentity) -> Option<PathBuf> {
         }
     }
     (found.len() == 1).then(|| found.remove(0))
+}
+
+/// 16 bytes as a UUID's text form: 8-4-4-4-12 lowercase hex digits.
+pub fn uuid_text(u: &[u8]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }

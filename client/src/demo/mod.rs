@@ -33,6 +33,7 @@
 //! writers, PostgreSQL, the mount, the listener.
 
 mod compare;
+mod cuts;
 mod device;
 mod fallback;
 
@@ -58,6 +59,10 @@ pub struct DemoArgs {
     /// Seed of the simulator's random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Instead: a campaign of N cuts of two simulated machines (an honest disk, a
+    /// lying one), each cut --cut-after..1.5x that into a run (docs/campaign.md).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub cuts: Option<u32>,
 }
 
 /// Runs the demo; `Ok(true)` when every verdict came out as expected.
@@ -128,6 +133,11 @@ fn start_listener(dir: &Path) -> Result<rig::listener::Listener, Error> {
 
 async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     if let Some(why) = fuse_unavailable() {
+        if args.cuts.is_some() {
+            return Err(Error(format!(
+                "demo --cuts needs the power-cut simulator, and FUSE is not available: {why}"
+            )));
+        }
         println!("== FUSE is not available: {why}.");
         println!("== Without the power-cut simulator the demo can only SIGKILL the writer on the local disk.");
         return fallback::sigkill_demo(dir, args).await;
@@ -135,6 +145,9 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     // PostgreSQL's postmaster outlives pg_ctl, its parent: as a child subreaper the
     // demo inherits it and can reap it after killing it.
     proc::set_subreaper();
+    if let Some(n) = args.cuts {
+        return cuts::run(dir, n, args.cut_after, args.seed).await;
+    }
     let listener = start_listener(dir)?;
     let pg = if args.no_pg {
         println!("== PostgreSQL part skipped (--no-pg)");

@@ -96,7 +96,7 @@ pub const MAX_JOBS: u32 = 1024;
 
 /// Validates the arguments and returns the number of blocks (durations are bounded
 /// by the parser, `plugpull::units::MAX_DURATION`).
-fn check_args(a: &WriteArgs) -> Result<u64, Error> {
+pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     if a.block_size == 0 || !a.block_size.is_multiple_of(SECTOR as u64) || a.block_size > (64 << 20)
     {
         return Err(format!(

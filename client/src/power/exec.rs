@@ -1,4 +1,4 @@
-//! `exec:CMD`: any command (USB relays, fence agents, in-house rigs). CMD runs with
+//! `exec:CMD` (or `exec+dc:`, `exec+device:` declaring what it cuts): any command (USB relays, fence agents, in-house rigs). CMD runs with
 //! `sh -c`, every `{action}` replaced by `off`, `on` or `status`; a non-zero exit is
 //! an error naming the command; `status` reads `on` or `off` (or a fence agent's
 //! `Status: ON`) from its stdout. The command runs in a process group of its own,
@@ -12,13 +12,15 @@ use std::process::Command;
 /// The `exec:` driver.
 pub struct Exec {
     command: String,
+    kind: CutKind,
 }
 
 impl Exec {
-    /// A driver running `command` (with `{action}` still in it).
-    pub fn new(command: &str) -> Exec {
+    /// A driver running `command` (with `{action}` still in it) that cuts `kind`.
+    pub fn new(command: &str, kind: CutKind) -> Exec {
         Exec {
             command: command.to_string(),
+            kind,
         }
     }
 
@@ -61,6 +63,6 @@ impl Driver for Exec {
     }
 
     fn kind(&self) -> CutKind {
-        CutKind::Ac
+        self.kind
     }
 }

@@ -12,6 +12,7 @@ mod http;
 mod ipmi;
 mod plug;
 mod redfish;
+mod sim;
 mod snmp;
 
 use crate::Error;
@@ -94,10 +95,11 @@ pub trait Driver {
     }
 }
 
-/// The driver for a parsed URI. Errors for `simfs://` (not in this version).
+/// The driver for a parsed URI. Errors: a driver's setup (a secret file, a tool,
+/// `simfs://`'s `machine.json`), named.
 pub fn open(uri: &PowerUri) -> Result<Box<dyn Driver>, Error> {
     Ok(match uri {
-        PowerUri::Exec { command } => Box::new(exec::Exec::new(command)),
+        PowerUri::Exec { command, kind } => Box::new(exec::Exec::new(command, *kind)),
         PowerUri::Ipmi { .. } => Box::new(ipmi::Ipmi::new(uri)?),
         PowerUri::Redfish { .. } => Box::new(redfish::Redfish::new(uri)?),
         PowerUri::ApcSnmp { .. } => Box::new(snmp::ApcSnmp::new(uri)?),
@@ -105,11 +107,7 @@ pub fn open(uri: &PowerUri) -> Result<Box<dyn Driver>, Error> {
             Box::new(plug::Tasmota::new(host, *port, *relay))
         }
         PowerUri::Shelly { host, port, id } => Box::new(plug::Shelly::new(host, *port, *id)),
-        PowerUri::Simfs { .. } => {
-            return Err(Error(
-                "simfs: the simulated machine's power driver is not in this version".into(),
-            ))
-        }
+        PowerUri::Simfs { mountpoint } => Box::new(sim::Sim::new(mountpoint)?),
     })
 }
 
@@ -154,7 +152,7 @@ fn warn_if_shared(path: &Path, mode: u32, what: &str) {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PowerArgs {
     /// The power-control URI (docs/power.md): exec:CMD, ipmi://, redfish://,
-    /// redfish+http://, apc-snmp://, tasmota://, shelly://.
+    /// redfish+http://, apc-snmp://, tasmota://, shelly://, simfs://.
     #[arg(long, value_name = "URI")]
     pub power: String,
     /// What to do.

@@ -1,7 +1,8 @@
 //! The process machinery the demo and the end-to-end tests share, so both start,
 //! cut and tear down the same way: [`proc`] (spawning, waiting, process groups,
 //! killing and reaping), [`listener`] (a `plugpull-listener` on a free port),
-//! [`simfs`] (a `plugpull-simfs` mount: cut, umount, remount), [`postgres`] (a
+//! [`simfs`] (a `plugpull-simfs` mount: cut, umount, remount), [`machine`] (the
+//! simulated machine's files, which the `simfs://` power driver boots and cuts), [`postgres`] (a
 //! throwaway cluster: initdb, start, stop, kill) and [`writer`] (a `plugpull write`
 //! child: run id, acknowledged count).
 //!
@@ -11,9 +12,11 @@
 //! the demo beside itself ([`sibling`]).
 
 pub mod listener;
+pub mod machine;
 pub mod postgres;
 pub mod proc;
 pub mod simfs;
+pub mod tree;
 pub mod writer;
 
 use crate::Error;

@@ -70,6 +70,26 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     c
 }
 
+/// A command with stdin from `/dev/null` that starts a new session (`setsid`): its
+/// own process group (its pid), no controlling terminal. Nothing sent to the
+/// caller's group or terminal (Ctrl-C, hang-up) reaches it, no parent-death signal
+/// is set, so it outlives the caller: for the simulated machine's processes.
+pub fn session_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(program);
+    c.stdin(Stdio::null());
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    c
+}
+
 /// Sleeps for `d`; `Err` at once when cancelled.
 pub fn sleep(d: Duration) -> Result<(), Error> {
     let end = Instant::now() + d;
@@ -217,12 +237,19 @@ impl Drop for Guard {
     }
 }
 
-/// Process ids whose parent is `pid`, from `/proc/*/stat`.
-pub fn children_of(pid: u32) -> Vec<u32> {
+/// Every process id in `/proc`.
+pub fn all_pids() -> Vec<u32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
+/// Process ids whose parent is `pid`, from `/proc/*/stat`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    all_pids()
+        .into_iter()
         .filter(|&p| stat_of(p).is_some_and(|(_, ppid)| ppid == pid))
         .collect()
 }
@@ -230,13 +257,27 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 /// `(state, ppid)` of a process, from `/proc/PID/stat` (after the comm's last `)`);
 /// `None` once it is gone (reaped).
 pub fn stat_of(pid: u32) -> Option<(char, u32)> {
+    stat3(pid).map(|(state, ppid, _)| (state, ppid))
+}
+
+/// `(state, ppid, process group)` of a process, from `/proc/PID/stat`.
+pub fn stat3(pid: u32) -> Option<(char, u32, u32)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 2..];
     let mut f = rest.split(' ');
     let state = f.next()?.chars().next()?;
     let ppid = f.next()?.parse().ok()?;
-    Some((state, ppid))
+    let pgrp = f.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
 }
+
+/// Whether process `pid` exists and is not a zombie (`Z`) or dead (`X`): a zombie
+/// runs nothing and holds no file, it only waits for a parent that may never reap it.
+pub fn alive(pid: u32) -> bool {
+    stat_of(pid).is_some_and(|(s, _)| s != 'Z' && s != 'X')
+}
+
+pub use super::tree::{freeze_group, group_tree, has_env, kill_group, reap};
 
 /// SIGKILLs process `pid` and its children at once, as a power cut does, when its
 /// command name (`/proc/PID/comm`) is `comm`; `pid` is stopped (SIGSTOP) first so it

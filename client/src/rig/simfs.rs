@@ -83,46 +83,20 @@ impl SimMount {
             )));
         }
         self.mounts += 1;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(|e| Error(format!("{}: {e}", self.log.display())))?;
-        let mut cmd = proc::command(&self.bin);
-        cmd.arg("mount")
-            .arg("--backing")
-            .arg(&self.backing)
-            .arg("--mountpoint")
-            .arg(&self.mnt)
-            .args(["--mode", &self.mode, "--seed", &self.seed.to_string()]);
-        if self.truth_per_mount {
-            cmd.arg("--ground-truth").arg(self.truth_path());
+        let truth = self.truth_path();
+        let (child, out) = MountCmd {
+            bin: &self.bin,
+            backing: &self.backing,
+            mnt: &self.mnt,
+            mode: &self.mode,
+            seed: self.seed,
+            truth: self.truth_per_mount.then_some(truth.as_path()),
+            extra: &self.extra,
+            log: &self.log,
         }
-        let mut child = cmd
-            .args(&self.extra)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| Error(format!("cannot start plugpull-simfs: {e}")))?;
-        let out = proc::lines(child.stdout.take().expect("piped stdout"));
+        .start(proc::command(&self.bin))?;
         self.child = Some(child);
-        let first = proc::recv_line(&out, MOUNT_TIMEOUT);
         self._stdout = Some(out);
-        let first = match first {
-            Ok(l) => l.unwrap_or_default(),
-            Err(e) => {
-                self.force_down();
-                return Err(e);
-            }
-        };
-        let want = format!("mounted {}", self.mnt.display());
-        if first != want {
-            let log = self.log_text();
-            self.force_down();
-            return Err(Error(format!(
-                "plugpull-simfs mount said {first:?}, expected {want:?}; log:\n{log}"
-            )));
-        }
         Ok(())
     }
 
@@ -212,35 +186,7 @@ impl SimMount {
     /// with a timeout, then a lazy detach and SIGKILL of the mount process (which
     /// aborts the FUSE connection), its reaping, and a lazy unmount of what is left.
     pub fn force_down(&mut self) {
-        let quiet = |c: &mut Command| {
-            let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
-        };
-        if let Some(mut child) = self.child.take() {
-            quiet(
-                Command::new(&self.bin)
-                    .args(["umount", "--timeout-secs", "10", "--mountpoint"])
-                    .arg(&self.mnt),
-            );
-            if !matches!(child.try_wait(), Ok(Some(_))) {
-                quiet(
-                    Command::new("fusermount3")
-                        .args(["-u", "-z"])
-                        .arg(&self.mnt),
-                );
-                let _ = child.kill();
-            }
-            let _ = child.wait();
-        }
-        if is_mountpoint(&self.mnt) {
-            quiet(
-                Command::new("fusermount3")
-                    .args(["-u", "-z"])
-                    .arg(&self.mnt),
-            );
-        }
-        if is_mountpoint(&self.mnt) {
-            quiet(Command::new("umount").arg("-l").arg(&self.mnt));
-        }
+        force_down(&self.bin, &self.mnt, self.child.take(), None);
         self._stdout = None;
     }
 }
@@ -248,6 +194,144 @@ impl SimMount {
 impl Drop for SimMount {
     fn drop(&mut self) {
         self.force_down();
+    }
+}
+
+/// One `plugpull-simfs mount`: what [`SimMount`] and the simulated machine's power
+/// driver (`simfs://`) both start.
+pub struct MountCmd<'a> {
+    /// The `plugpull-simfs` binary.
+    pub bin: &'a Path,
+    /// The backing directory (exists).
+    pub backing: &'a Path,
+    /// The mountpoint (exists; absolute and canonical, as `mounted MNT` prints it).
+    pub mnt: &'a Path,
+    /// `honest`, `lying`, `reorder`, `torn` or `misdirect`.
+    pub mode: &'a str,
+    /// The seed of the simulator's random choices.
+    pub seed: u64,
+    /// `--ground-truth`; `None` for simfs's default beside the mountpoint.
+    pub truth: Option<&'a Path>,
+    /// Further `mount` options (`--destage-delay-ms`, `50`, …).
+    pub extra: &'a [String],
+    /// The file the mount process's stderr is appended to.
+    pub log: &'a Path,
+}
+
+impl MountCmd<'_> {
+    /// Starts the mount with `cmd` (a `Command` of [`MountCmd::bin`], set up by the
+    /// caller: process group, session) and returns once it printed `mounted MNT`,
+    /// within [`MOUNT_TIMEOUT`], with the child and its stdout's lines. On any
+    /// failure the mount is forced down ([`force_down`]) and the error quotes the
+    /// log's last lines.
+    pub fn start(&self, mut cmd: Command) -> Result<(Child, Receiver<String>), Error> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log)
+            .map_err(|e| Error(format!("{}: {e}", self.log.display())))?;
+        cmd.arg("mount")
+            .arg("--backing")
+            .arg(self.backing)
+            .arg("--mountpoint")
+            .arg(self.mnt)
+            .args(["--mode", self.mode, "--seed", &self.seed.to_string()]);
+        if let Some(t) = self.truth {
+            cmd.arg("--ground-truth").arg(t);
+        }
+        let mut child = cmd
+            .args(self.extra)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                Error(format!(
+                    "cannot start plugpull-simfs ({}): {e}",
+                    self.bin.display()
+                ))
+            })?;
+        let out = proc::lines(child.stdout.take().expect("piped stdout"));
+        let first = match proc::recv_line(&out, MOUNT_TIMEOUT) {
+            Ok(l) => l,
+            Err(e) => {
+                force_down(self.bin, self.mnt, Some(child), None);
+                return Err(e);
+            }
+        };
+        let want = format!("mounted {}", self.mnt.display());
+        if first.as_deref() == Some(want.as_str()) {
+            return Ok((child, out));
+        }
+        // Its stdout ends as it exits, a moment before it can be waited for.
+        let mut exited = child.try_wait();
+        for _ in 0..100 {
+            if first.is_some() || !matches!(exited, Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            exited = child.try_wait();
+        }
+        let said = match (first, exited) {
+            (Some(l), _) => format!("said {l:?}, expected {want:?}"),
+            (None, Ok(Some(st))) => format!("exited with {st} without mounting"),
+            (None, _) => format!("did not mount within {} s", MOUNT_TIMEOUT.as_secs()),
+        };
+        force_down(self.bin, self.mnt, Some(child), None);
+        Err(Error(format!(
+            "plugpull-simfs mount at {} {said}; {} ends:\n{}",
+            self.mnt.display(),
+            self.log.display(),
+            tail(self.log, 20)
+        )))
+    }
+}
+
+/// The last `n` lines of the text file `path` (empty when unreadable).
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Takes a simfs mount down, best effort, never failing and never blocking for
+/// long: `plugpull-simfs umount` with a 10 s limit; then, while the mount process
+/// (our `child`, or the process `pid` when it is not our child) still runs, a lazy
+/// detach and its SIGKILL (which aborts the FUSE connection), its reaping (up to
+/// 10 s for `pid`), and a lazy unmount of what is left at `mnt`.
+pub fn force_down(bin: &Path, mnt: &Path, child: Option<Child>, pid: Option<u32>) {
+    let quiet = |c: &mut Command| {
+        let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
+    };
+    let running = child.is_some() || pid.is_some_and(proc::alive);
+
+    if running {
+        quiet(
+            Command::new(bin)
+                .args(["umount", "--timeout-secs", "10", "--mountpoint"])
+                .arg(mnt),
+        );
+    }
+    if let Some(mut child) = child {
+        if !matches!(child.try_wait(), Ok(Some(_))) {
+            quiet(Command::new("fusermount3").args(["-u", "-z"]).arg(mnt));
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+    // A recorded pid may have been reused by now: only a plugpull-simfs is killed.
+    let simfs = |p: &u32| {
+        std::fs::read_to_string(format!("/proc/{p}/comm"))
+            .is_ok_and(|c| c.trim() == "plugpull-simfs")
+    };
+    if let Some(pid) = pid.filter(|p| proc::alive(*p) && simfs(p)) {
+        quiet(Command::new("fusermount3").args(["-u", "-z"]).arg(mnt));
+        let _ = proc::kill_group(None, None, &[pid], Duration::from_secs(10));
+    }
+    if is_mountpoint(mnt) {
+        quiet(Command::new("fusermount3").args(["-u", "-z"]).arg(mnt));
+    }
+    if is_mountpoint(mnt) {
+        quiet(Command::new("umount").arg("-l").arg(mnt));
     }
 }
 

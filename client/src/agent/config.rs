@@ -1,0 +1,182 @@
+//! The agent's local configuration (`/etc/plugpull/agent.toml`, `docs/campaign.md`):
+//! the only targets and databases a campaign may make this machine write. A campaign
+//! comes from the network; this file does not.
+//!
+//! ```toml
+//! # Files and block devices, by the path the campaign names.
+//! targets = ["/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_S7…", "/mnt/test/pp.dat"]
+//! # PostgreSQL databases, by the conninfo the campaign names (exactly).
+//! databases = ["host=/run/postgresql dbname=bench"]
+//! ```
+
+use crate::campaign::workload::Workload;
+use crate::Error;
+use serde::Deserialize;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The default path.
+pub const DEFAULT_PATH: &str = "/etc/plugpull/agent.toml";
+
+/// What the configuration allows.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Files and block devices a file workload may write, by path.
+    #[serde(default)]
+    pub targets: Vec<PathBuf>,
+    /// Conninfo strings a pgbench workload may use.
+    #[serde(default)]
+    pub databases: Vec<String>,
+}
+
+impl AgentConfig {
+    /// Reads `path`. It must belong to root or to this user and be writable by no
+    /// one else: whoever can write it decides what the agent overwrites.
+    ///
+    /// Errors: unreadable, writable by others, or not valid TOML of this shape.
+    pub fn read(path: &Path) -> Result<AgentConfig, Error> {
+        let meta = std::fs::metadata(path).map_err(|e| {
+            Error(format!(
+                "cannot read the agent configuration {}: {e} (docs/campaign.md shows one)",
+                path.display()
+            ))
+        })?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.mode() & 0o022 != 0 || (meta.uid() != 0 && meta.uid() != me) {
+            return Err(Error(format!(
+                "the agent configuration {} must belong to root (or this user) and be writable by no one else (mode {:04o}, owner uid {}): chown root: and chmod 644 it",
+                path.display(),
+                meta.mode() & 0o7777,
+                meta.uid()
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error(format!("cannot read {}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| Error(format!("{}: {}", path.display(), e.message())))
+    }
+
+    /// Whether `w` writes only what this configuration lists; `Err` names what it
+    /// does not.
+    pub fn allows(&self, w: &Workload, path: &Path) -> Result<(), String> {
+        match w {
+            Workload::File(a) => {
+                if self.targets.iter().any(|t| same_path(t, &a.target)) {
+                    return Ok(());
+                }
+                Err(format!(
+                    "target {} is not in {}'s `targets`: this agent writes only the targets listed there",
+                    a.target.display(),
+                    path.display()
+                ))
+            }
+            Workload::Pgbench(a) => {
+                let dsn = a.dsn.as_deref().unwrap_or_default();
+                if self.databases.iter().any(|d| d == dsn) {
+                    return Ok(());
+                }
+                Err(format!(
+                    "database {dsn:?} is not in {}'s `databases`: this agent runs pgbench only against the databases listed there",
+                    path.display()
+                ))
+            }
+        }
+    }
+}
+
+/// The same path as given, or the same file once both are resolved (a symlink under
+/// /dev/disk/by-id and the device node it names).
+fn same_path(listed: &Path, asked: &Path) -> bool {
+    if listed == asked {
+        return true;
+    }
+    match (std::fs::canonicalize(listed), std::fs::canonicalize(asked)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::campaign::workload::parse;
+
+    #[test]
+    fn lists_decide() {
+        let c: AgentConfig =
+            toml::from_str("targets = [\"/mnt/t/pp.dat\"]\ndatabases = [\"dbname=bench\"]\n")
+                .unwrap();
+        let p = Path::new("/etc/plugpull/agent.toml");
+        let ok = parse("file --target /mnt/t/pp.dat --size 1MiB").unwrap();
+        assert_eq!(c.allows(&ok, p), Ok(()));
+        let other = parse("file --target /dev/sda --size 1MiB").unwrap();
+        assert_eq!(c.allows(&other, p), Err("target /dev/sda is not in /etc/plugpull/agent.toml's `targets`: this agent writes only the targets listed there".into()));
+        let db = parse("pgbench --dsn 'dbname=bench' -c 2").unwrap();
+        assert_eq!(c.allows(&db, p), Ok(()));
+        let db2 = parse("pgbench --dsn 'dbname=prod' -c 2").unwrap();
+        assert_eq!(c.allows(&db2, p), Err("database \"dbname=prod\" is not in /etc/plugpull/agent.toml's `databases`: this agent runs pgbench only against the databases listed there".into()));
+        let e = toml::from_str::<AgentConfig>("target = []").unwrap_err();
+        assert!(
+            e.message().starts_with("unknown field `target`"),
+            "{}",
+            e.message()
+        );
+    }
+
+    /// The shipped example parses and lists exactly its one uncommented target.
+    #[test]
+    fn the_contrib_example_parses() {
+        let c: AgentConfig = toml::from_str(include_str!("../../../contrib/agent.toml")).unwrap();
+        assert_eq!(
+            c,
+            AgentConfig {
+                targets: vec![PathBuf::from("/mnt/test/plugpull.dat")],
+                databases: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn campaign_workloads_refuse_what_the_campaign_decides() {
+        let msg = |l: &str| parse(l).unwrap_err().0;
+        assert_eq!(
+            msg("file --target /t --size 1MiB -T 30s"),
+            "--workload \"file --target /t --size 1MiB -T 30s\": -T is not accepted: every run goes on until its cut"
+        );
+        assert!(msg("file --target /t --force --size 1MiB")
+            .contains("--force is not accepted: a campaign may not overwrite"));
+        assert_eq!(
+            msg("file --listener x:1 --target /t"),
+            "--workload \"file --listener x:1 --target /t\": --listener is not accepted: the agent uses its own"
+        );
+        // Review finding: --ack-log writes a file of its own, anywhere.
+        for l in [
+            "file --target /t --ack-log /etc/shadow",
+            "file --target /t --ack-log=/dev/sda",
+            "pgbench --dsn x --ack-log /x",
+        ] {
+            assert!(msg(l).ends_with("is not accepted: a campaign workload takes only the options that shape the load (docs/campaign.md), nothing that writes elsewhere or ends the run"), "{l}");
+        }
+        assert_eq!(
+            msg("file --target /t -j4 --writes=9"),
+            "--workload \"file --target /t -j4 --writes=9\": --writes is not accepted: every run goes on until its cut"
+        );
+        for dsn in [
+            "host=/tmp password=s3cret",
+            "postgresql://u:s3cret@db/bench",
+        ] {
+            let m = msg(&format!("pgbench --dsn '{dsn}'"));
+            assert!(
+                m.contains("holds a password") && !m.contains("s3cret"),
+                "{m}"
+            );
+        }
+        assert!(parse("pgbench --dsn 'postgresql://u@db/bench' -c 2").is_ok());
+        assert_eq!(
+            msg("file --target '/t"),
+            "--workload \"file --target '/t\": unbalanced quotes"
+        );
+        assert!(msg("fio --target /t").contains("unrecognized subcommand 'fio'"));
+    }
+}

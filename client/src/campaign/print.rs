@@ -1,0 +1,194 @@
+//! `campaign status` (and the end of `campaign run`): one line per cut, the roll-up,
+//! `--json` (the whole campaign as one object) and `--junit FILE` (one test case per
+//! cut: failure = a failed verdict, skipped = not measured, error = invalid).
+
+use super::ShowArgs;
+use crate::Error;
+use plugpull::campaign::{Campaign, CutRecord, RollUp, Validity};
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+/// Prints `c` as `args` asks and writes the JUnit file when asked.
+///
+/// Errors: the JUnit file cannot be written.
+pub fn show(c: &Campaign, args: &ShowArgs) -> Result<(), Error> {
+    if args.json {
+        println!("{}", json(c));
+    } else {
+        print!("{}", text(c));
+    }
+    if let Some(path) = &args.junit {
+        let xml = junit(c)?;
+        std::fs::write(path, xml)
+            .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// The header of the cut lines.
+pub const HEADER: &str =
+    "  cut  host             time (UTC)           driver (kind)      delay  acknowledged  validity      verdict";
+
+/// One cut as a line under [`HEADER`], with the reason or verdict summary after it.
+pub fn cut_line(c: &CutRecord) -> String {
+    let verdict = match (&c.validity, &c.verdict) {
+        (Validity::Valid, Some(v)) if v.failed => {
+            let lag = v
+                .max_lag_secs
+                .map(|l| {
+                    format!(", the oldest lost write acknowledged at least {l} s before the cut")
+                })
+                .unwrap_or_default();
+            format!("{} findings{lag}: {}", v.findings, v.summary)
+        }
+        (Validity::Valid, Some(v)) => v.summary.clone(),
+        _ => format!("- ({})", c.validity.reason()),
+    };
+    format!(
+        "{:>5}  {:<16} {:<20} {:<16} {:>6.1}s {:>13}  {:<13} {verdict}",
+        c.index,
+        c.host,
+        utc_secs(c.at_ms),
+        format!("{} ({})", c.driver, c.kind),
+        c.delay_ms as f64 / 1000.0,
+        c.acknowledged,
+        c.validity.name(),
+    )
+}
+
+/// `2026-12-01T02:16:08Z`: [`plugpull::units::utc`] without the milliseconds.
+fn utc_secs(ms: u64) -> String {
+    plugpull::units::utc(ms - ms % 1000).replace(".000Z", "Z")
+}
+
+/// The whole text output.
+pub fn text(c: &Campaign) -> String {
+    let d = &c.definition;
+    let mut s = format!(
+        "campaign {}: {} host(s), {} cuts each; workloads: {}\n{HEADER}\n",
+        d.name,
+        d.hosts.len(),
+        d.cuts,
+        d.workloads.join(" | ")
+    );
+    for cut in c.cuts() {
+        s.push_str(&cut_line(&cut));
+        s.push('\n');
+    }
+    if let Some(why) = c.cancelled() {
+        s.push_str(&format!("  cancelled: {why}\n"));
+    }
+    for h in &d.hosts {
+        let v = c.host(&h.host);
+        if let Some(p) = &v.pulling {
+            s.push_str(&format!(
+                "  cut {} of {} in progress (power cut at {})\n",
+                p.index,
+                h.host,
+                plugpull::units::utc(p.at_ms)
+            ));
+        }
+        if let Some(r) = &v.refused {
+            s.push_str(&format!("  {}: the agent refused: {r}\n", h.host));
+        }
+        if let Some(r) = &v.paused {
+            s.push_str(&format!("  {}: paused: {r}\n", h.host));
+        }
+        if d.hosts.len() > 1 {
+            s.push_str(&format!("  {}: {}\n", h.host, RollUp::of(&v.cuts).line()));
+        }
+    }
+    let configs = c.configurations();
+    if d.hosts.len() > 1 {
+        for (config, hosts) in &configs {
+            let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
+            s.push_str(&format!(
+                "  configuration {config} ({}): {}\n",
+                hosts.join(", "),
+                RollUp::of(&cuts).line()
+            ));
+        }
+    }
+    s.push_str(&format!("{}\n", c.roll_up().line()));
+    s
+}
+
+/// The campaign as one JSON object: definition, cuts, per-host state, roll-up.
+pub fn json(c: &Campaign) -> serde_json::Value {
+    let hosts: Vec<serde_json::Value> = c
+        .definition
+        .hosts
+        .iter()
+        .map(|h| {
+            let v = c.host(&h.host);
+            serde_json::json!({
+                "host": h.host, "power": h.power,
+                "cuts_judged": v.cuts.len(), "cut_in_progress": v.pulling.map(|p| p.index),
+                "boot_id": v.boots.last().map(|b| b.0.clone()),
+                "refused": v.refused, "paused": v.paused,
+                "roll_up": RollUp::of(&v.cuts),
+            })
+        })
+        .collect();
+    let cuts: Vec<serde_json::Value> = c
+        .cuts()
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "host": k.host, "index": k.index, "at_unix_ms": k.at_ms, "driver": k.driver,
+                "kind": k.kind, "delay_secs": k.delay_ms as f64 / 1000.0,
+                "runs": k.runs.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+                "acknowledged": k.acknowledged, "validity": k.validity.name(),
+                "reason": k.validity.reason(), "verdict": k.verdict,
+            })
+        })
+        .collect();
+    let configurations: Vec<serde_json::Value> = c
+        .configurations()
+        .into_iter()
+        .map(|(config, hosts)| {
+            let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
+            serde_json::json!({"configuration": config, "hosts": hosts, "roll_up": RollUp::of(&cuts)})
+        })
+        .collect();
+    serde_json::json!({
+        "name": c.definition.name, "definition": c.definition, "done": c.done(),
+        "configurations": configurations,
+        "cancelled": c.cancelled(),
+        "hosts": hosts, "cuts": cuts, "roll_up": c.roll_up(),
+    })
+}
+
+/// The JUnit XML: one suite per host, one case per cut.
+///
+/// Errors: the XML cannot be serialized.
+pub fn junit(c: &Campaign) -> Result<String, Error> {
+    let mut report = Report::new(format!("plugpull campaign {}", c.definition.name));
+    for h in &c.definition.hosts {
+        let mut suite = TestSuite::new(h.host.clone());
+        for k in c.host(&h.host).cuts {
+            let status = match (&k.validity, &k.verdict) {
+                (Validity::Valid, Some(v)) if v.failed => {
+                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    s.set_message(v.summary.clone());
+                    s
+                }
+                (Validity::Valid, _) => TestCaseStatus::success(),
+                (Validity::NotMeasured(r), _) => {
+                    let mut s = TestCaseStatus::skipped();
+                    s.set_message(format!("not measured: {r}"));
+                    s
+                }
+                (Validity::Invalid(r), _) => {
+                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
+                    s.set_message(format!("invalid: {r}"));
+                    s
+                }
+            };
+            suite.add_test_case(TestCase::new(format!("cut {}", k.index), status));
+        }
+        report.add_test_suite(suite);
+    }
+    report
+        .to_string()
+        .map_err(|e| Error(format!("JUnit report: {e}")))
+}
