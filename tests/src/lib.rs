@@ -13,6 +13,7 @@
 pub mod blockdev;
 pub mod ledger_file;
 pub mod loopfs;
+pub mod machine;
 pub mod pg;
 pub mod proxy;
 pub mod simfs;

