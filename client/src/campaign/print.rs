@@ -5,6 +5,7 @@
 use super::ShowArgs;
 use crate::Error;
 use plugpull::campaign::{Campaign, CutRecord, RollUp, Validity};
+use plugpull::stats;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 /// Prints `c` as `args` asks and writes the JUnit file when asked.
@@ -101,16 +102,27 @@ pub fn text(c: &Campaign) -> String {
     if d.hosts.len() > 1 {
         for (config, hosts) in &configs {
             let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
+            let r = RollUp::of(&cuts);
             s.push_str(&format!(
-                "  configuration {config} ({}): {}\n",
+                "  configuration {config} ({}): {}\n    {}\n",
                 hosts.join(", "),
-                RollUp::of(&cuts).line()
+                r.line(),
+                r.bound_line(CONFIDENCE)
             ));
         }
     }
-    s.push_str(&format!("{}\n", c.roll_up().line()));
+    let r = c.roll_up();
+    s.push_str(&format!("{}\n{}\n", r.line(), r.bound_line(CONFIDENCE)));
+    if !c.done() && c.cancelled().is_none() {
+        if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {
+            s.push_str(&format!("plan: {plan}\n"));
+        }
+    }
     s
 }
+
+/// The confidence level of the bounds `status` prints (95 %).
+pub const CONFIDENCE: f64 = stats::DEFAULT_CONFIDENCE;
 
 /// The campaign as one JSON object: definition, cuts, per-host state, roll-up.
 pub fn json(c: &Campaign) -> serde_json::Value {
@@ -147,7 +159,8 @@ pub fn json(c: &Campaign) -> serde_json::Value {
         .into_iter()
         .map(|(config, hosts)| {
             let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
-            serde_json::json!({"configuration": config, "hosts": hosts, "roll_up": RollUp::of(&cuts)})
+            let r = RollUp::of(&cuts);
+            serde_json::json!({"configuration": config, "hosts": hosts, "bound": r.bound(CONFIDENCE), "roll_up": r})
         })
         .collect();
     serde_json::json!({
@@ -155,6 +168,8 @@ pub fn json(c: &Campaign) -> serde_json::Value {
         "configurations": configurations,
         "cancelled": c.cancelled(),
         "hosts": hosts, "cuts": cuts, "roll_up": c.roll_up(),
+        "bound": c.roll_up().bound(CONFIDENCE),
+        "plan_rate_shown": stats::rate_shown(c.definition.cuts * c.definition.hosts.len() as u32, CONFIDENCE).ok(),
     })
 }
 

@@ -136,11 +136,19 @@ pub async fn run(dir: &Path, cuts: u32, cut_after: f64, seed: u64) -> Result<boo
     let ran = run_campaign(l.addr(), &secret, &show).await;
     drop(machines);
     let c = campaign::load(l.addr(), &secret, "demo").await?;
+    conclude(&c, ran)
+}
+
+/// Prints both machines' roll-ups and bounds and whether the tool works: `Ok(true)`
+/// when every valid cut of the honest machine passed and the lying machine failed.
+fn conclude(c: &plugpull::campaign::Campaign, ran: Result<bool, Error>) -> Result<bool, Error> {
     let roll = |h: &str| RollUp::of(&c.host(h).cuts);
     let (honest, lying) = (roll(HOSTS[0].0), roll(HOSTS[1].0));
     println!();
-    println!("honest machine: {}", honest.line());
-    println!("lying machine: {}", lying.line());
+    for (name, r) in [("honest", &honest), ("lying", &lying)] {
+        let bound = r.bound_line(plugpull::stats::DEFAULT_CONFIDENCE);
+        println!("{name} machine: {}\n  {bound}", r.line());
+    }
     if let Err(e) = ran {
         println!("the campaign could not finish: {e}");
         return Err(e);

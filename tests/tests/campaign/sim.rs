@@ -16,7 +16,7 @@ const BS: u64 = 4096;
 
 /// A machine for `host` in `w`'s dir (`HOST/mnt/t.dat` is its target, listed in the
 /// agent configuration by [`Witness::start`]).
-fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine {
+pub(super) fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine {
     let argv = w.agent_argv(host);
     let argv: Vec<&str> = argv.iter().map(|s| s.as_str()).collect();
     Machine::create(
@@ -30,7 +30,7 @@ fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine {
 
 /// Creates campaign `name` over `(host, machine)` pairs with `cuts` cuts of
 /// 1–2 s, power off 0 s, and turns the machines on.
-fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: &str) {
+pub(super) fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: &str) {
     // One workload line for every host: `{host}` is each agent's host name.
     let wl = format!(
         "file --target {} --size 1MiB",
@@ -301,12 +301,14 @@ fn the_demo_runs_a_campaign_of_n_cuts() {
     let o = plugpull(&["demo", "--cuts", "2", "--cut-after", "1"]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
-    let tail: Vec<&str> = out.lines().rev().take(3).collect();
+    let tail: Vec<&str> = out.lines().rev().take(5).collect();
     assert_eq!(
         tail,
         vec![
             "the tool works: every valid cut of the honest machine passed, the lying machine was caught losing acknowledged writes",
+            "  2 of 2 valid cuts failed (100 %; 95 % interval 15.8 %–100 %): this configuration loses acknowledged writes on at least 22.4 % of cuts with 95 % confidence",
             "lying machine: 2 cuts: 2 valid (2 failed, 0 passed), 0 not measured, 0 invalid",
+            "  0 of 2 valid cuts failed: the loss rate per cut is below 77.6 % with 95 % confidence",
             "honest machine: 2 cuts: 2 valid (0 failed, 2 passed), 0 not measured, 0 invalid",
         ]
     );
