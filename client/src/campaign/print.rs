@@ -173,37 +173,56 @@ pub fn json(c: &Campaign) -> serde_json::Value {
     })
 }
 
-/// The JUnit XML: one suite per host, one case per cut.
+/// The JUnit XML: one suite per configuration ([`Campaign::configurations`]: the
+/// hosts whose verified probes show the same stack; a host not verified yet has a
+/// suite of its own), one case per cut, named `cut N` with the host as its class.
 ///
 /// Errors: the XML cannot be serialized.
 pub fn junit(c: &Campaign) -> Result<String, Error> {
     let mut report = Report::new(format!("plugpull campaign {}", c.definition.name));
+    let mut groups: Vec<(String, Vec<String>)> = c
+        .configurations()
+        .into_iter()
+        .map(|(config, hosts)| (format!("configuration {config}"), hosts))
+        .collect();
     for h in &c.definition.hosts {
-        let mut suite = TestSuite::new(h.host.clone());
-        for k in c.host(&h.host).cuts {
-            let status = match (&k.validity, &k.verdict) {
-                (Validity::Valid, Some(v)) if v.failed => {
-                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                    s.set_message(v.summary.clone());
-                    s
-                }
-                (Validity::Valid, _) => TestCaseStatus::success(),
-                (Validity::NotMeasured(r), _) => {
-                    let mut s = TestCaseStatus::skipped();
-                    s.set_message(format!("not measured: {r}"));
-                    s
-                }
-                (Validity::Invalid(r), _) => {
-                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
-                    s.set_message(format!("invalid: {r}"));
-                    s
-                }
-            };
-            suite.add_test_case(TestCase::new(format!("cut {}", k.index), status));
+        if !groups.iter().any(|g| g.1.contains(&h.host)) {
+            groups.push((h.host.clone(), vec![h.host.clone()]));
+        }
+    }
+    for (name, hosts) in groups {
+        let mut suite = TestSuite::new(name);
+        for k in hosts.iter().flat_map(|h| c.host(h).cuts) {
+            let mut case = TestCase::new(format!("cut {}", k.index), junit_status(&k));
+            case.set_classname(k.host.clone());
+            suite.add_test_case(case);
         }
         report.add_test_suite(suite);
     }
     report
         .to_string()
         .map_err(|e| Error(format!("JUnit report: {e}")))
+}
+
+/// A cut's JUnit status: failure = a failed verdict, skipped = not measured, error =
+/// invalid.
+fn junit_status(k: &CutRecord) -> TestCaseStatus {
+    match (&k.validity, &k.verdict) {
+        (Validity::Valid, Some(v)) if v.failed => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(v.summary.clone());
+            s
+        }
+        (Validity::Valid, _) => TestCaseStatus::success(),
+        (Validity::NotMeasured(r), _) => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message(format!("not measured: {r}"));
+            s
+        }
+        (Validity::Invalid(r), _) => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
+            s.set_message(format!("invalid: {r}"));
+            s
+        }
+    }
 }

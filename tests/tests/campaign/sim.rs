@@ -288,6 +288,24 @@ fn a_two_host_fleet_is_cut_concurrently() {
             .starts_with("fuse"),
         "{configs:?}"
     );
+    // JUnit: one suite for that configuration, its six cuts classed by host.
+    let xml_path = w.path("f.xml");
+    let o = w.campaign(
+        "status",
+        &["--name", "f", "--junit", xml_path.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let xml = std::fs::read_to_string(&xml_path).unwrap();
+    assert_eq!(xml.matches("<testsuite ").count(), 1, "{xml}");
+    let suite = format!(
+        "<testsuite name=\"configuration {}\" tests=\"6\"",
+        configs[0]["configuration"].as_str().unwrap()
+    );
+    assert!(xml.contains(&suite), "{suite} not in {xml}");
+    for h in ["sim1", "sim2"] {
+        let n = format!("classname=\"{h}\"");
+        assert_eq!(xml.matches(&n).count(), 3, "{xml}");
+    }
 }
 
 /// `plugpull demo --cuts 2`: two simulated machines, two cuts each, cut 1–1.5 s into
