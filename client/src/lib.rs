@@ -15,6 +15,7 @@ pub mod pgbench;
 pub mod power;
 pub mod probe;
 pub mod progress;
+pub mod report;
 pub mod reporter;
 pub mod rig;
 pub mod storage;

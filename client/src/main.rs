@@ -6,7 +6,7 @@
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
 use plugpull_client::net::ListenerArgs;
-use plugpull_client::{agent, campaign, demo, file, pgbench, power, probe, verify, Error};
+use plugpull_client::{agent, campaign, demo, file, pgbench, power, probe, report, verify, Error};
 use std::process::ExitCode;
 
 /// Proves or disproves that a storage stack keeps every write it acknowledged
@@ -20,6 +20,7 @@ use std::process::ExitCode;
 ///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
+///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --html run.html
 ///   plugpull probe --target /mnt/test/pp.dat --seconds 5
 ///   plugpull power --power 'ipmi://admin@bmc1?password-file=/etc/plugpull/bmc.pw' status
 ///   plugpull demo            # the whole procedure on this machine, no hardware needed
@@ -58,6 +59,29 @@ enum Cmd {
         args: verify::VerifyArgs,
         #[command(flatten)]
         pg: pgbench::PgVerifyArgs,
+    },
+    /// Write one run's verdict as a self-contained HTML page with charts (docs/report.md).
+    ///
+    /// Judges the run exactly as `verify` does (same arguments) and writes the verdict
+    /// table, the acknowledgement rate, the lost-write lag histogram, a map of the
+    /// target (file runs), tps and lost commits per client (pgbench runs) and the stack
+    /// under test into --html; --markdown adds a short summary for a ticket. Exit codes
+    /// as verify's: 0 nothing lost, 1 findings, 2 could not do the job.
+    ///
+    /// Examples:
+    ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --html run.html
+    ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --html run.html --markdown run.md
+    ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --dsn 'host=/tmp dbname=bench' --html pg.html
+    #[command(verbatim_doc_comment)]
+    Report {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        args: verify::VerifyArgs,
+        #[command(flatten)]
+        pg: pgbench::PgVerifyArgs,
+        #[command(flatten)]
+        out: report::ReportArgs,
     },
     /// Show the storage stack under a target and what in it can make fsync a lie.
     ///
@@ -187,6 +211,12 @@ async fn run(cli: Cli) -> Result<bool, Error> {
         Cmd::Power { args } => power::command(&args),
         Cmd::Campaign { cmd } => campaign::command(&cmd).await,
         Cmd::Agent { args } => agent::agent(&args).await,
+        Cmd::Report {
+            listener,
+            args,
+            pg,
+            out,
+        } => report::command(&listener, &args, &pg, &out).await,
         Cmd::Verify { listener, args, pg } => {
             verify::command(&args, &listener.listener, secret(&listener), &pg).await
         }

@@ -239,6 +239,26 @@ pub async fn verify(
     secret: &Secret,
     pg: &crate::pgbench::PgVerifyArgs,
 ) -> Result<Reported, Error> {
+    let (_, report) = judge(args, listener, secret, pg).await?;
+    print_report(&report, args.json, args.show);
+    if report.not_measured() {
+        // Exit 2 with the report already printed (one JSON object with --json).
+        return Ok(Reported::NotMeasured(Error(report.summary().to_string())));
+    }
+    Ok(Reported::Judged(report.ok()))
+}
+
+/// Fetches the run `args` names (else the newest run of the host) and judges it by its
+/// workload, printing nothing on stdout: the ledger and the report that `verify` prints
+/// (and `plugpull report` renders).
+///
+/// Errors (exit 2): as [`verify`].
+pub async fn judge(
+    args: &VerifyArgs,
+    listener: &str,
+    secret: &Secret,
+    pg: &crate::pgbench::PgVerifyArgs,
+) -> Result<(RunLedger, Report), Error> {
     let host = args.host.clone().unwrap_or_else(hostname);
     let mut l = fetch(listener, secret, args.run, &host).await?;
     l.chosen = match args.run {
@@ -270,12 +290,7 @@ pub async fn verify(
         }
     };
     report.set_storage(storage_of(&l));
-    print_report(&report, args.json, args.show);
-    if report.not_measured() {
-        // Exit 2 with the report already printed (one JSON object with --json).
-        return Ok(Reported::NotMeasured(Error(report.summary().to_string())));
-    }
-    Ok(Reported::Judged(report.ok()))
+    Ok((l, report))
 }
 
 /// The "stack under test" section of the report on run `l` ([`crate::storage::section`]),

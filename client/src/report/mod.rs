@@ -1,0 +1,138 @@
+//! `plugpull report`: one run's verdict as a self-contained HTML file with pictures
+//! (and, with `--markdown`, a short summary for a ticket).
+//!
+//! The run is judged exactly as `plugpull verify` judges it ([`crate::verify::judge`]:
+//! same arguments, same code, same report); this module only renders that report and
+//! the run's ledger:
+//!
+//! * [`run`] — the data the figures draw (acks binned per second, the target's blocks
+//!   binned into a map, lost commits per client);
+//! * [`figures`] — the charts, drawn with `plotters` into inline SVG;
+//! * [`html`] — the page shell and escaping; [`page`] — its sections in order.
+//!
+//! Exit codes as verify's: 0 nothing acknowledged lost or damaged, 1 findings, 2 could
+//! not do the job (nothing written).
+
+pub mod figures;
+pub mod html;
+pub mod page;
+pub mod run;
+
+use crate::net::ListenerArgs;
+use crate::pgbench::PgVerifyArgs;
+use crate::verify::{judge, VerifyArgs};
+use crate::Error;
+use plugpull::report::Report;
+use std::path::{Path, PathBuf};
+
+/// Where `plugpull report` writes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Write the HTML report (one self-contained file) here.
+    #[arg(long, value_name = "FILE")]
+    pub html: PathBuf,
+    /// Also write a short Markdown summary (verdict line, counts, warnings) here.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// `plugpull report` as the command runs it: judges the run as `plugpull verify` does,
+/// writes the HTML (and Markdown) files and prints the verdict line and where the report
+/// is. Returns `Ok(true)` (exit 0) when nothing acknowledged was lost or damaged,
+/// `Ok(false)` (exit 1) on findings.
+///
+/// Errors (exit 2): verify's (listener, ledger, target, secret), `--json` given, an
+/// output file that cannot be written, a run that measured nothing (the files are
+/// written first).
+pub async fn command(
+    listener: &ListenerArgs,
+    args: &VerifyArgs,
+    pg: &PgVerifyArgs,
+    out: &ReportArgs,
+) -> Result<bool, Error> {
+    if args.json {
+        return Err(Error(
+            "--json is verify's: `plugpull report` writes --html FILE (and --markdown FILE)".into(),
+        ));
+    }
+    check_writable(&out.html)?;
+    if let Some(md) = &out.markdown {
+        check_writable(md)?;
+    }
+    let secret = listener.secret()?;
+    let (l, report) = judge(args, &listener.listener, &secret, pg).await?;
+    let html = page::render(&l, &report)?;
+    write(&out.html, &html)?;
+    if let Some(md) = &out.markdown {
+        write(md, &markdown(&report))?;
+    }
+    println!("{}", report.summary());
+    println!("report: {} ({} bytes)", out.html.display(), html.len());
+    if report.not_measured() {
+        return Err(Error(report.summary().to_string()));
+    }
+    Ok(report.ok())
+}
+
+/// Refuses early (before the run is read) an output path whose directory does not
+/// exist, or that is a directory.
+fn check_writable(p: &Path) -> Result<(), Error> {
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error(format!(
+            "cannot write the report to {}: directory {} does not exist",
+            p.display(),
+            dir.display()
+        )));
+    }
+    if p.is_dir() {
+        return Err(Error(format!(
+            "cannot write the report to {}: it is a directory",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+fn write(p: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(p, text)
+        .map_err(|e| Error(format!("cannot write the report to {}: {e}", p.display())))
+}
+
+/// The short Markdown summary: a heading naming the run, the verdict line, the counts
+/// table, the probe's warnings.
+pub fn markdown(report: &Report) -> String {
+    let (head, rows) = match report {
+        Report::File(r) => (
+            format!("run {} (file) on {}: {}", r.run_id, r.host, r.target),
+            page::file_rows(r),
+        ),
+        Report::Pgbench(r) => (
+            format!("run {} (pgbench) on {}", r.run_id, r.host),
+            page::pg_rows(r),
+        ),
+    };
+    let md = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let mut s = format!(
+        "### plugpull report: {}\n\n**{}**\n\n",
+        md(&head),
+        md(report.summary())
+    );
+    s.push_str("| count | value |\n| --- | ---: |\n");
+    for (k, v) in rows {
+        s.push_str(&format!("| {} | {} |\n", md(&k), md(&v)));
+    }
+    let w = &report.storage().warnings;
+    if w.is_empty() {
+        s.push_str("\nProbe warnings: none\n");
+    } else {
+        s.push_str("\nProbe warnings (they never change the verdict):\n\n");
+        for w in w {
+            s.push_str(&format!("- `{}`: {}\n", w.id.as_str(), md(&w.message)));
+        }
+    }
+    s
+}

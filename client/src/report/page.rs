@@ -1,0 +1,244 @@
+//! The sections of the HTML report, in order: the verdict (the report `verify`
+//! made), the figures of the run's workload, the stack under test. Each section has a
+//! heading and a one-line "how to read it".
+
+use super::figures::{bars_svg, lag_svg, map_svg, timeline_svg};
+use super::html::Page;
+use super::run::{ack_times, file_map, lost_per_client, run_end, timeline};
+use crate::verify::RunLedger;
+use crate::Error;
+use plugpull::report::{FileReport, LagBucket, PgReport, Report};
+use plugpull::verdict::Verdict;
+
+/// The whole HTML document for run `l` judged as `report`.
+///
+/// Errors: a chart could not be drawn.
+pub fn render(l: &RunLedger, report: &Report) -> Result<String, Error> {
+    let mut p = Page::default();
+    let (kind, what) = match report {
+        Report::File(_) => ("file", "acknowledged writes"),
+        Report::Pgbench(_) => ("pgbench", "acknowledged commits"),
+    };
+    verdict(&mut p, report, l);
+    let acks = ack_times(l);
+    let (end_ms, end_label) = run_end(l, &acks);
+    let t = timeline(&acks, end_ms, end_label);
+    match report {
+        Report::File(r) => {
+            p.figure(
+                "ack-rate",
+                "Acknowledgement rate over time",
+                &format!(
+                    "bars are acknowledged writes per second (bins of {} s) since the run's start; \
+                     the red line is the run's end, where the cut came",
+                    t.bin_secs
+                ),
+                &timeline_svg(&t, "acknowledgements/s").map_err(Error)?,
+                "",
+            );
+            lag(
+                &mut p,
+                &r.lost_lag_histogram,
+                "lost or damaged write",
+                "lost or damaged writes",
+            );
+            target_map(&mut p, l, r)?;
+        }
+        Report::Pgbench(r) => {
+            p.figure(
+                "tps",
+                "Transactions per second (tps) over time",
+                &format!(
+                    "bars are acknowledged commits per second (bins of {} s) since the run's start, \
+                     as pgbench counts tps; the red line is the run's end, where the cut came",
+                    t.bin_secs
+                ),
+                &timeline_svg(&t, "tps").map_err(Error)?,
+                "",
+            );
+            lag(&mut p, &r.lost_lag_histogram, "lost commit", "lost commits");
+            per_client(&mut p, r)?;
+        }
+    }
+    stack(&mut p, report, what);
+    Ok(p.finish(&format!(
+        "plugpull report: run {} ({kind}) on {}",
+        l.run, l.manifest.host
+    )))
+}
+
+/// The verdict section: the summary line, how the run ended, the counts.
+fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
+    p.heading(
+        "Verdict",
+        &format!(
+            "the verdict `plugpull verify --run {}` gives: PASS = nothing acknowledged was lost or damaged, \
+             FAIL = findings; the table counts blocks (file) or commits (pgbench) by verdict",
+            l.run
+        ),
+    );
+    let class = if report.ok() { "pass" } else { "fail" };
+    p.para(report.summary(), class);
+    match report {
+        Report::File(r) => {
+            if let Some(d) = &r.device_error {
+                p.para(d, "");
+            }
+            let items: Vec<String> = r.target_findings.iter().map(|f| f.detail.clone()).collect();
+            if !items.is_empty() {
+                p.list(&items);
+            }
+            p.table(("verdict", "blocks"), &file_rows(r));
+        }
+        Report::Pgbench(r) => {
+            if !r.notes.is_empty() {
+                p.list(&r.notes);
+            }
+            p.table(("count", "commits"), &pg_rows(r));
+        }
+    }
+}
+
+/// The verdict table of a file run: each verdict's block count, then the totals.
+pub fn file_rows(r: &FileReport) -> Vec<(String, String)> {
+    let mut rows: Vec<(String, String)> = Verdict::ALL
+        .iter()
+        .map(|v| (v.name().to_string(), r.verdicts.get(*v).to_string()))
+        .collect();
+    rows.push(("acknowledged writes".into(), r.acknowledged.to_string()));
+    rows.push(("blocks checked".into(), r.blocks_checked.to_string()));
+    rows.push((
+        "in-flight writes that survived".into(),
+        r.in_flight_survived.to_string(),
+    ));
+    rows
+}
+
+/// The count table of a pgbench run.
+pub fn pg_rows(r: &PgReport) -> Vec<(String, String)> {
+    let n = |k: &str, v: u64| (k.to_string(), v.to_string());
+    vec![
+        n("acknowledged_commits", r.acknowledged_commits),
+        n("present_commits", r.present_commits),
+        n("lost_commits", r.lost_commits),
+        n("unpromised_lost", r.unpromised_lost),
+        n("ordering_violations", r.ordering_violations),
+        n("duplicates", r.duplicates),
+        n("phantoms", r.phantoms),
+        n("malformed_tags", r.malformed_tags),
+        n("damaged_pages", r.damaged_pages),
+        n("checksum_failures", r.checksum_failures),
+        (
+            "balance invariant".into(),
+            match (r.invariant.checked, r.invariant.holds) {
+                (false, _) => "not checked".into(),
+                (true, true) => "holds".into(),
+                (true, false) => "broken".into(),
+            },
+        ),
+    ]
+}
+
+/// The lag histogram, or a sentence when nothing was lost. `one` names a lost item
+/// (`lost or damaged write`), `many` several.
+fn lag(p: &mut Page, buckets: &[LagBucket], one: &str, many: &str) {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    let title = format!("How long before the run's end each {one} was acknowledged");
+    let how = format!(
+        "each bar counts the {many} acknowledged that long before the run's end; bars only at the \
+         left (short lags) mean a volatile cache lost its last moments, bars further right mean \
+         data lost long after it was acknowledged"
+    );
+    if total == 0 {
+        p.heading(&title, &how);
+        p.para(
+            &format!("Nothing acknowledged was lost or damaged: no {many} to plot."),
+            "pass",
+        );
+        return;
+    }
+    match lag_svg(buckets, many) {
+        Ok(svg) => p.figure(
+            "lag",
+            &title,
+            &how,
+            &svg,
+            &format!("{total} {many} in the histogram"),
+        ),
+        Err(e) => p.para(&e, "fail"),
+    }
+}
+
+/// The target map of a file run.
+fn target_map(p: &mut Page, l: &RunLedger, r: &FileReport) -> Result<(), Error> {
+    let m = file_map(l, r);
+    let mut note = format!(
+        "{} blocks, {} per square, {} squares",
+        r.blocks,
+        m.blocks_per_cell,
+        m.cells.len()
+    );
+    if m.unplaced_failures > 0 {
+        note.push_str(&format!(
+            "; {} failed blocks beyond the report's list of {} are not placed on the map",
+            m.unplaced_failures,
+            r.findings.len()
+        ));
+    }
+    p.figure(
+        "map",
+        "Map of the target",
+        "each square is a run of consecutive blocks from block 0, left to right and top to bottom, \
+         coloured by the worst verdict among them (legend below the map)",
+        &map_svg(&m).map_err(Error)?,
+        &note,
+    );
+    Ok(())
+}
+
+/// Lost commits per client of a pgbench run, or a sentence when none was lost.
+fn per_client(p: &mut Page, r: &PgReport) -> Result<(), Error> {
+    let title = "Lost commits per client";
+    let how = "one bar per pgbench client that lost acknowledged commits; one client alone losing \
+               points at its connection, all clients alike at the storage";
+    if r.lost_commits == 0 {
+        p.heading(title, how);
+        p.para("No client lost an acknowledged commit.", "pass");
+        return Ok(());
+    }
+    let (per, unlisted) = lost_per_client(r);
+    let svg = bars_svg(&per, &|i| i.to_string(), "client", "lost commits").map_err(Error)?;
+    let mut note = format!("{} lost commits", r.lost_commits);
+    if unlisted > 0 {
+        note.push_str(&format!(
+            "; {unlisted} beyond the report's list of findings are not in the chart"
+        ));
+    }
+    p.figure("clients", title, how, &svg, &note);
+    Ok(())
+}
+
+/// The stack under test, as verify prints it, and the probe's warnings.
+fn stack(p: &mut Page, report: &Report, what: &str) {
+    let s = report.storage();
+    p.heading(
+        "Stack under test",
+        "the storage from the mount down to each disk as probed at the run's start, the flushes \
+         each disk completed per acknowledgement, and the drives' counters before and after the cut",
+    );
+    p.pre(&crate::storage::text(s, what));
+    p.heading(
+        "Probe warnings",
+        "what in the stack can make a durability call a lie; warnings never change the verdict",
+    );
+    if s.warnings.is_empty() {
+        p.para("none", "");
+    } else {
+        let items: Vec<String> = s
+            .warnings
+            .iter()
+            .map(|w| format!("{}: {}", w.id.as_str(), w.message))
+            .collect();
+        p.list(&items);
+    }
+}

@@ -1,0 +1,236 @@
+//! `plugpull report` end to end (issue 13): a real run on a lying simfs device cut
+//! under load, so acknowledged writes ARE lost; the HTML report is loaded in headless
+//! Chromium and checked from the DOM it dumps (every figure drawn with a non-zero
+//! box, no script error, no console error), and its numbers are verify's.
+//!
+//! The report has no script. The test injects one into a copy: it records window
+//! errors, and for each `<figure>` whether its SVG has a non-zero bounding box, into
+//! the `data-check` attribute of `<body>`, which `--dump-dom` then shows.
+
+use plugpull_tests::simfs::{skip_without_fuse, SimFs};
+use plugpull_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where Debian's package `chromium-headless-shell` puts the browser.
+const BROWSER: &str = "/usr/bin/chromium-headless-shell";
+
+/// Set first in `<head>`: collects window errors before anything else runs.
+const ERRORS_JS: &str = "<script>window.__errs=[];window.addEventListener('error',\
+function(e){window.__errs.push(String(e.message));});</script>";
+
+/// Set last in `<body>`: what was drawn, into `<body data-check>`.
+const CHECK_JS: &str = "<script>(function(){var f=document.querySelectorAll('figure');\
+var shown=0;for(var i=0;i<f.length;i++){var s=f[i].querySelector('svg');\
+if(s){var r=s.getBoundingClientRect();if(r.width>0&&r.height>0){shown++;}}}\
+document.body.setAttribute('data-check','figures='+f.length+';shown='+shown+\
+';errors='+window.__errs.length);})();</script>";
+
+/// True (after saying so loudly) when the browser is missing and the run may skip.
+fn skip_without_browser(test: &str) -> bool {
+    if Path::new(BROWSER).exists() {
+        return false;
+    }
+    let required = std::env::var("PLUGPULL_REQUIRE_FUSE").is_ok_and(|v| !v.is_empty() && v != "0");
+    assert!(
+        !required,
+        "{test}: PLUGPULL_REQUIRE_FUSE is set but {BROWSER} is missing (package chromium-headless-shell)"
+    );
+    skipped(
+        test,
+        &format!("{BROWSER} is missing (package chromium-headless-shell)"),
+    );
+    true
+}
+
+/// Loads a copy of `html` with the check scripts in the browser; returns the dumped
+/// DOM and the browser's stderr.
+fn load_in_browser(html: &Path, dir: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(html).unwrap();
+    let copy: PathBuf = dir.join("copy.html");
+    let injected = text
+        .replacen("<head>", &format!("<head>{ERRORS_JS}"), 1)
+        .replacen("</body>", &format!("{CHECK_JS}</body>"), 1);
+    std::fs::write(&copy, injected).unwrap();
+    let o = Command::new("timeout")
+        .arg("120")
+        .arg(BROWSER)
+        .args([
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", copy.display()))
+        .output()
+        .expect("run the browser");
+    assert_eq!(o.status.code(), Some(0), "browser: {}", stderr(&o));
+    (stdout(&o), stderr(&o))
+}
+
+/// The value in `<td>NAME</td><td class="n">VALUE</td>` of the report's table.
+fn cell(html: &str, name: &str) -> u64 {
+    let key = format!("<td>{name}</td><td class=\"n\">");
+    let at = html.find(&key).unwrap_or_else(|| panic!("no row {name}")) + key.len();
+    html[at..].split('<').next().unwrap().parse().unwrap()
+}
+
+/// Runs `plugpull write file` on a lying simfs mount, SIGKILLs it once `acks` are
+/// confirmed, cuts the power and remounts honest; returns the run id and the target.
+fn lying_run(l: &Listener, sim: &mut SimFs, acks: u64) -> (String, PathBuf) {
+    let target = sim.mnt().join("t.dat");
+    let mut w = Writer::spawn(&[
+        "write",
+        "file",
+        "--listener",
+        l.addr(),
+        "--size",
+        "4MiB",
+        "--jobs",
+        "2",
+        "--duration",
+        "120s",
+        "--progress",
+        "0.05",
+        "--seed",
+        "5",
+        "--target",
+        target.to_str().unwrap(),
+    ]);
+    w.wait_acknowledged(acks);
+    sigkill(&mut w.child);
+    sim.cut();
+    sim.remount("honest");
+    (w.run, target)
+}
+
+#[test]
+fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
+    const T: &str = "the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts";
+    if skip_without_fuse(T) || skip_without_browser(T) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    // Writes stay cached 300 ms: those acknowledged in the last 300 ms before the cut
+    // are lost, the older ones reached the backing store.
+    let mut sim = SimFs::mount_with(dir.path(), "lying", 5, &["--destage-delay-ms", "300"]);
+    let (run, target) = lying_run(&l, &mut sim, 15000);
+    let t = target.to_str().unwrap();
+    let (code, v, err) = verify_json(&l, &["--run", &run, "--target", t]);
+    assert_eq!(code, 1, "{err} {v}");
+    let lost = v["verdicts"]["lost_write"].as_u64().unwrap();
+    let unser = v["verdicts"]["unserializable"].as_u64().unwrap();
+    assert!(lost + unser > 0, "the lying device lost nothing: {v}");
+    let intact = v["verdicts"]["intact"].as_u64().unwrap();
+    assert!(intact > 0, "the lying device kept nothing: {v}");
+
+    let html = dir.path().join("run.html");
+    let md = dir.path().join("run.md");
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--target",
+        t,
+        "--html",
+        html.to_str().unwrap(),
+        "--markdown",
+        md.to_str().unwrap(),
+    ]);
+    sim.umount();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let summary = v["summary"].as_str().unwrap();
+    assert_eq!(stdout(&o).lines().next(), Some(summary));
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.len() < 1 << 20, "report is {} bytes", page.len());
+    for banned in ["<script", "<link", "src=", "href=", "url(", "@import"] {
+        assert!(
+            !page.contains(banned),
+            "the report loads something: {banned}"
+        );
+    }
+    // Exactly verify's numbers.
+    assert_eq!(cell(&page, "lost_write"), lost);
+    assert_eq!(cell(&page, "unserializable"), unser);
+    assert_eq!(cell(&page, "intact"), intact);
+    assert_eq!(
+        cell(&page, "acknowledged writes"),
+        v["acknowledged"].as_u64().unwrap()
+    );
+    assert!(page.contains(&html_escape(summary)), "no summary line");
+    // Three figures: acknowledgement rate, lag histogram, target map.
+    assert!(page.contains("<body data-figures=\"3\">"));
+    let lag_total: u64 = v["lost_lag_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert!(lag_total > 0);
+    assert!(page.contains(&format!(
+        "<figcaption>{lag_total} lost or damaged writes in the histogram</figcaption>"
+    )));
+    assert!(
+        page.contains("<figcaption>1024 blocks, 1 per square, 1024 squares</figcaption>"),
+        "map caption"
+    );
+
+    let (dom, berr) = load_in_browser(&html, dir.path());
+    assert!(
+        dom.contains("data-check=\"figures=3;shown=3;errors=0\""),
+        "dumped DOM: {}",
+        &dom[dom.find("<body").unwrap_or(0)..]
+            .chars()
+            .take(300)
+            .collect::<String>()
+    );
+    let console: Vec<&str> = berr.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console lines: {console:?}");
+
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains(&format!("**{summary}**")), "{md}");
+    assert!(md.contains(&format!("| lost_write | {lost} |")), "{md}");
+}
+
+/// The report's HTML escaping of text, for comparing with the JSON's.
+fn html_escape(s: &str) -> String {
+    plugpull_client::report::html::escape(s)
+}
+
+#[test]
+fn report_refuses_json_and_an_unwritable_place_before_reading_the_run() {
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        "127.0.0.1:1",
+        "--run",
+        "3f9c0e12a4b5d678",
+        "--json",
+        "--html",
+        "/tmp/x.html",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).trim(),
+        "plugpull: --json is verify's: `plugpull report` writes --html FILE (and --markdown FILE)"
+    );
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        "127.0.0.1:1",
+        "--run",
+        "3f9c0e12a4b5d678",
+        "--html",
+        "/nonexistent-dir/x.html",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).trim(),
+        "plugpull: cannot write the report to /nonexistent-dir/x.html: directory /nonexistent-dir does not exist"
+    );
+}
