@@ -38,7 +38,13 @@ impl Drop for Machines {
 }
 
 /// Runs the N-cut campaign demo in `dir`; `Ok(true)` when the tool behaved.
-pub async fn run(dir: &Path, cuts: u32, cut_after: f64, seed: u64) -> Result<bool, Error> {
+pub async fn run(
+    dir: &Path,
+    cuts: u32,
+    cut_after: f64,
+    seed: u64,
+    report: &Path,
+) -> Result<bool, Error> {
     let secret_path = dir.join("secret");
     let text: String = (0..32)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
@@ -136,7 +142,10 @@ pub async fn run(dir: &Path, cuts: u32, cut_after: f64, seed: u64) -> Result<boo
     let ran = run_campaign(l.addr(), &secret, &show).await;
     drop(machines);
     let c = campaign::load(l.addr(), &secret, "demo").await?;
-    conclude(&c, ran)
+    let works = conclude(&c, ran);
+    let html = crate::report::campaign::render(&c)?;
+    super::write_report(report, &html)?;
+    works
 }
 
 /// Prints both machines' roll-ups and bounds and whether the tool works: `Ok(true)`

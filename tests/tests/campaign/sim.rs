@@ -316,13 +316,29 @@ fn the_demo_runs_a_campaign_of_n_cuts() {
     if skip_without_fuse("the_demo_runs_a_campaign_of_n_cuts") {
         return;
     }
-    let o = plugpull(&["demo", "--cuts", "2", "--cut-after", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("demo.html");
+    let o = plugpull(&[
+        "demo",
+        "--cuts",
+        "2",
+        "--cut-after",
+        "1",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
-    let tail: Vec<&str> = out.lines().rev().take(5).collect();
+    let tail: Vec<&str> = out.lines().rev().take(6).collect();
+    let size = std::fs::metadata(&report).unwrap().len();
+    let report_line = format!(
+        "report: {} ({size} bytes; open it in a browser)",
+        report.display()
+    );
     assert_eq!(
         tail,
         vec![
+            report_line.as_str(),
             "the tool works: every valid cut of the honest machine passed, the lying machine was caught losing acknowledged writes",
             "  2 of 2 valid cuts failed (100 %; 95 % interval 15.8 %–100 %): this configuration loses acknowledged writes on at least 22.4 % of cuts with 95 % confidence",
             "lying machine: 2 cuts: 2 valid (2 failed, 0 passed), 0 not measured, 0 invalid",
@@ -331,4 +347,14 @@ fn the_demo_runs_a_campaign_of_n_cuts() {
         ]
     );
     assert_eq!(out.matches(" simfs (simulated) ").count(), 4, "{out}");
+    // The campaign page: the strip of four cuts, two of them failed.
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.contains("\npassed (2)\n") && page.contains("\nfailed (2)\n"),
+        "{page}"
+    );
+    if !plugpull_tests::browser::skip_without_browser("the_demo_runs_a_campaign_of_n_cuts") {
+        let loaded = plugpull_tests::browser::load(&report, dir.path());
+        assert_eq!(loaded.check(), "figures=2;shown=2;errors=0");
+    }
 }

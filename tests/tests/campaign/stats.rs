@@ -7,6 +7,7 @@
 use super::sim::{create, machine};
 use super::*;
 use plugpull::stats;
+use plugpull_tests::browser;
 use plugpull_tests::simfs::skip_without_fuse;
 
 /// `campaign plan` prints the published planner values.
@@ -115,10 +116,68 @@ fn compare_a_lying_and_an_honest_machine() {
     );
     assert!(text.contains(&row), "{text}");
 
+    report_of_the_lying_campaign(&w, failed);
+
     // A campaign that does not exist: exit 2, named.
     let o = w.campaign("compare", &["lie", "nosuch"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("nosuch"), "{}", stderr(&o));
+}
+
+/// `plugpull report --campaign lie`: the page (checked in the browser), the JUnit
+/// file and the Markdown summary; exit 1, a valid cut failed.
+fn report_of_the_lying_campaign(w: &Witness, failed: u32) {
+    if browser::skip_without_browser("compare_a_lying_and_an_honest_machine (report)") {
+        return;
+    }
+    let (html, xml, md) = (w.path("lie.html"), w.path("lie.xml"), w.path("lie.md"));
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        w.listener.addr(),
+        "--secret-file",
+        w.secret.to_str().unwrap(),
+        "--campaign",
+        "lie",
+        "--html",
+        html.to_str().unwrap(),
+        "--junit",
+        xml.to_str().unwrap(),
+        "--markdown",
+        md.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
+    let roll = format!(
+        "5 cuts: 5 valid ({failed} failed, {} passed), 0 not measured, 0 invalid",
+        5 - failed
+    );
+    assert!(
+        stdout(&o).starts_with(&format!("{roll}\n")),
+        "{}",
+        stdout(&o)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(&format!(">{roll}</p>")), "{page}");
+    for t in [
+        format!("passed ({})", 5 - failed),
+        format!("failed ({failed})"),
+        "not measured (0)".to_string(),
+    ] {
+        assert!(page.contains(&t), "{t}");
+    }
+    let loaded = browser::load(&html, w.dir.path());
+    // The strip and the lag figure, both drawn; no script error, nothing logged.
+    assert_eq!(loaded.check(), "figures=2;shown=2;errors=0");
+    assert_eq!(loaded.console(), Vec::<&str>::new());
+    let xml = std::fs::read_to_string(&xml).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 5, "{xml}");
+    assert_eq!(xml.matches("<failure").count(), failed as usize, "{xml}");
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.starts_with(&format!("### plugpull campaign lie\n\n**{roll}**\n")),
+        "{md}"
+    );
+    assert_eq!(md.matches("| failed |").count(), failed as usize, "{md}");
 }
 
 /// `got` and `want` are the same JSON, numbers equal to 1e-12 (serde_json parses
