@@ -449,6 +449,7 @@ mod tests {
             target: Some(PathBuf::from("/dev/sdb")),
             json: true,
             show: 3,
+            history: false,
         };
         let o = FileVerifyOptions::from(&args);
         assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
