@@ -39,6 +39,9 @@ pub struct RateBound {
     pub upper: f64,
     /// The one-sided upper confidence bound: the rate is below it with `confidence`.
     pub upper_one_sided: f64,
+    /// The one-sided lower confidence bound: the rate is above it with `confidence`
+    /// (0 when nothing failed).
+    pub lower_one_sided: f64,
 }
 
 /// Checks a confidence level or a rate is strictly between 0 and 1.
@@ -89,6 +92,11 @@ pub fn failure_rate(failed: u32, valid: u32, confidence: f64) -> Result<Option<R
             beta_quantile(k + 1.0, n - k, c),
         )
     };
+    let lower_one_sided = if failed == 0 {
+        0.0
+    } else {
+        beta_quantile(k, n - k + 1.0, alpha)
+    };
     Ok(Some(RateBound {
         failed,
         valid,
@@ -97,43 +105,37 @@ pub fn failure_rate(failed: u32, valid: u32, confidence: f64) -> Result<Option<R
         lower,
         upper,
         upper_one_sided,
+        lower_one_sided,
     }))
 }
 
 impl RateBound {
     /// One sentence a person can sign, e.g. `0 of 30 valid cuts failed: the loss rate
-    /// per cut is below 9.5 % with 95 % confidence`, or for failures `5 of 30 valid cuts
-    /// failed (16.7 %, 95 % interval 5.64 %–34.7 %): the loss rate per cut is above 0`
-    /// with the one-sided bound.
+    /// per cut is below 9.51 % with 95 % confidence`, or with failures `5 of 30 valid
+    /// cuts failed (16.7 %; 95 % interval 5.64 %–34.8 %): the loss rate per cut is at
+    /// least 6.8 % with 95 % confidence`. Upper bounds are rounded up and lower bounds
+    /// down ([`percent_up`], [`percent_down`]), so the sentence never claims more than
+    /// was computed.
     pub fn sentence(&self) -> String {
         let conf = percent(self.confidence);
         if self.failed == 0 {
             format!(
                 "0 of {} valid cuts failed: the loss rate per cut is below {} with {conf} confidence",
                 self.valid,
-                percent(self.upper_one_sided)
+                percent_up(self.upper_one_sided)
             )
         } else {
             format!(
-                "{} of {} valid cuts failed ({}; {conf} interval {}–{}): this configuration loses \
-                 acknowledged writes on at least {} of cuts with {conf} confidence",
+                "{} of {} valid cuts failed ({}; {conf} interval {}–{}): the loss rate per cut is \
+                 at least {} with {conf} confidence",
                 self.failed,
                 self.valid,
                 percent(self.estimate),
-                percent(self.lower),
-                percent(self.upper),
-                percent(self.lower_one_sided())
+                percent_down(self.lower),
+                percent_up(self.upper),
+                percent_down(self.lower_one_sided)
             )
         }
-    }
-
-    /// The one-sided lower bound at the same confidence (0 when nothing failed).
-    pub fn lower_one_sided(&self) -> f64 {
-        if self.failed == 0 {
-            return 0.0;
-        }
-        let (k, n) = (f64::from(self.failed), f64::from(self.valid));
-        beta_quantile(k, n - k + 1.0, 1.0 - self.confidence)
     }
 }
 
@@ -145,17 +147,19 @@ impl RateBound {
 pub fn cuts_needed(rate: f64, confidence: f64) -> Result<u32, String> {
     let p = fraction("the failure rate", rate)?;
     let c = fraction("the confidence level", confidence)?;
-    let x = (1.0 - c).ln() / (1.0 - p).ln();
-    // Rounding must not add a cut when x is a whole number up to float error.
-    let mut n = (x - 1e-9).ceil().max(1.0);
-    while (1.0 - p).powf(n) > (1.0 - c) * (1.0 + 1e-12) {
-        n += 1.0;
-    }
-    if n > f64::from(u32::MAX) {
+    // ln(1−p) by ln_1p: exact for small p, where 1−p rounds to 1.
+    let ln_miss = (-p).ln_1p();
+    let x = (1.0 - c).ln() / ln_miss;
+    if !x.is_finite() || x > f64::from(u32::MAX) {
         return Err(format!(
             "a rate of {rate} needs more than {} cuts",
             u32::MAX
         ));
+    }
+    // Rounding must not add a cut when x is a whole number up to float error.
+    let mut n = (x - 1e-9).ceil().max(1.0);
+    if (n * ln_miss).exp() > (1.0 - c) * (1.0 + 1e-12) {
+        n += 1.0;
     }
     Ok(n as u32)
 }
@@ -199,6 +203,9 @@ pub fn fisher_exact(
         return Err(format!(
             "more failed than valid cuts: {a_failed} of {a_valid}, {b_failed} of {b_valid}"
         ));
+    }
+    if a_valid == 0 || b_valid == 0 {
+        return Err("a side without a valid cut: nothing to compare".into());
     }
     let table = [
         [a_failed, a_valid - a_failed],
@@ -258,7 +265,8 @@ impl Fisher {
             (b, a)
         } else {
             return format!(
-                "{a}: {}, {b}: {}: no difference between them ({p})",
+                "{a}: {}, {b}: {}: the same observed rate; the test finds no difference ({p}), \
+                 which does not show they are equal",
                 rate(ra),
                 rate(rb)
             );
@@ -296,6 +304,19 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("{s:?} must be between 0 and 1 (or 0 % and 100 %)"))
 }
 
+/// Parses a confidence level ([`parse_fraction`]) of at least 50 %: `0.95`, `99%`.
+/// Errors: as [`parse_fraction`], or below 50 % (`0.95%` is 0.95 %, surely a slip).
+pub fn parse_confidence(s: &str) -> Result<f64, String> {
+    let c = parse_fraction(s)?;
+    if c < 0.5 {
+        return Err(format!(
+            "{s:?} is a confidence level of {}: give at least 50 % (0.95 or 95%)",
+            percent(c)
+        ));
+    }
+    Ok(c)
+}
+
 /// The plan's promise: what `cuts` valid cuts with none failed would show, e.g.
 /// `60 valid cuts with none failed would show the loss rate per cut is below 4.87 %
 /// with 95 % confidence`. Errors as [`rate_shown`].
@@ -303,7 +324,7 @@ pub fn plan_sentence(cuts: u32, confidence: f64) -> Result<String, String> {
     let r = rate_shown(cuts, confidence)?;
     Ok(format!(
         "{cuts} valid cuts with none failed would show the loss rate per cut is below {} with {} confidence",
-        percent(r),
+        percent_up(r),
         percent(confidence)
     ))
 }
@@ -324,6 +345,33 @@ pub fn need_sentence(rate: f64, confidence: f64) -> Result<String, String> {
 /// 0.0950 → `9.5 %`, 0.0295 → `2.95 %`, 0.451 → `45.1 %`, 1.0 → `100 %`.
 pub fn percent(x: f64) -> String {
     format!("{} %", significant(x * 100.0))
+}
+
+/// [`percent`] rounded up at its last digit: for upper bounds (0.095034 → `9.51 %`).
+pub fn percent_up(x: f64) -> String {
+    format!("{} %", directed(x * 100.0, true))
+}
+
+/// [`percent`] rounded down at its last digit: for lower bounds (0.068056 → `6.8 %`).
+pub fn percent_down(x: f64) -> String {
+    format!("{} %", directed(x * 100.0, false))
+}
+
+/// `v` to three significant digits, rounded up (`up`) or down, trailing zeros
+/// dropped. A value within 1e-9 of a digit is taken as that digit (9.5 stays 9.5).
+fn directed(v: f64, up: bool) -> String {
+    if v <= 0.0 || !v.is_finite() {
+        return significant(v.max(0.0));
+    }
+    let digits = 2 - v.log10().floor() as i32;
+    let scale = 10f64.powi(digits);
+    let scaled = v * scale;
+    let r = if up {
+        (scaled - 1e-9).ceil()
+    } else {
+        (scaled + 1e-9).floor()
+    } / scale;
+    significant(r)
 }
 
 /// A p-value to three significant digits: `0.0522`, `0.21`, `1`.

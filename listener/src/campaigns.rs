@@ -125,6 +125,19 @@ impl Campaigns {
         Ok(get(&kept, name)?.campaign.clone())
     }
 
+    /// The campaign whose run sets hold `run` (its `Started` events), if any.
+    pub fn campaign_of(&self, run: plugpull::RunId) -> Option<String> {
+        let kept = self.kept.lock().unwrap();
+        kept.iter().find_map(|(name, k)| {
+            let k = k.as_ref().ok()?;
+            k.campaign
+                .events
+                .iter()
+                .any(|e| matches!(e, Event::Started { runs, .. } if runs.contains(&run)))
+                .then(|| name.clone())
+        })
+    }
+
     /// Appends `event` to campaign `name`, durably; its 0-based position.
     ///
     /// Errors: no such campaign, a damaged one, or the append failed (the campaign

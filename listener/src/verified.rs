@@ -29,7 +29,13 @@ impl Verified {
     /// Errors: the directory cannot be created or read.
     pub fn open(data_dir: &Path) -> Result<Verified, String> {
         let dir = data_dir.join("verified");
-        std::fs::create_dir_all(&dir).map_err(|e| io("cannot create", &dir, e))?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir).map_err(|e| io("cannot create", &dir, e))?;
+            // The new directory's entry must survive a crash before any record in it.
+            File::open(data_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io("cannot sync", data_dir, e))?;
+        }
         for ent in std::fs::read_dir(&dir).map_err(|e| io("cannot read", &dir, e))? {
             let path = ent.map_err(|e| io("cannot read", &dir, e))?.path();
             if path.extension().is_some_and(|x| x == "tmp") {

@@ -56,7 +56,7 @@ fn clopper_pearson_with_failures_matches_scipy() {
     let b = failure_rate(5, 30, 0.95).unwrap().unwrap();
     close(b.lower, 0.0564216965, 10);
     close(b.upper, 0.3472116988, 10);
-    close(b.lower_one_sided(), 0.0680555736, 10);
+    close(b.lower_one_sided, 0.0680555736, 10);
     close(b.estimate, 5.0 / 30.0, 12);
     let b = failure_rate(1, 10, 0.95).unwrap().unwrap();
     close(b.lower, 0.002528579, 9);
@@ -85,13 +85,13 @@ fn the_sentences_read_as_published() {
     let b = failure_rate(0, 30, 0.95).unwrap().unwrap();
     assert_eq!(
         b.sentence(),
-        "0 of 30 valid cuts failed: the loss rate per cut is below 9.5 % with 95 % confidence"
+        "0 of 30 valid cuts failed: the loss rate per cut is below 9.51 % with 95 % confidence"
     );
     let b = failure_rate(5, 30, 0.95).unwrap().unwrap();
     assert_eq!(
         b.sentence(),
-        "5 of 30 valid cuts failed (16.7 %; 95 % interval 5.64 %–34.7 %): this configuration loses \
-         acknowledged writes on at least 6.81 % of cuts with 95 % confidence"
+        "5 of 30 valid cuts failed (16.7 %; 95 % interval 5.64 %–34.8 %): the loss rate per cut is \
+         at least 6.8 % with 95 % confidence"
     );
 }
 
@@ -109,6 +109,15 @@ fn the_planner_matches_the_published_values() {
         assert!(rate_shown(n, 0.95).unwrap() <= rate);
         assert!(rate_shown(n - 1, 0.95).unwrap() > rate);
     }
+    // Tiny rates: ln_1p keeps them exact, and a rate no campaign can reach is refused.
+    assert_eq!(cuts_needed(1e-9, 0.95), Ok(2995732273));
+    assert_eq!(
+        cuts_needed(1e-17, 0.95),
+        Err(format!(
+            "a rate of 0.00000000000000001 needs more than {} cuts",
+            u32::MAX
+        ))
+    );
     assert_eq!(
         cuts_needed(0.0, 0.95),
         Err("the failure rate must be between 0 and 1 (or 0 % and 100 %), not 0".to_string())
@@ -141,10 +150,25 @@ fn fisher_matches_the_published_values() {
     let f = fisher_exact(2, 20, 2, 20).unwrap();
     close(f.two_sided, 1.0, 9);
     assert!(fisher_exact(3, 2, 0, 1).is_err());
+    assert_eq!(
+        fisher_exact(0, 0, 1, 5),
+        Err("a side without a valid cut: nothing to compare".to_string())
+    );
+    // Unequal sizes, SciPy 1.x fisher_exact([[3, 2], [1, 19]]): two-sided = greater =
+    // 0.0162055336.
+    let f = fisher_exact(3, 5, 1, 20).unwrap();
+    close(f.two_sided, 0.0162055336, 10);
+    close(f.a_worse, 0.0162055336, 10);
 }
 
 #[test]
 fn fisher_sentences() {
+    let f = fisher_exact(0, 3, 0, 60).unwrap();
+    assert_eq!(
+        f.sentence("a", "b", 0.05),
+        "a: 0 of 3 cuts failed, b: 0 of 60 cuts failed: the same observed rate; the test finds no \
+         difference (two-sided p = 1), which does not show they are equal"
+    );
     let f = fisher_exact(5, 30, 0, 30).unwrap();
     assert_eq!(
         f.sentence("nobarrier", "barrier", 0.05),
@@ -168,11 +192,28 @@ fn percentages_have_three_significant_digits() {
     assert_eq!(percent(1.0), "100 %");
     assert_eq!(percent(0.009937), "0.994 %");
     assert_eq!(pvalue(0.210526), "0.211");
+    // Bounds round away from what they bound: never a stronger claim than computed.
+    assert_eq!(percent_up(0.09503385), "9.51 %");
+    assert_eq!(percent_up(0.095), "9.5 %");
+    assert_eq!(percent_up(0.7763932), "77.7 %");
+    assert_eq!(percent_up(0.009937), "0.994 %");
+    assert_eq!(percent_up(1.0), "100 %");
+    assert_eq!(percent_down(0.06805557), "6.8 %");
+    assert_eq!(percent_down(0.2236068), "22.3 %");
+    assert_eq!(percent_down(0.0), "0 %");
 }
 
 #[test]
 fn fractions_and_plan_sentences() {
     assert_eq!(parse_fraction("0.1"), Ok(0.1));
+    assert_eq!(parse_confidence("99%"), Ok(0.99));
+    assert_eq!(
+        parse_confidence("0.95%"),
+        Err(
+            "\"0.95%\" is a confidence level of 0.95 %: give at least 50 % (0.95 or 95%)"
+                .to_string()
+        )
+    );
     assert_eq!(parse_fraction("10%"), Ok(0.1));
     assert_eq!(parse_fraction(" 95 % "), Ok(0.95));
     assert_eq!(
@@ -185,7 +226,7 @@ fn fractions_and_plan_sentences() {
     );
     assert_eq!(
         plan_sentence(60, 0.95).unwrap(),
-        "60 valid cuts with none failed would show the loss rate per cut is below 4.87 % with 95 % confidence"
+        "60 valid cuts with none failed would show the loss rate per cut is below 4.88 % with 95 % confidence"
     );
     assert_eq!(
         need_sentence(0.1, 0.95).unwrap(),
@@ -205,7 +246,7 @@ fn the_roll_up_gives_the_bound_of_its_valid_cuts_only() {
     };
     assert_eq!(
         r.bound_line(0.95),
-        "0 of 30 valid cuts failed: the loss rate per cut is below 9.5 % with 95 % confidence"
+        "0 of 30 valid cuts failed: the loss rate per cut is below 9.51 % with 95 % confidence"
     );
     let nothing = crate::campaign::RollUp {
         cuts: 3,

@@ -16,7 +16,7 @@ pub struct PlanArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub cuts: Option<u32>,
     /// The confidence level.
-    #[arg(long, default_value = "0.95", value_parser = stats::parse_fraction)]
+    #[arg(long, default_value = "0.95", value_parser = stats::parse_confidence)]
     pub confidence: f64,
     /// Print one JSON object.
     #[arg(long)]
@@ -76,14 +76,17 @@ pub struct CompareArgs {
 /// other: `(only in a, only in b)`.
 pub fn config_difference(a: &str, b: &str) -> (Vec<String>, Vec<String>) {
     let parts = |s: &str| -> Vec<String> {
-        s.split(" + ")
+        s.split(" | ")
+            .flat_map(|x| x.split(" + "))
             .flat_map(|x| x.split(" / "))
             .map(str::to_string)
             .collect()
     };
     let (pa, pb) = (parts(a), parts(b));
     let only = |x: &[String], y: &[String]| -> Vec<String> {
-        x.iter().filter(|p| !y.contains(p)).cloned().collect()
+        let mut v: Vec<String> = x.iter().filter(|p| !y.contains(p)).cloned().collect();
+        v.dedup();
+        v
     };
     (only(&pa, &pb), only(&pb, &pa))
 }
@@ -146,8 +149,8 @@ pub fn compare(a: &Campaign, b: &Campaign, args: &CompareArgs) -> Result<bool, E
             r.passed,
             r.valid,
             percent(b.estimate),
-            percent(b.lower),
-            percent(b.upper)
+            stats::percent_down(b.lower),
+            stats::percent_up(b.upper)
         );
     }
     println!(

@@ -111,14 +111,34 @@ pub fn text(c: &Campaign) -> String {
             ));
         }
     }
-    let r = c.roll_up();
-    s.push_str(&format!("{}\n{}\n", r.line(), r.bound_line(CONFIDENCE)));
-    if !c.done() && c.cancelled().is_none() {
-        if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {
-            s.push_str(&format!("plan: {plan}\n"));
-        }
+    s.push_str(&format!("{}\n", c.roll_up().line()));
+    for line in statistics(c) {
+        s.push_str(&format!("{line}\n"));
     }
     s
+}
+
+/// The lines under a campaign's roll-up: its bound ([`RollUp::bound_line`]), said to
+/// be pooled when its hosts show more than one configuration; and, while the campaign
+/// runs and no valid cut has failed, what its planned cuts would show (`plan: …`).
+pub fn statistics(c: &Campaign) -> Vec<String> {
+    let r = c.roll_up();
+    let configs = c.configurations().len();
+    let mut lines = vec![if configs > 1 {
+        format!(
+            "pooled over {configs} configurations, read each configuration's own line: {}",
+            r.bound_line(CONFIDENCE)
+        )
+    } else {
+        r.bound_line(CONFIDENCE)
+    }];
+    let d = &c.definition;
+    if !c.done() && c.cancelled().is_none() && r.failed == 0 {
+        if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {
+            lines.push(format!("plan: {plan}"));
+        }
+    }
+    lines
 }
 
 /// The confidence level of the bounds `status` prints (95 %).

@@ -69,6 +69,34 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
+/// Where the demo writes its report: `--report`, checked writable before the demo
+/// runs, or a new `plugpull-demo-PID.html` in the temp directory, created here (never
+/// an existing file or link there).
+///
+/// Errors: the file cannot be created.
+pub fn report_path(args: &DemoArgs) -> Result<PathBuf, Error> {
+    let (path, new) = match &args.report {
+        Some(p) => (p.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("plugpull-demo-{}.html", std::process::id())),
+            true,
+        ),
+    };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .create_new(new)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| {
+            Error(format!(
+                "cannot write the report to {}: {e}",
+                path.display()
+            ))
+        })?;
+    Ok(path)
+}
+
 /// Writes the demo's HTML report to `path` and prints where.
 ///
 /// Errors: the file cannot be written.
@@ -168,9 +196,7 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     // demo inherits it and can reap it after killing it.
     proc::set_subreaper();
     if let Some(n) = args.cuts {
-        let report = args.report.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("plugpull-demo-{}.html", std::process::id()))
-        });
+        let report = report_path(args)?;
         return cuts::run(dir, n, args.cut_after, args.seed, &report).await;
     }
     let listener = start_listener(dir)?;

@@ -17,7 +17,6 @@ use crate::Error;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plugpull::campaign::{Campaign, CutRecord, RollUp, Validity};
-use plugpull::stats;
 
 /// A cut's outcome, as the strip colours it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,9 +168,8 @@ pub fn render(c: &Campaign) -> Result<String, Error> {
         _ => "fail",
     };
     p.para(&r.line(), class);
-    p.para(&r.bound_line(CONFIDENCE), class);
-    if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {
-        p.para(&format!("plan: {plan}"), "");
+    for (i, line) in crate::campaign::print::statistics(c).iter().enumerate() {
+        p.para(line, if i == 0 { class } else { "" });
     }
     if let Some(why) = c.cancelled() {
         p.para(&format!("cancelled: {why}"), "fail");
@@ -220,35 +218,48 @@ fn lag_figure(p: &mut Page, c: &Campaign, cuts: &[CutRecord]) -> Result<(), Erro
         );
         return Ok(());
     }
-    let lags: Vec<u64> = failed
-        .iter()
-        .map(|k| {
-            k.verdict
-                .as_ref()
-                .and_then(|v| v.max_lag_secs)
-                .map_or(0, |l| l.ceil() as u64)
-        })
-        .collect();
+    // The lower edge of the lag range of the cut's oldest lost write (verify's
+    // histogram), in ms: the write was acknowledged at least that long before the cut.
+    let lag_ms = |k: &CutRecord| {
+        k.verdict
+            .as_ref()
+            .and_then(|v| v.max_lag_secs)
+            .map(|l| (l * 1000.0).round() as u64)
+    };
+    let lags: Vec<u64> = failed.iter().map(|k| lag_ms(k).unwrap_or(0)).collect();
     let names: Vec<String> = failed.iter().map(|k| cut_name(c, k)).collect();
     let label = |i: usize| names.get(i).cloned().unwrap_or_default();
-    let svg = figures::bars_svg(&lags, &label, "failed cut", "ms before the cut").map_err(Error)?;
-    let unknown = failed
+    let svg = figures::bars_svg(
+        &lags,
+        &label,
+        "failed cut",
+        "at least this many ms before the cut",
+    )
+    .map_err(Error)?;
+    let no_bar: Vec<String> = failed
         .iter()
-        .filter(|k| k.verdict.as_ref().and_then(|v| v.max_lag_secs).is_none())
-        .count();
+        .filter(|k| lag_ms(k).unwrap_or(0) == 0)
+        .map(|k| match lag_ms(k) {
+            Some(_) => format!("{} (under 10 ms)", cut_name(c, k)),
+            None => format!(
+                "{} (no timed write lost: a torn or damaged page)",
+                cut_name(c, k)
+            ),
+        })
+        .collect();
     p.figure(
         "lag",
         "Lag of the oldest lost write per failed cut",
-        "one bar per failed cut: how long before the cut the oldest acknowledged write it lost \
-         was acknowledged; a write cache that holds data for seconds shows tall bars, a lost \
-         flush of the last instant shows bars near 0",
+        "one bar per failed cut: its oldest lost write was acknowledged at least this many \
+         milliseconds before the cut (the lower edge of verify's lag range: under 10 ms, \
+         10–100 ms, 100–500 ms, 0.5–1 s, 1–5 s, 5–30 s, 30–300 s, 300 s or more); a write \
+         cache that holds data for seconds shows tall bars, a lost flush of the last instant \
+         no bar (named below)",
         &svg,
-        &if unknown > 0 {
-            format!(
-                "{unknown} failed cut(s) lost no timed write (a commit, a torn write): drawn at 0"
-            )
-        } else {
+        &if no_bar.is_empty() {
             String::new()
+        } else {
+            format!("no bar: {}", no_bar.join(", "))
         },
     );
     Ok(())
@@ -349,7 +360,7 @@ pub fn markdown(c: &Campaign) -> String {
         "### plugpull campaign {}\n\n**{}**\n\n{}\n\n| cut | outcome | verdict or reason |\n| --- | --- | --- |\n",
         md(&c.definition.name),
         md(&r.line()),
-        md(&r.bound_line(CONFIDENCE))
+        md(&crate::campaign::print::statistics(c).join(" "))
     );
     for k in in_order(c) {
         let why = match (&k.validity, &k.verdict) {

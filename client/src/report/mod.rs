@@ -113,7 +113,9 @@ async fn campaign_command(
     }
     let r = c.roll_up();
     println!("{}", r.line());
-    println!("{}", r.bound_line(crate::campaign::print::CONFIDENCE));
+    for line in crate::campaign::print::statistics(&c) {
+        println!("{line}");
+    }
     println!("report: {} ({} bytes)", out.html.display(), html.len());
     if r.valid == 0 {
         return Err(Error(format!(

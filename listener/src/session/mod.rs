@@ -360,19 +360,22 @@ impl Requests<'_> {
                     .map_err(|e| Refusal::new(ErrorKind::Io, e))?;
                 CampaignResponse::Appended { index: n }
             }
-            CampaignRequest::History { host } => CampaignResponse::History(
-                self.ctx
-                    .store
-                    .runs_of(&host)
-                    .into_iter()
-                    .map(|(run, created_unix_ms, ended)| HandRun {
-                        run,
-                        created_unix_ms,
-                        ended,
-                        verifies: self.ctx.verified.of(run),
-                    })
-                    .collect(),
-            ),
+            CampaignRequest::History { host } => {
+                CampaignResponse::History(tokio::task::block_in_place(|| {
+                    self.ctx
+                        .store
+                        .runs_of(&host)
+                        .into_iter()
+                        .map(|(run, created_unix_ms, ended)| HandRun {
+                            run,
+                            created_unix_ms,
+                            ended,
+                            campaign: c.campaign_of(run),
+                            verifies: self.ctx.verified.of(run),
+                        })
+                        .collect()
+                }))
+            }
         })
     }
 

@@ -340,9 +340,9 @@ fn the_demo_runs_a_campaign_of_n_cuts() {
         vec![
             report_line.as_str(),
             "the tool works: every valid cut of the honest machine passed, the lying machine was caught losing acknowledged writes",
-            "  2 of 2 valid cuts failed (100 %; 95 % interval 15.8 %–100 %): this configuration loses acknowledged writes on at least 22.4 % of cuts with 95 % confidence",
+            "  2 of 2 valid cuts failed (100 %; 95 % interval 15.8 %–100 %): the loss rate per cut is at least 22.3 % with 95 % confidence",
             "lying machine: 2 cuts: 2 valid (2 failed, 0 passed), 0 not measured, 0 invalid",
-            "  0 of 2 valid cuts failed: the loss rate per cut is below 77.6 % with 95 % confidence",
+            "  0 of 2 valid cuts failed: the loss rate per cut is below 77.7 % with 95 % confidence",
             "honest machine: 2 cuts: 2 valid (0 failed, 2 passed), 0 not measured, 0 invalid",
         ]
     );

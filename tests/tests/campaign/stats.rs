@@ -18,7 +18,7 @@ fn plan_prints_the_cuts_a_rate_needs_and_what_clean_cuts_show() {
     assert_eq!(
         stdout(&o),
         "to see at least one failed cut with 95 % confidence when 10 % of cuts lose acknowledged writes: 29 valid cuts\n\
-         29 valid cuts with none failed would show the loss rate per cut is below 9.81 % with 95 % confidence\n\
+         29 valid cuts with none failed would show the loss rate per cut is below 9.82 % with 95 % confidence\n\
          (valid cuts only: not-measured and invalid cuts do not count; a failed cut shows the rate is above 0)\n"
     );
     let o = plugpull(&["campaign", "plan", "--cuts", "60", "--json"]);
