@@ -7,6 +7,7 @@
 //! errors, and for each `<figure>` whether its SVG has a non-zero bounding box, into
 //! the `data-check` attribute of `<body>`, which `--dump-dom` then shows.
 
+use plugpull_tests::pg::PgCluster;
 use plugpull_tests::simfs::{skip_without_fuse, SimFs};
 use plugpull_tests::*;
 use std::path::{Path, PathBuf};
@@ -67,6 +68,23 @@ fn load_in_browser(html: &Path, dir: &Path) -> (String, String) {
         .expect("run the browser");
     assert_eq!(o.status.code(), Some(0), "browser: {}", stderr(&o));
     (stdout(&o), stderr(&o))
+}
+
+/// Loads `html` in the browser and asserts it shows exactly `figures` figures, each
+/// SVG with a non-zero box, with no window error and no console line.
+fn browser_shows(html: &Path, dir: &Path, figures: usize) {
+    let (dom, berr) = load_in_browser(html, dir);
+    let want = format!("data-check=\"figures={figures};shown={figures};errors=0\"");
+    assert!(
+        dom.contains(&want),
+        "dumped DOM: {}",
+        &dom[dom.find("<body").unwrap_or(0)..]
+            .chars()
+            .take(300)
+            .collect::<String>()
+    );
+    let console: Vec<&str> = berr.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console lines: {console:?}");
 }
 
 /// The value in `<td>NAME</td><td class="n">VALUE</td>` of the report's table.
@@ -180,17 +198,7 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
         "map caption"
     );
 
-    let (dom, berr) = load_in_browser(&html, dir.path());
-    assert!(
-        dom.contains("data-check=\"figures=3;shown=3;errors=0\""),
-        "dumped DOM: {}",
-        &dom[dom.find("<body").unwrap_or(0)..]
-            .chars()
-            .take(300)
-            .collect::<String>()
-    );
-    let console: Vec<&str> = berr.lines().filter(|l| l.contains("CONSOLE")).collect();
-    assert!(console.is_empty(), "console lines: {console:?}");
+    browser_shows(&html, dir.path(), 3);
 
     let md = std::fs::read_to_string(&md).unwrap();
     assert!(md.contains(&format!("**{summary}**")), "{md}");
@@ -233,4 +241,118 @@ fn report_refuses_json_and_an_unwritable_place_before_reading_the_run() {
         stderr(&o).trim(),
         "plugpull: cannot write the report to /nonexistent-dir/x.html: directory /nonexistent-dir does not exist"
     );
+}
+
+/// A pgbench run on a lying simfs device, cut under load: the report shows the tps
+/// timeline, and the lag histogram and lost commits per client when commits were
+/// lost (PostgreSQL may also fail to recover: then verify's finding is the server),
+/// with verify's counts.
+#[test]
+fn the_report_of_a_pgbench_run_on_a_lying_device_shows_verifys_counts() {
+    const T: &str = "the_report_of_a_pgbench_run_on_a_lying_device_shows_verifys_counts";
+    if skip_without_fuse(T) || PgCluster::skip(T) || skip_without_browser(T) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount(dir.path(), "lying", 1);
+    let data = sim.mnt().join("pg").join("data");
+    let mut pg = PgCluster::init_at(&data);
+    pg.start();
+    let pid: u32 = std::fs::read_to_string(data.join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut w = Writer::spawn(&[
+        "write",
+        "pgbench",
+        "--listener",
+        l.addr(),
+        "--dsn",
+        &pg.conninfo(),
+        "--scale",
+        "1",
+        "--clients",
+        "4",
+        "--jobs",
+        "2",
+        "--duration",
+        "120s",
+        "--progress",
+        "1",
+        "--random-seed",
+        "1",
+        "--init",
+    ]);
+    let mut seen = 0;
+    w.wait_stderr(|line| {
+        progress_acknowledged(line).is_some_and(|n| {
+            seen += 1;
+            seen >= 3 && n > 0
+        })
+    });
+    sigkill(&mut w.child);
+    sim.cut();
+    plugpull_tests::pg::kill_postgres(pid);
+    sim.remount("honest");
+    let started = pg.try_start();
+    let log = pg.log.to_str().unwrap().to_string();
+    let dsn = pg.conninfo();
+    let mut args = vec!["--run", w.run.as_str(), "--dsn", dsn.as_str()];
+    if started.is_err() {
+        args.extend(["--pg-wait", "1s", "--pg-log", log.as_str()]);
+    }
+    let (code, v, err) = verify_json(&l, &args);
+    assert_eq!(code, 1, "{err}\n{v}");
+    let html = dir.path().join("pg.html");
+    let mut rargs = vec!["report", "--listener", l.addr()];
+    rargs.extend(args.iter().copied());
+    rargs.extend(["--html", html.to_str().unwrap()]);
+    let o = plugpull(&rargs);
+    if started.is_ok() {
+        pg.stop();
+    }
+    sim.umount();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for k in ["acknowledged_commits", "present_commits", "lost_commits"] {
+        assert_eq!(cell(&page, k), v[k].as_u64().unwrap(), "{k}");
+    }
+    let lagged: u64 = v["lost_lag_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    let lost = v["lost_commits"].as_u64().unwrap();
+    let figures = 1 + usize::from(lagged > 0) + usize::from(lost > 0);
+    assert!(page.contains(&format!("<body data-figures=\"{figures}\">")));
+    let by_client: Vec<String> = v["lost_commits_by_client"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("client {} lost {}", p[0], p[1]))
+        .collect();
+    let sum: u64 = v["lost_commits_by_client"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, lost, "{v}");
+    if lost > 0 {
+        let caption = format!(
+            "<figcaption>{lost} lost commits: {}</figcaption>",
+            by_client.join(", ")
+        );
+        assert!(page.contains(&caption), "{caption}");
+    } else {
+        assert!(page.contains("<p class=\"pass\">No client lost an acknowledged commit.</p>"));
+    }
+    browser_shows(&html, dir.path(), figures);
+    eprintln!("pgbench report: {} — {figures} figures", v["summary"]);
 }

@@ -5,7 +5,7 @@
 
 use crate::verify::RunLedger;
 use plugpull::ledger::Acks;
-use plugpull::report::{FileReport, PgFindingKind, PgReport};
+use plugpull::report::{FileReport, PgReport};
 use plugpull::verdict::Verdict;
 
 /// At most this many bars in a rate timeline (a long run gets wider bins).
@@ -189,21 +189,17 @@ pub fn file_map(l: &RunLedger, r: &FileReport) -> BlockMap {
     block_map(r.blocks, acked, &failed, total)
 }
 
-/// Lost commits per client (index = client number) from a pgbench report's findings,
-/// and how many lost commits its capped list left out.
-pub fn lost_per_client(r: &PgReport) -> (Vec<u64>, u64) {
+/// Lost commits per client (index = client number, over the run's clients) from a
+/// pgbench report's per-client counts.
+pub fn lost_per_client(r: &PgReport) -> Vec<u64> {
     let mut per = vec![0u64; r.clients as usize];
-    let mut listed = 0;
-    for f in &r.findings {
-        if let (PgFindingKind::LostCommit, Some(c)) = (f.kind, f.client) {
-            if per.len() <= c as usize {
-                per.resize(c as usize + 1, 0);
-            }
-            per[c as usize] += 1;
-            listed += 1;
+    for &(c, n) in &r.lost_commits_by_client {
+        if per.len() <= c as usize {
+            per.resize(c as usize + 1, 0);
         }
+        per[c as usize] = n;
     }
-    (per, r.lost_commits.saturating_sub(listed))
+    per
 }
 
 #[cfg(test)]
