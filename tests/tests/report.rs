@@ -356,3 +356,51 @@ fn the_report_of_a_pgbench_run_on_a_lying_device_shows_verifys_counts() {
     browser_shows(&html, dir.path(), figures);
     eprintln!("pgbench report: {} — {figures} figures", v["summary"]);
 }
+
+/// A run that lost nothing: exit 0, the lag histogram is a sentence (no empty chart),
+/// two figures (rate and map) drawn, the Markdown says PASS.
+#[test]
+fn the_report_of_a_clean_run_says_nothing_was_lost_in_words() {
+    const T: &str = "the_report_of_a_clean_run_says_nothing_was_lost_in_words";
+    if skip_without_browser(T) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let run = write_run(&l, &target, "1MiB", &["-T", "1s", "-j", "2"]);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{err} {v}");
+    let html = dir.path().join("clean.html");
+    let md = dir.path().join("clean.md");
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--html",
+        html.to_str().unwrap(),
+        "--markdown",
+        md.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<body data-figures=\"2\">"));
+    assert!(page.contains(
+        "<p class=\"pass\">Nothing acknowledged was lost or damaged: no lost or damaged writes to plot.</p>"
+    ));
+    assert_eq!(
+        cell(&page, "intact"),
+        v["verdicts"]["intact"].as_u64().unwrap()
+    );
+    assert_eq!(cell(&page, "lost_write"), 0);
+    browser_shows(&html, dir.path(), 2);
+    let md = std::fs::read_to_string(&md).unwrap();
+    let summary = v["summary"].as_str().unwrap();
+    assert!(
+        md.starts_with(&format!("### plugpull report: run {run} (file) on ")),
+        "{md}"
+    );
+    assert!(md.contains(&format!("\n**{summary}**\n")), "{md}");
+}

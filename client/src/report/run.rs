@@ -223,6 +223,17 @@ mod tests {
     }
 
     #[test]
+    fn lost_commits_are_spread_over_every_client_of_the_run() {
+        let r = PgReport {
+            clients: 4,
+            lost_commits: 7,
+            lost_commits_by_client: vec![(1, 3), (3, 4)],
+            ..Default::default()
+        };
+        assert_eq!(lost_per_client(&r), vec![0, 3, 0, 4]);
+    }
+
+    #[test]
     fn a_cell_takes_the_worst_class_of_its_blocks() {
         let m = block_map(
             4096,
