@@ -104,7 +104,7 @@ fn lying_run(l: &Listener, sim: &mut SimFs, acks: u64) -> (String, PathBuf) {
         "--listener",
         l.addr(),
         "--size",
-        "4MiB",
+        "64MiB",
         "--jobs",
         "2",
         "--duration",
@@ -193,9 +193,40 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
     assert!(page.contains(&format!(
         "<figcaption>{lag_total} lost or damaged writes in the histogram</figcaption>"
     )));
+    // 16384 blocks: 16 per square. Every failed block is placed (verify's JSON lists
+    // only the first 1000 findings; the map has them all).
     assert!(
-        page.contains("<figcaption>1024 blocks, 1 per square, 1024 squares</figcaption>"),
+        page.contains("<figcaption>16384 blocks, 16 per square, 1024 squares</figcaption>"),
         "map caption"
+    );
+    let map = &page[page.find("<figure class=\"fig\" id=\"map\">").unwrap()..];
+    let map = &map[..map.find("</figure>").unwrap()];
+    let red = map.matches("<rect").count()
+        - map
+            .split("<rect")
+            .skip(1)
+            .filter(|r| !r.split('>').next().unwrap().contains("fill=\"#C62828\""))
+            .count();
+    let mut listed: Vec<u64> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            ["lost_write", "unserializable", "missing"].contains(&f["verdict"].as_str().unwrap())
+        })
+        .map(|f| f["block"].as_u64().unwrap() / 16)
+        .collect();
+    listed.dedup();
+    // One red swatch in the legend besides the squares.
+    assert!(
+        red > listed.len(),
+        "{red} red squares, {} listed cells",
+        listed.len()
+    );
+    eprintln!(
+        "file report: {summary}; {} bytes, {red} red squares ({} from the listed findings)",
+        page.len(),
+        listed.len()
     );
 
     browser_shows(&html, dir.path(), 3);

@@ -178,14 +178,19 @@ pub fn run_end(l: &RunLedger, acks: &[(u32, u64)]) -> (u32, &'static str) {
     }
 }
 
-/// The map of a file run's target from its ledger and report.
+/// The map of a file run's target from its ledger and report (every failed block
+/// the verdict engine found, not only the report's capped list of findings).
 pub fn file_map(l: &RunLedger, r: &FileReport) -> BlockMap {
     let acked = l.batches.iter().flat_map(|b| match &b.acks {
         Acks::File(v) => v.iter().map(|a| a.block).collect(),
         Acks::Pg(_) => Vec::new(),
     });
-    let failed: Vec<(u64, Verdict)> = r.findings.iter().map(|f| (f.block, f.verdict)).collect();
     let total = r.verdicts.failures();
+    if r.failed_blocks.len() as u64 == total {
+        return block_map(r.blocks, acked, &r.failed_blocks, total);
+    }
+    // A report without the whole list (read back from JSON): its capped findings.
+    let failed: Vec<(u64, Verdict)> = r.findings.iter().map(|f| (f.block, f.verdict)).collect();
     block_map(r.blocks, acked, &failed, total)
 }
 
