@@ -73,6 +73,8 @@ enum Cmd {
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --html run.html --markdown run.md
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --dsn 'host=/tmp dbname=bench' --html pg.html
     #[command(verbatim_doc_comment)]
+    // verify's --json and --show mean nothing here (--json is refused): not in --help.
+    #[command(mut_arg("json", |a| a.hide(true)), mut_arg("show", |a| a.hide(true)))]
     Report {
         #[command(flatten)]
         listener: ListenerArgs,
