@@ -27,6 +27,7 @@ pub mod power;
 pub mod probe;
 pub mod record;
 pub mod report;
+pub mod stats;
 pub mod units;
 pub mod verdict;
 pub mod wire;

@@ -60,7 +60,7 @@ enum Cmd {
         #[command(flatten)]
         pg: pgbench::PgVerifyArgs,
     },
-    /// Write one run's verdict as a self-contained HTML page with charts (docs/report.md).
+    /// Write a run's verdict, or a campaign's cuts and statistics, as a self-contained HTML page with charts (docs/report.md).
     ///
     /// Judges the run exactly as `verify` does (same arguments) and writes the verdict
     /// table, the acknowledgement rate, the lost-write lag histogram, a map of the
@@ -68,10 +68,17 @@ enum Cmd {
     /// under test into --html; --markdown adds a short summary for a ticket. Exit codes
     /// as verify's: 0 nothing lost, 1 findings, 2 could not do the job.
     ///
+    /// With --campaign NAME: the campaign's plan, a strip of every cut coloured by
+    /// outcome, the roll-up with its confidence bound, the lag of each failed cut's
+    /// oldest lost write, the per-cut table and the configurations, from the campaign's
+    /// record (exit 0 every valid cut passed, 1 one failed, 2 no valid cut).
+    /// --junit FILE writes one test case per run or cut.
+    ///
     /// Examples:
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --html run.html
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --html run.html --markdown run.md
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --dsn 'host=/tmp dbname=bench' --html pg.html
+    ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --campaign nvme-plp --html nvme-plp.html --junit nvme-plp.xml --markdown nvme-plp.md
     #[command(verbatim_doc_comment)]
     // verify's --json and --show mean nothing here (--json is refused): not in --help.
     #[command(mut_arg("json", |a| a.hide(true)), mut_arg("show", |a| a.hide(true)))]

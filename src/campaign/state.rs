@@ -410,6 +410,23 @@ impl RollUp {
         r
     }
 
+    /// The confidence bound on the per-cut failure rate from the valid cuts
+    /// ([`crate::stats::failure_rate`]); `None` when no cut was valid.
+    pub fn bound(&self, confidence: f64) -> Option<crate::stats::RateBound> {
+        crate::stats::failure_rate(self.failed, self.valid, confidence)
+            .ok()
+            .flatten()
+    }
+
+    /// The bound as a sentence ([`crate::stats::RateBound::sentence`]), or why there
+    /// is none: `no valid cut: the loss rate per cut was not measured`.
+    pub fn bound_line(&self, confidence: f64) -> String {
+        match self.bound(confidence) {
+            Some(b) => b.sentence(),
+            None => "no valid cut: the loss rate per cut was not measured".into(),
+        }
+    }
+
     /// `10 cuts: 9 valid (2 failed, 7 passed), 1 not measured, 0 invalid`.
     pub fn line(&self) -> String {
         format!(

@@ -266,9 +266,25 @@ impl Probe {
     /// (device names, mount points, serials, sizes): each layer's kind and settings
     /// from the top, then each disk's model, firmware, write cache and FUA, e.g.
     /// `ext4 (rw,relatime) / dm [crypt] / disk Samsung SSD 990 PRO 4B2QJXD7 (write
-    /// back, fua)`. Machines whose probes give the same text run the same
-    /// configuration, and a campaign pools their cuts.
+    /// back, fua)`; with a PostgreSQL server, its version and the settings that decide
+    /// durability come first: `postgresql 15.4 (fsync on, synchronous_commit on,
+    /// full_page_writes on, wal_sync_method fdatasync, data_checksums off)`. Machines
+    /// whose probes give the same text run the same configuration, and a campaign
+    /// pools their cuts; `campaign compare` shows the parts that differ.
     pub fn configuration(&self) -> String {
+        let pg = self.postgres.as_ref().map(|pg| {
+            let s = &pg.settings;
+            format!(
+                "postgresql {} (fsync {}, synchronous_commit {}, full_page_writes {}, \
+                 wal_sync_method {}, data_checksums {})",
+                s.server_version,
+                s.fsync,
+                s.synchronous_commit,
+                s.full_page_writes,
+                s.wal_sync_method,
+                s.data_checksums
+            )
+        });
         let mut parts: Vec<String> = self
             .layers
             .iter()
@@ -328,7 +344,7 @@ impl Probe {
             .collect();
         disks.sort();
         parts.extend(disks);
-        parts.join(" / ")
+        pg.into_iter().chain(parts).collect::<Vec<_>>().join(" / ")
     }
 
     /// Whether the leaf disks under this probe are the storage under test on this

@@ -11,6 +11,7 @@
 //! `cargo build --release --workspace` (the README's test command does).
 
 pub mod blockdev;
+pub mod browser;
 pub mod ledger_file;
 pub mod loopfs;
 pub mod machine;

@@ -5,11 +5,14 @@
 //!   written for a random delay, cut power through the host's driver, check the load
 //!   dropped, restore power, wait for the machine to come back and for its agent's
 //!   verify reports, judge the cut, record it, go on;
-//! * `status` prints the cuts and the roll-up ([`print`]).
+//! * `status` prints the cuts, the roll-up and its confidence bound ([`print`]);
+//! * `plan` and `compare` do the statistics of a campaign before and after
+//!   ([`compare`], [`plugpull::stats`]).
 //!
 //! Every fact is an event the listener makes durable before it answers, so a
 //! controller killed at any moment resumes where the record says.
 
+pub mod compare;
 pub mod print;
 pub mod run;
 pub mod witness;
@@ -67,7 +70,28 @@ pub enum CampaignCmd {
         #[arg(long, default_value = "cancelled by hand")]
         reason: String,
     },
-    /// Print each cut and the roll-up (exit 1 once a valid cut failed, else 0).
+    /// How many cuts a claim needs: the cuts that catch a failure rate, and what clean cuts show.
+    ///
+    /// Examples:
+    ///   plugpull campaign plan --rate 0.10
+    ///   plugpull campaign plan --rate 1% --confidence 0.99
+    ///   plugpull campaign plan --cuts 60 --json
+    #[command(verbatim_doc_comment)]
+    Plan {
+        #[command(flatten)]
+        args: compare::PlanArgs,
+    },
+    /// Compare two campaigns: their failure rates, Fisher's exact test, what differs in their configurations.
+    ///
+    /// Example: plugpull campaign compare --listener witness:7458 --secret-file /etc/plugpull.secret nvme-nobarrier nvme-barrier
+    #[command(verbatim_doc_comment)]
+    Compare {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        args: compare::CompareArgs,
+    },
+    /// Print each cut, the roll-up and its confidence bound (exit 1 once a valid cut failed, else 0).
     ///
     /// Example: plugpull campaign status --listener witness:7458 --secret-file /etc/plugpull.secret --name nvme-plp --json
     #[command(verbatim_doc_comment)]
@@ -149,6 +173,16 @@ pub async fn command(cmd: &CampaignCmd) -> Result<bool, Error> {
             append(&listener.listener, &secret, name, ev).await?;
             println!("campaign {name} cancelled: {reason}");
             Ok(true)
+        }
+        CampaignCmd::Plan { args } => json_failure(args.json, compare::plan(args)),
+        CampaignCmd::Compare { listener, args } => {
+            let r = async {
+                let secret = listener.secret()?;
+                let a = load(&listener.listener, &secret, &args.a).await?;
+                let b = load(&listener.listener, &secret, &args.b).await?;
+                compare::compare(&a, &b, args)
+            };
+            json_failure(args.json, r.await)
         }
         CampaignCmd::Status { listener, args } => {
             let status = async {

@@ -5,6 +5,7 @@
 use super::ShowArgs;
 use crate::Error;
 use plugpull::campaign::{Campaign, CutRecord, RollUp, Validity};
+use plugpull::stats;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 /// Prints `c` as `args` asks and writes the JUnit file when asked.
@@ -101,16 +102,27 @@ pub fn text(c: &Campaign) -> String {
     if d.hosts.len() > 1 {
         for (config, hosts) in &configs {
             let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
+            let r = RollUp::of(&cuts);
             s.push_str(&format!(
-                "  configuration {config} ({}): {}\n",
+                "  configuration {config} ({}): {}\n    {}\n",
                 hosts.join(", "),
-                RollUp::of(&cuts).line()
+                r.line(),
+                r.bound_line(CONFIDENCE)
             ));
         }
     }
-    s.push_str(&format!("{}\n", c.roll_up().line()));
+    let r = c.roll_up();
+    s.push_str(&format!("{}\n{}\n", r.line(), r.bound_line(CONFIDENCE)));
+    if !c.done() && c.cancelled().is_none() {
+        if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {
+            s.push_str(&format!("plan: {plan}\n"));
+        }
+    }
     s
 }
+
+/// The confidence level of the bounds `status` prints (95 %).
+pub const CONFIDENCE: f64 = stats::DEFAULT_CONFIDENCE;
 
 /// The campaign as one JSON object: definition, cuts, per-host state, roll-up.
 pub fn json(c: &Campaign) -> serde_json::Value {
@@ -147,7 +159,8 @@ pub fn json(c: &Campaign) -> serde_json::Value {
         .into_iter()
         .map(|(config, hosts)| {
             let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
-            serde_json::json!({"configuration": config, "hosts": hosts, "roll_up": RollUp::of(&cuts)})
+            let r = RollUp::of(&cuts);
+            serde_json::json!({"configuration": config, "hosts": hosts, "bound": r.bound(CONFIDENCE), "roll_up": r})
         })
         .collect();
     serde_json::json!({
@@ -155,40 +168,61 @@ pub fn json(c: &Campaign) -> serde_json::Value {
         "configurations": configurations,
         "cancelled": c.cancelled(),
         "hosts": hosts, "cuts": cuts, "roll_up": c.roll_up(),
+        "bound": c.roll_up().bound(CONFIDENCE),
+        "plan_rate_shown": stats::rate_shown(c.definition.cuts * c.definition.hosts.len() as u32, CONFIDENCE).ok(),
     })
 }
 
-/// The JUnit XML: one suite per host, one case per cut.
+/// The JUnit XML: one suite per configuration ([`Campaign::configurations`]: the
+/// hosts whose verified probes show the same stack; a host not verified yet has a
+/// suite of its own), one case per cut, named `cut N` with the host as its class.
 ///
 /// Errors: the XML cannot be serialized.
 pub fn junit(c: &Campaign) -> Result<String, Error> {
     let mut report = Report::new(format!("plugpull campaign {}", c.definition.name));
+    let mut groups: Vec<(String, Vec<String>)> = c
+        .configurations()
+        .into_iter()
+        .map(|(config, hosts)| (format!("configuration {config}"), hosts))
+        .collect();
     for h in &c.definition.hosts {
-        let mut suite = TestSuite::new(h.host.clone());
-        for k in c.host(&h.host).cuts {
-            let status = match (&k.validity, &k.verdict) {
-                (Validity::Valid, Some(v)) if v.failed => {
-                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                    s.set_message(v.summary.clone());
-                    s
-                }
-                (Validity::Valid, _) => TestCaseStatus::success(),
-                (Validity::NotMeasured(r), _) => {
-                    let mut s = TestCaseStatus::skipped();
-                    s.set_message(format!("not measured: {r}"));
-                    s
-                }
-                (Validity::Invalid(r), _) => {
-                    let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
-                    s.set_message(format!("invalid: {r}"));
-                    s
-                }
-            };
-            suite.add_test_case(TestCase::new(format!("cut {}", k.index), status));
+        if !groups.iter().any(|g| g.1.contains(&h.host)) {
+            groups.push((h.host.clone(), vec![h.host.clone()]));
+        }
+    }
+    for (name, hosts) in groups {
+        let mut suite = TestSuite::new(name);
+        for k in hosts.iter().flat_map(|h| c.host(h).cuts) {
+            let mut case = TestCase::new(format!("cut {}", k.index), junit_status(&k));
+            case.set_classname(k.host.clone());
+            suite.add_test_case(case);
         }
         report.add_test_suite(suite);
     }
     report
         .to_string()
         .map_err(|e| Error(format!("JUnit report: {e}")))
+}
+
+/// A cut's JUnit status: failure = a failed verdict, skipped = not measured, error =
+/// invalid.
+fn junit_status(k: &CutRecord) -> TestCaseStatus {
+    match (&k.validity, &k.verdict) {
+        (Validity::Valid, Some(v)) if v.failed => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(v.summary.clone());
+            s
+        }
+        (Validity::Valid, _) => TestCaseStatus::success(),
+        (Validity::NotMeasured(r), _) => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message(format!("not measured: {r}"));
+            s
+        }
+        (Validity::Invalid(r), _) => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
+            s.set_message(format!("invalid: {r}"));
+            s
+        }
+    }
 }

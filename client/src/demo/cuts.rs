@@ -38,7 +38,13 @@ impl Drop for Machines {
 }
 
 /// Runs the N-cut campaign demo in `dir`; `Ok(true)` when the tool behaved.
-pub async fn run(dir: &Path, cuts: u32, cut_after: f64, seed: u64) -> Result<bool, Error> {
+pub async fn run(
+    dir: &Path,
+    cuts: u32,
+    cut_after: f64,
+    seed: u64,
+    report: &Path,
+) -> Result<bool, Error> {
     let secret_path = dir.join("secret");
     let text: String = (0..32)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
@@ -136,11 +142,22 @@ pub async fn run(dir: &Path, cuts: u32, cut_after: f64, seed: u64) -> Result<boo
     let ran = run_campaign(l.addr(), &secret, &show).await;
     drop(machines);
     let c = campaign::load(l.addr(), &secret, "demo").await?;
+    let works = conclude(&c, ran);
+    let html = crate::report::campaign::render(&c)?;
+    super::write_report(report, &html)?;
+    works
+}
+
+/// Prints both machines' roll-ups and bounds and whether the tool works: `Ok(true)`
+/// when every valid cut of the honest machine passed and the lying machine failed.
+fn conclude(c: &plugpull::campaign::Campaign, ran: Result<bool, Error>) -> Result<bool, Error> {
     let roll = |h: &str| RollUp::of(&c.host(h).cuts);
     let (honest, lying) = (roll(HOSTS[0].0), roll(HOSTS[1].0));
     println!();
-    println!("honest machine: {}", honest.line());
-    println!("lying machine: {}", lying.line());
+    for (name, r) in [("honest", &honest), ("lying", &lying)] {
+        let bound = r.bound_line(plugpull::stats::DEFAULT_CONFIDENCE);
+        println!("{name} machine: {}\n  {bound}", r.line());
+    }
     if let Err(e) = ran {
         println!("the campaign could not finish: {e}");
         return Err(e);

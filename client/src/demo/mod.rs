@@ -41,7 +41,7 @@ use crate::rig::sibling;
 use crate::rig::{self, proc};
 use crate::Error;
 use plugpull::report::FileReport;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Options of `plugpull demo`.
@@ -63,6 +63,28 @@ pub struct DemoArgs {
     /// lying one), each cut --cut-after..1.5x that into a run (docs/campaign.md).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub cuts: Option<u32>,
+    /// Where the demo writes its HTML report (docs/report.md); it is kept after the
+    /// demo. Default: `plugpull-demo-PID.html` in the temp directory.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+/// Writes the demo's HTML report to `path` and prints where.
+///
+/// Errors: the file cannot be written.
+pub fn write_report(path: &Path, html: &str) -> Result<(), Error> {
+    std::fs::write(path, html).map_err(|e| {
+        Error(format!(
+            "cannot write the report to {}: {e}",
+            path.display()
+        ))
+    })?;
+    println!(
+        "report: {} ({} bytes; open it in a browser)",
+        path.display(),
+        html.len()
+    );
+    Ok(())
 }
 
 /// Runs the demo; `Ok(true)` when every verdict came out as expected.
@@ -146,7 +168,10 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     // demo inherits it and can reap it after killing it.
     proc::set_subreaper();
     if let Some(n) = args.cuts {
-        return cuts::run(dir, n, args.cut_after, args.seed).await;
+        let report = args.report.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("plugpull-demo-{}.html", std::process::id()))
+        });
+        return cuts::run(dir, n, args.cut_after, args.seed, &report).await;
     }
     let listener = start_listener(dir)?;
     let pg = if args.no_pg {

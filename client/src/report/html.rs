@@ -92,6 +92,30 @@ impl Page {
         self.body.push_str("</table>\n");
     }
 
+    /// Adds a table with header `head` and `rows` (cells escaped), each row marked on
+    /// its left edge with its colour in `colors` (`#RRGGBB`, one per row; fewer: none).
+    pub fn grid(&mut self, head: &[&str], rows: &[Vec<String>], colors: &[String]) {
+        self.body.push_str("<table><tr>");
+        for h in head {
+            self.body.push_str(&format!("<th>{}</th>", escape(h)));
+        }
+        self.body.push_str("</tr>\n");
+        for (i, r) in rows.iter().enumerate() {
+            match colors.get(i) {
+                Some(c) => self.body.push_str(&format!(
+                    "<tr style=\"border-left:6px solid {}\">",
+                    escape(c)
+                )),
+                None => self.body.push_str("<tr>"),
+            }
+            for cell in r {
+                self.body.push_str(&format!("<td>{}</td>", escape(cell)));
+            }
+            self.body.push_str("</tr>\n");
+        }
+        self.body.push_str("</table>\n");
+    }
+
     /// Adds a bulleted list of escaped items.
     pub fn list(&mut self, items: &[String]) {
         self.body.push_str("<ul>\n");

@@ -13,6 +13,7 @@
 //! Exit codes as verify's: 0 nothing acknowledged lost or damaged, 1 findings, 2 could
 //! not do the job (nothing written).
 
+pub mod campaign;
 pub mod figures;
 pub mod html;
 pub mod page;
@@ -34,6 +35,13 @@ pub struct ReportArgs {
     /// Also write a short Markdown summary (verdict line, counts, warnings) here.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Also write a JUnit XML file: one test case for the run, or with --campaign one
+    /// per cut, a test suite per configuration.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Report on this campaign (its plan, every cut, the statistics) instead of one run.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["run", "target", "host"])]
+    pub campaign: Option<String>,
 }
 
 /// `plugpull report` as the command runs it: judges the run as `plugpull verify` does,
@@ -56,15 +64,21 @@ pub async fn command(
         ));
     }
     check_writable(&out.html)?;
-    if let Some(md) = &out.markdown {
-        check_writable(md)?;
+    for p in out.markdown.iter().chain(&out.junit) {
+        check_writable(p)?;
     }
     let secret = listener.secret()?;
+    if let Some(name) = &out.campaign {
+        return campaign_command(listener, &secret, name, out).await;
+    }
     let (l, report) = judge(args, &listener.listener, &secret, pg).await?;
     let html = page::render(&l, &report)?;
     write(&out.html, &html)?;
     if let Some(md) = &out.markdown {
         write(md, &markdown(&report))?;
+    }
+    if let Some(path) = &out.junit {
+        write(path, &run_junit(&report)?)?;
     }
     println!("{}", report.summary());
     println!("report: {} ({} bytes)", out.html.display(), html.len());
@@ -72,6 +86,68 @@ pub async fn command(
         return Err(Error(report.summary().to_string()));
     }
     Ok(report.ok())
+}
+
+/// `plugpull report --campaign NAME`: the campaign page from its record (and the
+/// Markdown and JUnit files). `Ok(true)` when every valid cut passed, `Ok(false)` when
+/// one failed; an error (exit 2) when no cut was valid, after the files are written.
+async fn campaign_command(
+    listener: &ListenerArgs,
+    secret: &plugpull::auth::Secret,
+    name: &str,
+    out: &ReportArgs,
+) -> Result<bool, Error> {
+    let c = crate::campaign::load(&listener.listener, secret, name).await?;
+    let html = campaign::render(&c)?;
+    write(&out.html, &html)?;
+    if let Some(md) = &out.markdown {
+        write(md, &campaign::markdown(&c))?;
+    }
+    if let Some(path) = &out.junit {
+        write(path, &crate::campaign::print::junit(&c)?)?;
+    }
+    let r = c.roll_up();
+    println!("{}", r.line());
+    println!("{}", r.bound_line(crate::campaign::print::CONFIDENCE));
+    println!("report: {} ({} bytes)", out.html.display(), html.len());
+    if r.valid == 0 {
+        return Err(Error(format!(
+            "campaign {name} has no valid cut: it measured nothing ({})",
+            r.line()
+        )));
+    }
+    Ok(r.failed == 0)
+}
+
+/// The JUnit XML of one run: a suite named after the run, one case (failure = findings,
+/// skipped = not measured).
+///
+/// Errors: the XML cannot be serialized.
+pub fn run_junit(report: &Report) -> Result<String, Error> {
+    use quick_junit::{NonSuccessKind, Report as Junit, TestCase, TestCaseStatus, TestSuite};
+    let (id, host) = match report {
+        Report::File(r) => (r.run_id.to_string(), r.host.clone()),
+        Report::Pgbench(r) => (r.run_id.to_string(), r.host.clone()),
+    };
+    let status = if report.not_measured() {
+        let mut s = TestCaseStatus::skipped();
+        s.set_message(report.summary().to_string());
+        s
+    } else if report.ok() {
+        TestCaseStatus::success()
+    } else {
+        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        s.set_message(report.summary().to_string());
+        s
+    };
+    let mut case = TestCase::new(format!("run {id}"), status);
+    case.set_classname(host);
+    let mut suite = TestSuite::new(format!("plugpull run {id}"));
+    suite.add_test_case(case);
+    let mut j = Junit::new("plugpull report");
+    j.add_test_suite(suite);
+    j.to_string()
+        .map_err(|e| Error(format!("JUnit report: {e}")))
 }
 
 /// Refuses early (before the run is read) an output path whose directory does not

@@ -16,6 +16,7 @@ mod device;
 mod exec;
 mod pg;
 mod sim;
+mod stats;
 
 /// A listener with a secret, a secret file and an agent configuration in a temp dir.
 pub struct Witness {

@@ -16,7 +16,7 @@ const BS: u64 = 4096;
 
 /// A machine for `host` in `w`'s dir (`HOST/mnt/t.dat` is its target, listed in the
 /// agent configuration by [`Witness::start`]).
-fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine {
+pub(super) fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine {
     let argv = w.agent_argv(host);
     let argv: Vec<&str> = argv.iter().map(|s| s.as_str()).collect();
     Machine::create(
@@ -30,7 +30,7 @@ fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine {
 
 /// Creates campaign `name` over `(host, machine)` pairs with `cuts` cuts of
 /// 1–2 s, power off 0 s, and turns the machines on.
-fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: &str) {
+pub(super) fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: &str) {
     // One workload line for every host: `{host}` is each agent's host name.
     let wl = format!(
         "file --target {} --size 1MiB",
@@ -288,6 +288,24 @@ fn a_two_host_fleet_is_cut_concurrently() {
             .starts_with("fuse"),
         "{configs:?}"
     );
+    // JUnit: one suite for that configuration, its six cuts classed by host.
+    let xml_path = w.path("f.xml");
+    let o = w.campaign(
+        "status",
+        &["--name", "f", "--junit", xml_path.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let xml = std::fs::read_to_string(&xml_path).unwrap();
+    assert_eq!(xml.matches("<testsuite ").count(), 1, "{xml}");
+    let suite = format!(
+        "<testsuite name=\"configuration {}\" tests=\"6\"",
+        configs[0]["configuration"].as_str().unwrap()
+    );
+    assert!(xml.contains(&suite), "{suite} not in {xml}");
+    for h in ["sim1", "sim2"] {
+        let n = format!("classname=\"{h}\"");
+        assert_eq!(xml.matches(&n).count(), 3, "{xml}");
+    }
 }
 
 /// `plugpull demo --cuts 2`: two simulated machines, two cuts each, cut 1–1.5 s into
@@ -298,17 +316,45 @@ fn the_demo_runs_a_campaign_of_n_cuts() {
     if skip_without_fuse("the_demo_runs_a_campaign_of_n_cuts") {
         return;
     }
-    let o = plugpull(&["demo", "--cuts", "2", "--cut-after", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("demo.html");
+    let o = plugpull(&[
+        "demo",
+        "--cuts",
+        "2",
+        "--cut-after",
+        "1",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
-    let tail: Vec<&str> = out.lines().rev().take(3).collect();
+    let tail: Vec<&str> = out.lines().rev().take(6).collect();
+    let size = std::fs::metadata(&report).unwrap().len();
+    let report_line = format!(
+        "report: {} ({size} bytes; open it in a browser)",
+        report.display()
+    );
     assert_eq!(
         tail,
         vec![
+            report_line.as_str(),
             "the tool works: every valid cut of the honest machine passed, the lying machine was caught losing acknowledged writes",
+            "  2 of 2 valid cuts failed (100 %; 95 % interval 15.8 %–100 %): this configuration loses acknowledged writes on at least 22.4 % of cuts with 95 % confidence",
             "lying machine: 2 cuts: 2 valid (2 failed, 0 passed), 0 not measured, 0 invalid",
+            "  0 of 2 valid cuts failed: the loss rate per cut is below 77.6 % with 95 % confidence",
             "honest machine: 2 cuts: 2 valid (0 failed, 2 passed), 0 not measured, 0 invalid",
         ]
     );
     assert_eq!(out.matches(" simfs (simulated) ").count(), 4, "{out}");
+    // The campaign page: the strip of four cuts, two of them failed.
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.contains("\npassed (2)\n") && page.contains("\nfailed (2)\n"),
+        "{page}"
+    );
+    if !plugpull_tests::browser::skip_without_browser("the_demo_runs_a_campaign_of_n_cuts") {
+        let loaded = plugpull_tests::browser::load(&report, dir.path());
+        assert_eq!(loaded.check(), "figures=2;shown=2;errors=0");
+    }
 }

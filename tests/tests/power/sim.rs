@@ -375,7 +375,12 @@ fn sim_freeze_and_kill_a_tree_that_left_its_group() {
         .split_whitespace()
         .map(|p| p.parse().unwrap())
         .collect();
-    assert_ne!(session_of(kids[1]), group);
+    // `$!` is known before the child has called setsid(2): wait until it has.
+    assert!(
+        wait_for(Duration::from_secs(10), || session_of(kids[1]) != group),
+        "process {} never left session {group}",
+        kids[1]
+    );
     let mut tree = proc::group_tree(group, None);
     tree.sort();
     let mut want = vec![group, kids[0], kids[1]];
