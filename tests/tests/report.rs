@@ -3,88 +3,30 @@
 //! Chromium and checked from the DOM it dumps (every figure drawn with a non-zero
 //! box, no script error, no console error), and its numbers are verify's.
 //!
-//! The report has no script. The test injects one into a copy: it records window
-//! errors, and for each `<figure>` whether its SVG has a non-zero bounding box, into
-//! the `data-check` attribute of `<body>`, which `--dump-dom` then shows.
+//! The report has no script. The test injects one into a copy (`tests/src/browser.rs`):
+//! it records window errors, and for each `<figure>` whether its SVG has a non-zero
+//! bounding box, into the `data-check` attribute of `<body>`, which `--dump-dom` then
+//! shows.
 
+use plugpull_tests::browser::{self, skip_without_browser};
 use plugpull_tests::pg::PgCluster;
 use plugpull_tests::simfs::{skip_without_fuse, SimFs};
 use plugpull_tests::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Where Debian's package `chromium-headless-shell` puts the browser.
-const BROWSER: &str = "/usr/bin/chromium-headless-shell";
-
-/// Set first in `<head>`: collects window errors before anything else runs.
-const ERRORS_JS: &str = "<script>window.__errs=[];window.addEventListener('error',\
-function(e){window.__errs.push(String(e.message));});</script>";
-
-/// Set last in `<body>`: what was drawn, into `<body data-check>`.
-const CHECK_JS: &str = "<script>(function(){var f=document.querySelectorAll('figure');\
-var shown=0;for(var i=0;i<f.length;i++){var s=f[i].querySelector('svg');\
-if(s){var r=s.getBoundingClientRect();if(r.width>0&&r.height>0){shown++;}}}\
-document.body.setAttribute('data-check','figures='+f.length+';shown='+shown+\
-';errors='+window.__errs.length);})();</script>";
-
-/// True (after saying so loudly) when the browser is missing and the run may skip.
-fn skip_without_browser(test: &str) -> bool {
-    if Path::new(BROWSER).exists() {
-        return false;
-    }
-    let required = std::env::var("PLUGPULL_REQUIRE_FUSE").is_ok_and(|v| !v.is_empty() && v != "0");
-    assert!(
-        !required,
-        "{test}: PLUGPULL_REQUIRE_FUSE is set but {BROWSER} is missing (package chromium-headless-shell)"
-    );
-    skipped(
-        test,
-        &format!("{BROWSER} is missing (package chromium-headless-shell)"),
-    );
-    true
-}
-
-/// Loads a copy of `html` with the check scripts in the browser; returns the dumped
-/// DOM and the browser's stderr.
-fn load_in_browser(html: &Path, dir: &Path) -> (String, String) {
-    let text = std::fs::read_to_string(html).unwrap();
-    let copy: PathBuf = dir.join("copy.html");
-    let injected = text
-        .replacen("<head>", &format!("<head>{ERRORS_JS}"), 1)
-        .replacen("</body>", &format!("{CHECK_JS}</body>"), 1);
-    std::fs::write(&copy, injected).unwrap();
-    let o = Command::new("timeout")
-        .arg("120")
-        .arg(BROWSER)
-        .args([
-            "--no-sandbox",
-            "--disable-gpu",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--dump-dom",
-        ])
-        .arg(format!("file://{}", copy.display()))
-        .output()
-        .expect("run the browser");
-    assert_eq!(o.status.code(), Some(0), "browser: {}", stderr(&o));
-    (stdout(&o), stderr(&o))
-}
 
 /// Loads `html` in the browser and asserts it shows exactly `figures` figures, each
 /// SVG with a non-zero box, with no window error and no console line.
 fn browser_shows(html: &Path, dir: &Path, figures: usize) {
-    let (dom, berr) = load_in_browser(html, dir);
-    let want = format!("data-check=\"figures={figures};shown={figures};errors=0\"");
-    assert!(
-        dom.contains(&want),
-        "dumped DOM: {}",
-        &dom[dom.find("<body").unwrap_or(0)..]
-            .chars()
-            .take(300)
-            .collect::<String>()
+    let loaded = browser::load(html, dir);
+    assert_eq!(
+        loaded.check(),
+        format!("figures={figures};shown={figures};errors=0")
     );
-    let console: Vec<&str> = berr.lines().filter(|l| l.contains("CONSOLE")).collect();
-    assert!(console.is_empty(), "console lines: {console:?}");
+    assert!(
+        loaded.console().is_empty(),
+        "console lines: {:?}",
+        loaded.console()
+    );
 }
 
 /// The value in `<td>NAME</td><td class="n">VALUE</td>` of the report's table.
