@@ -19,6 +19,7 @@ use std::process::ExitCode;
 ///   plugpull write file --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/pp.dat --size 1GiB --jobs 4 --duration 5m -P 5
 ///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
+///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --history   # every run of this host judged as a cut, rolled up
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
 ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --html run.html
 ///   plugpull probe --target /mnt/test/pp.dat --seconds 5

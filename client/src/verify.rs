@@ -34,6 +34,11 @@ pub struct VerifyArgs {
     /// Findings to list in the human report.
     #[arg(long, default_value_t = 10)]
     pub show: usize,
+    /// Instead: every run of the host (--host, default this host) judged as a cut by
+    /// hand from what each `verify` recorded, and their roll-up with its confidence
+    /// bound (docs/campaign.md, "Cuts by hand").
+    #[arg(long, conflicts_with_all = ["run", "target"])]
+    pub history: bool,
 }
 
 /// A fetched and checked ledger.
@@ -212,6 +217,10 @@ pub async fn command(
     secret: Result<Secret, Error>,
     pg: &crate::pgbench::PgVerifyArgs,
 ) -> Result<bool, Error> {
+    if args.history {
+        let host = args.host.clone().unwrap_or_else(hostname);
+        return crate::history::command(listener, secret, &host, args.json).await;
+    }
     let result = match secret {
         Ok(s) => verify(args, listener, &s, pg).await,
         Err(e) => Err(e),
@@ -239,8 +248,9 @@ pub async fn verify(
     secret: &Secret,
     pg: &crate::pgbench::PgVerifyArgs,
 ) -> Result<Reported, Error> {
-    let (_, report) = judge(args, listener, secret, pg).await?;
+    let (l, report) = judge(args, listener, secret, pg).await?;
     print_report(&report, args.json, args.show);
+    crate::history::record(listener, secret, &l, &report).await;
     if report.not_measured() {
         // Exit 2 with the report already printed (one JSON object with --json).
         return Ok(Reported::NotMeasured(Error(report.summary().to_string())));

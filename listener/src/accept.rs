@@ -72,6 +72,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
     let ctx = Arc::new(session::Context {
         store: Arc::new(store),
         campaigns: Arc::new(crate::campaigns::Campaigns::open(&config.data_dir)?),
+        verified: Arc::new(crate::verified::Verified::open(&config.data_dir)?),
         secret,
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,

@@ -22,6 +22,7 @@ mod accept;
 mod campaigns;
 mod session;
 mod store;
+mod verified;
 
 use clap::Parser;
 use std::net::SocketAddr;

@@ -66,7 +66,7 @@ pub fn judge(f: &CutFacts) -> CutRecord {
         .unwrap_or_default();
     let acknowledged = reports.iter().map(|(_, r)| acks_of(r)).sum();
     let validity = validity(f, &reports, acknowledged);
-    let verdict = (validity == Validity::Valid).then(|| verdict(&reports));
+    let verdict = (validity == Validity::Valid).then(|| verdict_of(&reports));
     CutRecord {
         host: p.host.clone(),
         index: p.index,
@@ -144,7 +144,7 @@ fn text(v: &Value, key: &str) -> String {
 }
 
 /// Acknowledged writes (file) or commits (pgbench) of one verify report.
-fn acks_of(r: &Value) -> u64 {
+pub fn acks_of(r: &Value) -> u64 {
     r["acknowledged"]
         .as_u64()
         .or_else(|| r["acknowledged_commits"].as_u64())
@@ -153,7 +153,7 @@ fn acks_of(r: &Value) -> u64 {
 
 /// The first drive whose unsafe-shutdown counter was read before the run and after
 /// the cut and did not move: the drive did not lose power unexpectedly.
-fn unsafe_shutdown_not_counted(r: &Value) -> Option<String> {
+pub fn unsafe_shutdown_not_counted(r: &Value) -> Option<String> {
     let storage = &r["storage"];
     let before = storage["probe"]["evidence"]["disks"].as_array()?;
     let after = storage["evidence_after"]["disks"].as_array()?;
@@ -168,7 +168,10 @@ fn unsafe_shutdown_not_counted(r: &Value) -> Option<String> {
     })
 }
 
-fn verdict(reports: &[(&Outcome, Value)]) -> CutVerdict {
+/// The verdict of verified runs (their outcomes and parsed reports): failed when any
+/// verify exited 1; the summaries joined; the findings summed; the largest lag of a
+/// lost write.
+pub fn verdict_of(reports: &[(&Outcome, Value)]) -> CutVerdict {
     let max_lag_secs = reports
         .iter()
         .filter_map(|(_, r)| {

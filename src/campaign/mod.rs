@@ -20,6 +20,7 @@
 //!   [`Event::Cut`] (the judged cut), [`Event::Paused`], and [`Event::Controller`]
 //!   when it starts (only the newest controller cuts).
 
+pub mod history;
 pub mod judge;
 pub mod record;
 pub mod state;

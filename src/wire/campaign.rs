@@ -1,6 +1,7 @@
 //! The campaign messages (`docs/campaign.md`): the controller creates, reads and
 //! appends to a campaign the listener keeps; the agent asks what to do next.
 
+use crate::campaign::history::{HandRun, VerifyRecord};
 use crate::campaign::{Definition, Event, Instruction, RunState};
 use crate::RunId;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,15 @@ pub enum CampaignRequest {
         /// The runs.
         runs: Vec<RunId>,
     },
+    /// Keep one verify's outcome of a run (durable before the answer, `Appended` with
+    /// the run's count of kept verifies). Refused for a run the listener does not know.
+    RecordVerify(Box<VerifyRecord>),
+    /// Every run of `host` with its kept verifies, oldest run first; answered by
+    /// `History` (`plugpull verify --history`).
+    History {
+        /// The host name the runs' manifests give.
+        host: String,
+    },
 }
 
 /// A campaign answer, inside [`super::Response::Campaign`].
@@ -59,4 +69,6 @@ pub enum CampaignResponse {
     Next(Option<Instruction>),
     /// One state per asked run, in order.
     Runs(Vec<RunState>),
+    /// The runs of a host with their verifies, oldest run first.
+    History(Vec<HandRun>),
 }

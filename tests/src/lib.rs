@@ -308,8 +308,15 @@ impl Writer {
     /// Spawns `plugpull ARGS` and returns once it printed `run id: …`; panics with its
     /// stderr when it does not.
     pub fn spawn(args: &[&str]) -> Writer {
+        Writer::spawn_env(args, &[])
+    }
+
+    /// [`Writer::spawn`] with environment variables `env` set (e.g. a simulated boot
+    /// id, `PLUGPULL_SIMULATED_BOOT_ID`).
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Writer {
         let mut cmd = Command::new(bin("plugpull"));
         cmd.args(args).env_remove("PLUGPULL_SECRET");
+        cmd.envs(env.iter().copied());
         let (child, run, stdout, stderr) = rig::writer::spawn(cmd, &format!("plugpull {args:?}"))
             .unwrap_or_else(|e| panic!("{e}"));
         Writer {

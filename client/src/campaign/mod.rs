@@ -197,7 +197,7 @@ pub async fn command(cmd: &CampaignCmd) -> Result<bool, Error> {
 }
 
 /// With `--json`, a failure still prints one object on stdout: `{"ok":false,"error":…}`.
-fn json_failure(json: bool, r: Result<bool, Error>) -> Result<bool, Error> {
+pub fn json_failure(json: bool, r: Result<bool, Error>) -> Result<bool, Error> {
     if let (true, Err(e)) = (json, &r) {
         println!("{}", serde_json::json!({"ok": false, "error": e.0}));
     }

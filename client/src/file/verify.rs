@@ -354,7 +354,7 @@ fn read_blocks(
     let bs = fm.block_size as usize;
     let (mut mode, mut note) = (o.read_mode, o.read_note);
     let mut f = o.file;
-    let bar = progress_bar(blocks * bs as u64, quiet);
+    let bar = progress_bar(blocks * bs as u64, bs as u64, quiet);
     let per_read = ((4 << 20) / bs).max(1);
     let mut storage = AlignedBuf::new(per_read * bs);
     let buf = storage.bytes_mut();
@@ -410,17 +410,27 @@ fn read_blocks(
     Ok((mode, note))
 }
 
-fn progress_bar(total: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
+/// The read's progress bar on stderr (bytes read of `total`, bytes and blocks of
+/// `block_size` bytes per second, time left), only on a terminal, not `quiet`
+/// (`--json`), and for targets of 256 MiB or more.
+fn progress_bar(total: u64, block_size: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal;
     if quiet || !std::io::stderr().is_terminal() || total < (256 << 20) {
         return None;
     }
     let bar = indicatif::ProgressBar::new(total);
+    let bs = block_size.max(1) as f64;
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "reading target {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+            "reading target {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {blocks_per_sec}, {eta} left)",
         )
-        .expect("valid template"),
+        .expect("valid template")
+        .with_key(
+            "blocks_per_sec",
+            move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} blocks/s", s.per_sec() / bs);
+            },
+        ),
     );
     Some(bar)
 }
@@ -449,6 +459,7 @@ mod tests {
             target: Some(PathBuf::from("/dev/sdb")),
             json: true,
             show: 3,
+            history: false,
         };
         let o = FileVerifyOptions::from(&args);
         assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));

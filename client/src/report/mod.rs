@@ -63,6 +63,11 @@ pub async fn command(
             "--json is verify's: `plugpull report` writes --html FILE (and --markdown FILE)".into(),
         ));
     }
+    if args.history {
+        return Err(Error(
+            "--history is verify's: `plugpull report --campaign NAME` draws a campaign".into(),
+        ));
+    }
     check_writable(&out.html)?;
     for p in out.markdown.iter().chain(&out.junit) {
         check_writable(p)?;

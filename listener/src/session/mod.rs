@@ -21,6 +21,7 @@ use crate::accept::{ConnectionCap, Handshake};
 use crate::store::{Append, RunHandle, Store, StoreError, LIVE_APPEND};
 use answer::{answer_in_order, Pending};
 use plugpull::auth::{Direction, Secret, Session};
+use plugpull::campaign::history::HandRun;
 use plugpull::wire::{
     self, CampaignRequest, CampaignResponse, ErrorKind, FrameError, Request, Response,
     HANDSHAKE_MAX_FRAME, MAX_FRAME, PROTOCOL_VERSION,
@@ -38,6 +39,8 @@ pub struct Context {
     pub store: Arc<Store>,
     /// The campaigns.
     pub campaigns: Arc<crate::campaigns::Campaigns>,
+    /// The kept verifies (`verify --history`).
+    pub verified: Arc<crate::verified::Verified>,
     /// The shared secret (when none, proofs use the empty key: agents without one pass).
     pub secret: Secret,
     /// Time a new connection has to complete its handshake.
@@ -344,6 +347,30 @@ impl Requests<'_> {
             CampaignRequest::Runs { runs } => CampaignResponse::Runs(
                 runs.into_iter()
                     .map(|r| self.ctx.store.run_state(r))
+                    .collect(),
+            ),
+            CampaignRequest::RecordVerify(r) => {
+                if !self.ctx.store.run_state(r.run).known {
+                    return Err(Refusal::new(
+                        ErrorKind::UnknownRun,
+                        format!("no run {} in this listener's ledger", r.run),
+                    ));
+                }
+                let n = tokio::task::block_in_place(|| self.ctx.verified.record(&r))
+                    .map_err(|e| Refusal::new(ErrorKind::Io, e))?;
+                CampaignResponse::Appended { index: n }
+            }
+            CampaignRequest::History { host } => CampaignResponse::History(
+                self.ctx
+                    .store
+                    .runs_of(&host)
+                    .into_iter()
+                    .map(|(run, created_unix_ms, ended)| HandRun {
+                        run,
+                        created_unix_ms,
+                        ended,
+                        verifies: self.ctx.verified.of(run),
+                    })
                     .collect(),
             ),
         })

@@ -281,6 +281,17 @@ impl Store {
         }
     }
 
+    /// Every run of `host`, oldest first (creation order): its id, when the listener
+    /// created it (ms since the epoch) and whether it has ended.
+    pub fn runs_of(&self, host: &str) -> Vec<(RunId, u64, bool)> {
+        let runs = self.runs.lock().unwrap();
+        let mut of: Vec<(&RunId, &Run)> = runs.iter().filter(|(_, r)| r.host == host).collect();
+        of.sort_by_key(|(id, r)| (r.order, r.created_unix_ms, **id));
+        of.into_iter()
+            .map(|(id, r)| (*id, r.created_unix_ms, r.ended))
+            .collect()
+    }
+
     /// The newest run of `host` by the listener's own record (creation order), if any.
     ///
     /// Errors: [`StoreError::Ambiguous`]: several unfinished runs of `host` were being
