@@ -204,6 +204,19 @@ fn report_refuses_json_and_an_unwritable_place_before_reading_the_run() {
         "report",
         "--listener",
         "127.0.0.1:1",
+        "--history",
+        "--html",
+        "/tmp/x.html",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).trim(),
+        "plugpull: --history is verify's: `plugpull report` writes --html FILE (and --markdown FILE)"
+    );
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        "127.0.0.1:1",
         "--run",
         "3f9c0e12a4b5d678",
         "--html",
