@@ -81,6 +81,13 @@ enum Cmd {
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --dsn 'host=/tmp dbname=bench' --html pg.html
     ///   plugpull report --listener witness:7458 --secret-file /etc/plugpull.secret --campaign nvme-plp --html nvme-plp.html --junit nvme-plp.xml --markdown nvme-plp.md
     #[command(verbatim_doc_comment)]
+    // verify's --json, --show and --history mean nothing here (--json and --history
+    // are refused): not in --help.
+    #[command(
+        mut_arg("json", |a| a.hide(true)),
+        mut_arg("show", |a| a.hide(true)),
+        mut_arg("history", |a| a.hide(true))
+    )]
     Report {
         #[command(flatten)]
         listener: ListenerArgs,

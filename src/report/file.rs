@@ -63,6 +63,11 @@ pub struct FileReport {
     /// acknowledged write, warnings, cut evidence.
     #[serde(default)]
     pub storage: super::StorageReport,
+    /// Every failed block with its verdict, by block index: the whole list, where
+    /// `findings` holds the first [`MAX_FINDINGS`] (for `plugpull report`'s map; not
+    /// in the JSON).
+    #[serde(skip)]
+    pub failed_blocks: Vec<(u64, Verdict)>,
 }
 
 /// A finding about the target as a whole.
@@ -124,7 +129,13 @@ impl FileReport {
             })
             .filter_map(|f| f.acked_secs_before_end)
             .collect();
+        let failed_blocks = outcome
+            .findings
+            .iter()
+            .map(|f| (f.block, f.verdict))
+            .collect();
         FileReport {
+            failed_blocks,
             run_id: head.run_id,
             workload: "file".into(),
             host: head.host,

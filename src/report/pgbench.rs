@@ -317,6 +317,10 @@ pub struct PgReport {
     /// acknowledged (the file report's buckets; each commit at its ledger range's
     /// time, so the lag is a lower bound).
     pub lost_lag_histogram: Vec<LagBucket>,
+    /// Lost (promised) commits by client: `[client, lost commits]` for each client that
+    /// lost any, by client number; they add up to `lost_commits`.
+    #[serde(default)]
+    pub lost_commits_by_client: Vec<(u32, u64)>,
     /// Checksum failures of this run that no page explains while not every page of
     /// the run's data could be checked (a failure then).
     pub unattributed_checksum_failures: u64,

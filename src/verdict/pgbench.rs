@@ -258,6 +258,9 @@ pub struct Tally {
     pub unacknowledged_present: u64,
     /// Promised acknowledged commits missing.
     pub lost: u64,
+    /// `lost` by client: `(client, lost commits)` for each client that lost any, by
+    /// client number.
+    pub lost_by_client: Vec<(u32, u64)>,
     /// Unpromised acknowledged commits missing.
     pub unpromised_lost: u64,
     /// Missing unacknowledged seqs below a surviving seq of the same client.
@@ -292,7 +295,11 @@ pub fn tally(
         t.phantoms += k.phantoms;
         let present_acked = k.acked_present[0] + k.acked_present[1];
         t.unacknowledged_present += k.inbound.saturating_sub(present_acked);
-        t.lost += a.count(true).saturating_sub(k.acked_present[1]);
+        let lost = a.count(true).saturating_sub(k.acked_present[1]);
+        t.lost += lost;
+        if lost > 0 {
+            t.lost_by_client.push((c, lost));
+        }
         t.unpromised_lost += a.count(false).saturating_sub(k.acked_present[0]);
         // Missing in 1..=top, minus the acknowledged ones among them.
         let missing_upto_top = k.top.saturating_sub(k.inbound);

@@ -3,70 +3,30 @@
 //! Chromium and checked from the DOM it dumps (every figure drawn with a non-zero
 //! box, no script error, no console error), and its numbers are verify's.
 //!
-//! The report has no script. The test injects one into a copy: it records window
-//! errors, and for each `<figure>` whether its SVG has a non-zero bounding box, into
-//! the `data-check` attribute of `<body>`, which `--dump-dom` then shows.
+//! The report has no script. The test injects one into a copy (`tests/src/browser.rs`):
+//! it records window errors, and for each `<figure>` whether its SVG has a non-zero
+//! bounding box, into the `data-check` attribute of `<body>`, which `--dump-dom` then
+//! shows.
 
+use plugpull_tests::browser::{self, skip_without_browser};
+use plugpull_tests::pg::PgCluster;
 use plugpull_tests::simfs::{skip_without_fuse, SimFs};
 use plugpull_tests::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// Where Debian's package `chromium-headless-shell` puts the browser.
-const BROWSER: &str = "/usr/bin/chromium-headless-shell";
-
-/// Set first in `<head>`: collects window errors before anything else runs.
-const ERRORS_JS: &str = "<script>window.__errs=[];window.addEventListener('error',\
-function(e){window.__errs.push(String(e.message));});</script>";
-
-/// Set last in `<body>`: what was drawn, into `<body data-check>`.
-const CHECK_JS: &str = "<script>(function(){var f=document.querySelectorAll('figure');\
-var shown=0;for(var i=0;i<f.length;i++){var s=f[i].querySelector('svg');\
-if(s){var r=s.getBoundingClientRect();if(r.width>0&&r.height>0){shown++;}}}\
-document.body.setAttribute('data-check','figures='+f.length+';shown='+shown+\
-';errors='+window.__errs.length);})();</script>";
-
-/// True (after saying so loudly) when the browser is missing and the run may skip.
-fn skip_without_browser(test: &str) -> bool {
-    if Path::new(BROWSER).exists() {
-        return false;
-    }
-    let required = std::env::var("PLUGPULL_REQUIRE_FUSE").is_ok_and(|v| !v.is_empty() && v != "0");
+/// Loads `html` in the browser and asserts it shows exactly `figures` figures, each
+/// SVG with a non-zero box, with no window error and no console line.
+fn browser_shows(html: &Path, dir: &Path, figures: usize) {
+    let loaded = browser::load(html, dir);
+    assert_eq!(
+        loaded.check(),
+        format!("figures={figures};shown={figures};errors=0")
+    );
     assert!(
-        !required,
-        "{test}: PLUGPULL_REQUIRE_FUSE is set but {BROWSER} is missing (package chromium-headless-shell)"
+        loaded.console().is_empty(),
+        "console lines: {:?}",
+        loaded.console()
     );
-    skipped(
-        test,
-        &format!("{BROWSER} is missing (package chromium-headless-shell)"),
-    );
-    true
-}
-
-/// Loads a copy of `html` with the check scripts in the browser; returns the dumped
-/// DOM and the browser's stderr.
-fn load_in_browser(html: &Path, dir: &Path) -> (String, String) {
-    let text = std::fs::read_to_string(html).unwrap();
-    let copy: PathBuf = dir.join("copy.html");
-    let injected = text
-        .replacen("<head>", &format!("<head>{ERRORS_JS}"), 1)
-        .replacen("</body>", &format!("{CHECK_JS}</body>"), 1);
-    std::fs::write(&copy, injected).unwrap();
-    let o = Command::new("timeout")
-        .arg("120")
-        .arg(BROWSER)
-        .args([
-            "--no-sandbox",
-            "--disable-gpu",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--dump-dom",
-        ])
-        .arg(format!("file://{}", copy.display()))
-        .output()
-        .expect("run the browser");
-    assert_eq!(o.status.code(), Some(0), "browser: {}", stderr(&o));
-    (stdout(&o), stderr(&o))
 }
 
 /// The value in `<td>NAME</td><td class="n">VALUE</td>` of the report's table.
@@ -86,7 +46,7 @@ fn lying_run(l: &Listener, sim: &mut SimFs, acks: u64) -> (String, PathBuf) {
         "--listener",
         l.addr(),
         "--size",
-        "4MiB",
+        "64MiB",
         "--jobs",
         "2",
         "--duration",
@@ -175,22 +135,43 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
     assert!(page.contains(&format!(
         "<figcaption>{lag_total} lost or damaged writes in the histogram</figcaption>"
     )));
+    // 16384 blocks: 16 per square. Every failed block is placed (verify's JSON lists
+    // only the first 1000 findings; the map has them all).
     assert!(
-        page.contains("<figcaption>1024 blocks, 1 per square, 1024 squares</figcaption>"),
+        page.contains("<figcaption>16384 blocks, 16 per square, 1024 squares</figcaption>"),
         "map caption"
     );
-
-    let (dom, berr) = load_in_browser(&html, dir.path());
+    let map = &page[page.find("<figure class=\"fig\" id=\"map\">").unwrap()..];
+    let map = &map[..map.find("</figure>").unwrap()];
+    let red = map.matches("<rect").count()
+        - map
+            .split("<rect")
+            .skip(1)
+            .filter(|r| !r.split('>').next().unwrap().contains("fill=\"#C62828\""))
+            .count();
+    let mut listed: Vec<u64> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            ["lost_write", "unserializable", "missing"].contains(&f["verdict"].as_str().unwrap())
+        })
+        .map(|f| f["block"].as_u64().unwrap() / 16)
+        .collect();
+    listed.dedup();
+    // One red swatch in the legend besides the squares.
     assert!(
-        dom.contains("data-check=\"figures=3;shown=3;errors=0\""),
-        "dumped DOM: {}",
-        &dom[dom.find("<body").unwrap_or(0)..]
-            .chars()
-            .take(300)
-            .collect::<String>()
+        red > listed.len(),
+        "{red} red squares, {} listed cells",
+        listed.len()
     );
-    let console: Vec<&str> = berr.lines().filter(|l| l.contains("CONSOLE")).collect();
-    assert!(console.is_empty(), "console lines: {console:?}");
+    eprintln!(
+        "file report: {summary}; {} bytes, {red} red squares ({} from the listed findings)",
+        page.len(),
+        listed.len()
+    );
+
+    browser_shows(&html, dir.path(), 3);
 
     let md = std::fs::read_to_string(&md).unwrap();
     assert!(md.contains(&format!("**{summary}**")), "{md}");
@@ -223,6 +204,19 @@ fn report_refuses_json_and_an_unwritable_place_before_reading_the_run() {
         "report",
         "--listener",
         "127.0.0.1:1",
+        "--history",
+        "--html",
+        "/tmp/x.html",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).trim(),
+        "plugpull: --history is verify's: `plugpull report` writes --html FILE (and --markdown FILE)"
+    );
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        "127.0.0.1:1",
         "--run",
         "3f9c0e12a4b5d678",
         "--html",
@@ -233,4 +227,166 @@ fn report_refuses_json_and_an_unwritable_place_before_reading_the_run() {
         stderr(&o).trim(),
         "plugpull: cannot write the report to /nonexistent-dir/x.html: directory /nonexistent-dir does not exist"
     );
+}
+
+/// A pgbench run on a lying simfs device, cut under load: the report shows the tps
+/// timeline, and the lag histogram and lost commits per client when commits were
+/// lost (PostgreSQL may also fail to recover: then verify's finding is the server),
+/// with verify's counts.
+#[test]
+fn the_report_of_a_pgbench_run_on_a_lying_device_shows_verifys_counts() {
+    const T: &str = "the_report_of_a_pgbench_run_on_a_lying_device_shows_verifys_counts";
+    if skip_without_fuse(T) || PgCluster::skip(T) || skip_without_browser(T) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount(dir.path(), "lying", 1);
+    let data = sim.mnt().join("pg").join("data");
+    let mut pg = PgCluster::init_at(&data);
+    pg.start();
+    let pid: u32 = std::fs::read_to_string(data.join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut w = Writer::spawn(&[
+        "write",
+        "pgbench",
+        "--listener",
+        l.addr(),
+        "--dsn",
+        &pg.conninfo(),
+        "--scale",
+        "1",
+        "--clients",
+        "4",
+        "--jobs",
+        "2",
+        "--duration",
+        "120s",
+        "--progress",
+        "1",
+        "--random-seed",
+        "1",
+        "--init",
+    ]);
+    let mut seen = 0;
+    w.wait_stderr(|line| {
+        progress_acknowledged(line).is_some_and(|n| {
+            seen += 1;
+            seen >= 3 && n > 0
+        })
+    });
+    sigkill(&mut w.child);
+    sim.cut();
+    plugpull_tests::pg::kill_postgres(pid);
+    sim.remount("honest");
+    let started = pg.try_start();
+    let log = pg.log.to_str().unwrap().to_string();
+    let dsn = pg.conninfo();
+    let mut args = vec!["--run", w.run.as_str(), "--dsn", dsn.as_str()];
+    if started.is_err() {
+        args.extend(["--pg-wait", "1s", "--pg-log", log.as_str()]);
+    }
+    let (code, v, err) = verify_json(&l, &args);
+    assert_eq!(code, 1, "{err}\n{v}");
+    let html = dir.path().join("pg.html");
+    let mut rargs = vec!["report", "--listener", l.addr()];
+    rargs.extend(args.iter().copied());
+    rargs.extend(["--html", html.to_str().unwrap()]);
+    let o = plugpull(&rargs);
+    if started.is_ok() {
+        pg.stop();
+    }
+    sim.umount();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for k in ["acknowledged_commits", "present_commits", "lost_commits"] {
+        assert_eq!(cell(&page, k), v[k].as_u64().unwrap(), "{k}");
+    }
+    let lagged: u64 = v["lost_lag_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    let lost = v["lost_commits"].as_u64().unwrap();
+    let figures = 1 + usize::from(lagged > 0) + usize::from(lost > 0);
+    assert!(page.contains(&format!("<body data-figures=\"{figures}\">")));
+    let by_client: Vec<String> = v["lost_commits_by_client"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("client {} lost {}", p[0], p[1]))
+        .collect();
+    let sum: u64 = v["lost_commits_by_client"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, lost, "{v}");
+    if lost > 0 {
+        let caption = format!(
+            "<figcaption>{lost} lost commits: {}</figcaption>",
+            by_client.join(", ")
+        );
+        assert!(page.contains(&caption), "{caption}");
+    } else {
+        assert!(page.contains("<p class=\"pass\">No client lost an acknowledged commit.</p>"));
+    }
+    browser_shows(&html, dir.path(), figures);
+    eprintln!("pgbench report: {} — {figures} figures", v["summary"]);
+}
+
+/// A run that lost nothing: exit 0, the lag histogram is a sentence (no empty chart),
+/// two figures (rate and map) drawn, the Markdown says PASS.
+#[test]
+fn the_report_of_a_clean_run_says_nothing_was_lost_in_words() {
+    const T: &str = "the_report_of_a_clean_run_says_nothing_was_lost_in_words";
+    if skip_without_browser(T) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let run = write_run(&l, &target, "1MiB", &["-T", "1s", "-j", "2"]);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 0, "{err} {v}");
+    let html = dir.path().join("clean.html");
+    let md = dir.path().join("clean.md");
+    let o = plugpull(&[
+        "report",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--html",
+        html.to_str().unwrap(),
+        "--markdown",
+        md.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<body data-figures=\"2\">"));
+    assert!(page.contains(
+        "<p class=\"pass\">Nothing acknowledged was lost or damaged: no lost or damaged writes to plot.</p>"
+    ));
+    assert_eq!(
+        cell(&page, "intact"),
+        v["verdicts"]["intact"].as_u64().unwrap()
+    );
+    assert_eq!(cell(&page, "lost_write"), 0);
+    browser_shows(&html, dir.path(), 2);
+    let md = std::fs::read_to_string(&md).unwrap();
+    let summary = v["summary"].as_str().unwrap();
+    assert!(
+        md.starts_with(&format!("### plugpull report: run {run} (file) on ")),
+        "{md}"
+    );
+    assert!(md.contains(&format!("\n**{summary}**\n")), "{md}");
 }

@@ -49,19 +49,20 @@ pub struct ReportArgs {
 /// is. Returns `Ok(true)` (exit 0) when nothing acknowledged was lost or damaged,
 /// `Ok(false)` (exit 1) on findings.
 ///
-/// Errors (exit 2): verify's (listener, ledger, target, secret), `--json` given, an
-/// output file that cannot be written, a run that measured nothing (the files are
-/// written first).
+/// Errors (exit 2): verify's (listener, ledger, target, secret), `--json` or
+/// `--history` given, an output file that cannot be written, a run that measured
+/// nothing (the files are written first).
 pub async fn command(
     listener: &ListenerArgs,
     args: &VerifyArgs,
     pg: &PgVerifyArgs,
     out: &ReportArgs,
 ) -> Result<bool, Error> {
-    if args.json {
-        return Err(Error(
-            "--json is verify's: `plugpull report` writes --html FILE (and --markdown FILE)".into(),
-        ));
+    if args.json || args.history {
+        let flag = if args.json { "--json" } else { "--history" };
+        return Err(Error(format!(
+            "{flag} is verify's: `plugpull report` writes --html FILE (and --markdown FILE)"
+        )));
     }
     if args.history {
         return Err(Error(

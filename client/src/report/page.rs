@@ -206,14 +206,17 @@ fn per_client(p: &mut Page, r: &PgReport) -> Result<(), Error> {
         p.para("No client lost an acknowledged commit.", "pass");
         return Ok(());
     }
-    let (per, unlisted) = lost_per_client(r);
+    let per = lost_per_client(r);
     let svg = bars_svg(&per, &|i| i.to_string(), "client", "lost commits").map_err(Error)?;
-    let mut note = format!("{} lost commits", r.lost_commits);
-    if unlisted > 0 {
-        note.push_str(&format!(
-            "; {unlisted} beyond the report's list of findings are not in the chart"
-        ));
-    }
+    let note = format!(
+        "{} lost commits: {}",
+        r.lost_commits,
+        r.lost_commits_by_client
+            .iter()
+            .map(|(c, n)| format!("client {c} lost {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     p.figure("clients", title, how, &svg, &note);
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 use crate::verify::RunLedger;
 use plugpull::ledger::Acks;
-use plugpull::report::{FileReport, PgFindingKind, PgReport};
+use plugpull::report::{FileReport, PgReport};
 use plugpull::verdict::Verdict;
 
 /// At most this many bars in a rate timeline (a long run gets wider bins).
@@ -178,32 +178,33 @@ pub fn run_end(l: &RunLedger, acks: &[(u32, u64)]) -> (u32, &'static str) {
     }
 }
 
-/// The map of a file run's target from its ledger and report.
+/// The map of a file run's target from its ledger and report (every failed block
+/// the verdict engine found, not only the report's capped list of findings).
 pub fn file_map(l: &RunLedger, r: &FileReport) -> BlockMap {
     let acked = l.batches.iter().flat_map(|b| match &b.acks {
         Acks::File(v) => v.iter().map(|a| a.block).collect(),
         Acks::Pg(_) => Vec::new(),
     });
-    let failed: Vec<(u64, Verdict)> = r.findings.iter().map(|f| (f.block, f.verdict)).collect();
     let total = r.verdicts.failures();
+    if r.failed_blocks.len() as u64 == total {
+        return block_map(r.blocks, acked, &r.failed_blocks, total);
+    }
+    // A report without the whole list (read back from JSON): its capped findings.
+    let failed: Vec<(u64, Verdict)> = r.findings.iter().map(|f| (f.block, f.verdict)).collect();
     block_map(r.blocks, acked, &failed, total)
 }
 
-/// Lost commits per client (index = client number) from a pgbench report's findings,
-/// and how many lost commits its capped list left out.
-pub fn lost_per_client(r: &PgReport) -> (Vec<u64>, u64) {
+/// Lost commits per client (index = client number, over the run's clients) from a
+/// pgbench report's per-client counts.
+pub fn lost_per_client(r: &PgReport) -> Vec<u64> {
     let mut per = vec![0u64; r.clients as usize];
-    let mut listed = 0;
-    for f in &r.findings {
-        if let (PgFindingKind::LostCommit, Some(c)) = (f.kind, f.client) {
-            if per.len() <= c as usize {
-                per.resize(c as usize + 1, 0);
-            }
-            per[c as usize] += 1;
-            listed += 1;
+    for &(c, n) in &r.lost_commits_by_client {
+        if per.len() <= c as usize {
+            per.resize(c as usize + 1, 0);
         }
+        per[c as usize] = n;
     }
-    (per, r.lost_commits.saturating_sub(listed))
+    per
 }
 
 #[cfg(test)]
@@ -224,6 +225,17 @@ mod tests {
         assert_eq!(long.bin_secs, 5.0);
         assert_eq!(long.rates.len(), 120);
         assert_eq!((long.rates[0], long.rates[119]), (2.0, 1.0));
+    }
+
+    #[test]
+    fn lost_commits_are_spread_over_every_client_of_the_run() {
+        let r = PgReport {
+            clients: 4,
+            lost_commits: 7,
+            lost_commits_by_client: vec![(1, 3), (3, 4)],
+            ..Default::default()
+        };
+        assert_eq!(lost_per_client(&r), vec![0, 3, 0, 4]);
     }
 
     #[test]

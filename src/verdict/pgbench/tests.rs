@@ -215,6 +215,7 @@ fn two_interleaved_clients_are_counted_apart() {
             present: 9,
             unacknowledged_present: 1,
             lost: 1,
+            lost_by_client: vec![(0, 1)],
             phantoms: 1,
             ..Tally::default()
         }

@@ -342,6 +342,7 @@ fn counted(rep: &mut PgReport, tally: &rules::Tally) {
     rep.present_commits = tally.present;
     rep.unacknowledged_present = tally.unacknowledged_present;
     rep.lost_commits = tally.lost;
+    rep.lost_commits_by_client = tally.lost_by_client.clone();
     rep.unpromised_lost = tally.unpromised_lost;
     rep.ordering_violations = tally.ordering_violations;
     rep.duplicates = tally.duplicates;
