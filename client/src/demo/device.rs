@@ -13,6 +13,7 @@ use crate::rig::postgres::{Cluster, Layout};
 use crate::rig::simfs::SimMount;
 use crate::rig::{postgres, proc, writer::Following};
 use crate::Error;
+use plugpull::report::Report;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -150,7 +151,8 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
         None => None,
     };
     println!("== verify: file workload (run {file_run})");
-    let file = super::verify_file(&ctx.addr, file_run, 5).await?;
+    let (file_ledger, file) = super::verify_file(&ctx.addr, file_run, 5).await?;
+    let mut runs = vec![(file_ledger, Report::File(file.clone()))];
     let mut pg_report = None;
     if let Some(p) = &mut pg {
         println!();
@@ -163,7 +165,9 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
         };
         let dsn = p.cluster.conninfo_db("postgres");
         let opts = pg_verify_args(&dsn, &p.cluster.log, wait).map_err(Error)?;
-        pg_report = Some(verify_pg(&ctx.addr, p.run, &opts).await?);
+        let (pg_ledger, r) = verify_pg(&ctx.addr, p.run, &opts).await?;
+        runs.push((pg_ledger, Report::Pgbench(r.clone())));
+        pg_report = Some(r);
         let _ = p.cluster.stop("fast", 30)?;
         let _ = p.cluster.kill_all();
     }
@@ -173,6 +177,7 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
         mode,
         file,
         pg: pg_report,
+        runs,
     })
 }
 
@@ -216,7 +221,7 @@ async fn verify_pg(
     addr: &str,
     run: plugpull::RunId,
     opts: &crate::pgbench::PgVerifyArgs,
-) -> Result<crate::pgbench::PgReport, Error> {
+) -> Result<(crate::verify::RunLedger, crate::pgbench::PgReport), Error> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::Pgbench(pm) = &l.manifest.workload else {
@@ -226,5 +231,5 @@ async fn verify_pg(
         crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts).await?;
     report.storage = crate::verify::storage_of(&l);
     crate::pgbench::print::print_human(&report, 10);
-    Ok(report)
+    Ok((l, report))
 }

@@ -30,7 +30,8 @@ pub(super) async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Er
     println!("== cut: SIGKILL of the writer mid-run (stands in for pulling the plug)");
     w.guard.kill();
     println!("== verify");
-    let report = super::verify_file(&addr, run, 10).await?;
+    let (l, report) = super::verify_file(&addr, run, 10).await?;
+    let html = crate::report::page::render(&l, &plugpull::report::Report::File(report.clone()))?;
     println!();
     println!(
         "local device after a writer crash: {}, {} acknowledged, {} lost",
@@ -38,5 +39,6 @@ pub(super) async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Er
         report.acknowledged,
         report.verdicts.failures()
     );
+    super::write_report(&super::report_path(args)?, &html)?;
     Ok(report.ok)
 }

@@ -69,6 +69,32 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
+/// The demo's page: each device's runs, one part each.
+///
+/// Errors: a chart could not be drawn.
+fn demo_page(devices: &[&compare::DeviceResult]) -> Result<String, Error> {
+    let mut p = crate::report::html::Page::default();
+    p.para(
+        "The same workloads on a simulated disk that keeps what it acknowledges (honest) and on \
+         one whose fsync returns before the data is safe (lying), each cut under load once.",
+        "",
+    );
+    for d in devices {
+        for (l, r) in &d.runs {
+            let kind = match r {
+                plugpull::report::Report::File(_) => "file",
+                plugpull::report::Report::Pgbench(_) => "pgbench",
+            };
+            p.part(
+                &format!("{}-{kind}", d.mode),
+                &format!("{} device: {kind} workload (run {})", d.mode, l.run),
+            );
+            crate::report::page::sections(&mut p, l, r)?;
+        }
+    }
+    Ok(p.finish("plugpull demo: an honest and a lying device, one power cut each"))
+}
+
 /// Where the demo writes its report: `--report`, checked writable before the demo
 /// runs, or a new `plugpull-demo-PID.html` in the temp directory, created here (never
 /// an existing file or link there).
@@ -220,6 +246,7 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
         pg,
         args: args.clone(),
     };
+    let report = report_path(args)?;
     let honest = device::device(&ctx, "honest").await?;
     let lying = device::device(&ctx, "lying").await?;
     println!();
@@ -227,6 +254,7 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     println!();
     println!("{}", honest.verdict_line());
     println!("{}", lying.verdict_line());
+    write_report(&report, &demo_page(&[&honest, &lying])?)?;
     let works = honest.passed() && !lying.passed();
     println!(
         "{}",
@@ -258,7 +286,11 @@ fn start_writer(
 
 /// Verifies file run `run` at the listener `addr` with the verifier's own function
 /// (device-error rule included), prints its report (`show` findings) and returns it.
-async fn verify_file(addr: &str, run: plugpull::RunId, show: usize) -> Result<FileReport, Error> {
+async fn verify_file(
+    addr: &str,
+    run: plugpull::RunId,
+    show: usize,
+) -> Result<(crate::verify::RunLedger, FileReport), Error> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
@@ -271,5 +303,5 @@ async fn verify_file(addr: &str, run: plugpull::RunId, show: usize) -> Result<Fi
     let mut report = crate::file::verify::verify_file_run(&l, fm, &opts, addr, &secret).await?;
     report.storage = crate::verify::storage_of(&l);
     crate::file::print::print_file_report(&report, show);
-    Ok(report)
+    Ok((l, report))
 }

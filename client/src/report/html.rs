@@ -32,9 +32,19 @@ figure{margin:1.5em 0}svg{display:block;max-width:100%;height:auto}";
 pub struct Page {
     body: String,
     figures: usize,
+    /// Prefixed to figure ids, so several runs' parts on one page keep them unique.
+    prefix: String,
 }
 
 impl Page {
+    /// Starts a part of a page holding several runs: a rule and an `<h1>` title
+    /// (escaped); figure ids after it start with `id` and `-`.
+    pub fn part(&mut self, id: &str, title: &str) {
+        self.body
+            .push_str(&format!("<hr>\n<h1>{}</h1>\n", escape(title)));
+        self.prefix = format!("{id}-");
+    }
+
     /// Adds a heading (`<h2>`) and a one-line "how to read it", both escaped.
     pub fn heading(&mut self, title: &str, how: &str) {
         self.body.push_str(&format!(
@@ -48,8 +58,11 @@ impl Page {
     /// optional escaped note below it.
     pub fn figure(&mut self, id: &str, title: &str, how: &str, svg: &str, note: &str) {
         self.figures += 1;
-        self.body
-            .push_str(&format!("<figure class=\"fig\" id=\"{}\">\n", escape(id)));
+        self.body.push_str(&format!(
+            "<figure class=\"fig\" id=\"{}{}\">\n",
+            escape(&self.prefix),
+            escape(id)
+        ));
         self.heading(title, how);
         self.body.push_str(svg);
         if !note.is_empty() {

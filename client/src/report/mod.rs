@@ -64,11 +64,6 @@ pub async fn command(
             "{flag} is verify's: `plugpull report` writes --html FILE (and --markdown FILE)"
         )));
     }
-    if args.history {
-        return Err(Error(
-            "--history is verify's: `plugpull report --campaign NAME` draws a campaign".into(),
-        ));
-    }
     check_writable(&out.html)?;
     for p in out.markdown.iter().chain(&out.junit) {
         check_writable(p)?;

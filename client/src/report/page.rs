@@ -15,11 +15,27 @@ use plugpull::verdict::Verdict;
 /// Errors: a chart could not be drawn.
 pub fn render(l: &RunLedger, report: &Report) -> Result<String, Error> {
     let mut p = Page::default();
-    let (kind, what) = match report {
+    sections(&mut p, l, report)?;
+    let kind = match report {
+        Report::File(_) => "file",
+        Report::Pgbench(_) => "pgbench",
+    };
+    Ok(p.finish(&format!(
+        "plugpull report: run {} ({kind}) on {}",
+        l.run, l.manifest.host
+    )))
+}
+
+/// Adds run `l`'s sections, judged as `report`, to `p`: the verdict, the figures of its
+/// workload, the stack under test (several runs can share one page: the demo's).
+///
+/// Errors: a chart could not be drawn.
+pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Error> {
+    let (_kind, what) = match report {
         Report::File(_) => ("file", "acknowledged writes"),
         Report::Pgbench(_) => ("pgbench", "acknowledged commits"),
     };
-    verdict(&mut p, report, l);
+    verdict(p, report, l);
     let acks = ack_times(l);
     let (end_ms, end_label) = run_end(l, &acks);
     let t = timeline(&acks, end_ms, end_label);
@@ -37,12 +53,12 @@ pub fn render(l: &RunLedger, report: &Report) -> Result<String, Error> {
                 "",
             );
             lag(
-                &mut p,
+                p,
                 &r.lost_lag_histogram,
                 "lost or damaged write",
                 "lost or damaged writes",
             );
-            target_map(&mut p, l, r)?;
+            target_map(p, l, r)?;
         }
         Report::Pgbench(r) => {
             p.figure(
@@ -56,15 +72,12 @@ pub fn render(l: &RunLedger, report: &Report) -> Result<String, Error> {
                 &timeline_svg(&t, "tps").map_err(Error)?,
                 "",
             );
-            lag(&mut p, &r.lost_lag_histogram, "lost commit", "lost commits");
-            per_client(&mut p, r)?;
+            lag(p, &r.lost_lag_histogram, "lost commit", "lost commits");
+            per_client(p, r)?;
         }
     }
-    stack(&mut p, report, what);
-    Ok(p.finish(&format!(
-        "plugpull report: run {} ({kind}) on {}",
-        l.run, l.manifest.host
-    )))
+    stack(p, report, what);
+    Ok(())
 }
 
 /// The verdict section: the summary line, how the run ended, the counts.

@@ -55,9 +55,47 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
     if skip_without_fuse("the_demo_judges_its_file_runs_with_the_verifiers_function") {
         return;
     }
-    let o = plugpull(&["demo", "--no-pg", "--cut-after", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("demo.html");
+    let o = plugpull(&[
+        "demo",
+        "--no-pg",
+        "--cut-after",
+        "1",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
+    // It ends by writing its report: both devices' file runs on one page. The honest
+    // run has two figures (its lag histogram is a sentence: nothing lost), the lying
+    // one three.
+    let size = std::fs::metadata(&report).unwrap().len();
+    assert!(
+        out.contains(&format!(
+            "\nreport: {} ({size} bytes; open it in a browser)\n",
+            report.display()
+        )),
+        "{out}"
+    );
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert_eq!(
+        page.matches("<h1>honest device: file workload (run ")
+            .count(),
+        1
+    );
+    assert_eq!(
+        page.matches("<h1>lying device: file workload (run ")
+            .count(),
+        1
+    );
+    if !plugpull_tests::browser::skip_without_browser(
+        "the_demo_judges_its_file_runs_with_the_verifiers_function",
+    ) {
+        let loaded = plugpull_tests::browser::load(&report, dir.path());
+        assert_eq!(loaded.check(), "figures=5;shown=5;errors=0");
+        assert_eq!(loaded.console(), Vec::<&str>::new());
+    }
     let line = |prefix: &str| {
         out.lines()
             .find(|l| l.starts_with(prefix))
