@@ -82,6 +82,16 @@ pub async fn command(
 ///
 /// Errors: no valid run.
 pub fn show(host: &str, runs: &[HandRun], json: bool) -> Result<bool, Error> {
+    if runs.is_empty() {
+        let why = format!(
+            "no run of host {host} is recorded at this listener (a run's host is the `host` of \
+             `plugpull verify --run ID --json`)"
+        );
+        if json {
+            println!("{}", serde_json::json!({"ok": false, "error": why}));
+        }
+        return Err(Error(why));
+    }
     let cuts: Vec<CutRecord> = runs
         .iter()
         .enumerate()

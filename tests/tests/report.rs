@@ -173,7 +173,12 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
 
     browser_shows(&html, dir.path(), 3);
 
+    // The host did not reboot (a simulated cut): the page says the verdict is no
+    // proof about a power loss of the host, in the Markdown too.
+    let notice = "Not a power cut of the host: it did not reboot between the run and this check";
+    assert_eq!(page.matches(notice).count(), 1, "no notice");
     let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains(&format!("_{notice}")), "{md}");
     assert!(md.contains(&format!("**{summary}**")), "{md}");
     assert!(md.contains(&format!("| lost_write | {lost} |")), "{md}");
 }

@@ -103,6 +103,12 @@ fn configuration(c: &Campaign) -> Option<String> {
 ///
 /// Errors: a campaign has no valid cut (nothing to compare).
 pub fn compare(a: &Campaign, b: &Campaign, args: &CompareArgs) -> Result<bool, Error> {
+    if a.definition.name == b.definition.name {
+        return Err(Error(format!(
+            "campaign {} compared with itself: give two campaigns",
+            a.definition.name
+        )));
+    }
     let (ra, rb) = (a.roll_up(), b.roll_up());
     for (c, r) in [(a, &ra), (b, &rb)] {
         if r.valid == 0 {

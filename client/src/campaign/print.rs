@@ -124,9 +124,16 @@ pub fn text(c: &Campaign) -> String {
 pub fn statistics(c: &Campaign) -> Vec<String> {
     let r = c.roll_up();
     let configs = c.configurations().len();
+    let hosts = c.definition.hosts.len();
     let mut lines = vec![if configs > 1 {
         format!(
             "pooled over {configs} configurations, read each configuration's own line: {}",
+            r.bound_line(CONFIDENCE)
+        )
+    } else if hosts > 1 {
+        format!(
+            "pooled over {hosts} hosts (their probes show one stack; their own lines show whether \
+             they behave alike): {}",
             r.bound_line(CONFIDENCE)
         )
     } else {

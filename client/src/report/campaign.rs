@@ -145,7 +145,7 @@ pub fn render(c: &Campaign) -> Result<String, Error> {
     let mut p = Page::default();
     p.para(
         &format!(
-            "{} host(s) ({}), {} cuts each, cut {:.0}..{:.0} s into each run, power off {:.0} s; \
+            "{} host(s) ({}), {} cuts each, cut {:.1}..{:.1} s into each run, power off {:.1} s; \
              workloads: {}",
             d.hosts.len(),
             d.hosts

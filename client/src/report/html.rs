@@ -24,7 +24,8 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-bottom:.2em}\
 .how{color:#555;margin-top:0;font-size:.9em}\
 .pass{color:#1b5e20;font-weight:bold}.fail{color:#b71c1c;font-weight:bold}\
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}\
-td.n{text-align:right}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;font-size:.85em}\
+td.n{text-align:right}pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;font-size:.85em}\
+.warn{color:#8a5300;font-weight:bold}\
 figure{margin:1.5em 0}svg{display:block;max-width:100%;height:auto}";
 
 /// An HTML page being assembled, section by section.

@@ -200,6 +200,9 @@ pub fn markdown(report: &Report) -> String {
         md(&head),
         md(report.summary())
     );
+    if let Some(why) = page::no_reboot(report) {
+        s.push_str(&format!("_{}_\n\n", md(&why)));
+    }
     s.push_str("| count | value |\n| --- | ---: |\n");
     for (k, v) in rows {
         s.push_str(&format!("| {} | {} |\n", md(&k), md(&v)));

@@ -80,6 +80,33 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
     Ok(())
 }
 
+/// When the host whose storage is under test did not reboot between the run and this
+/// check (the same boot id: file runs by verify's own boot relation, pgbench runs by
+/// their cut-evidence snapshots), the notice that the verdict says nothing about a
+/// power loss of the host; `None` when it rebooted or it cannot be told.
+pub fn no_reboot(report: &Report) -> Option<String> {
+    let same = match report {
+        Report::File(r) => r.boot == "same_boot",
+        Report::Pgbench(_) => {
+            let s = report.storage();
+            let before = s
+                .probe
+                .as_ref()
+                .and_then(|p| p.evidence.as_ref())
+                .map(|e| e.boot_id.as_str());
+            let after = s.evidence_after.as_ref().map(|e| e.boot_id.as_str());
+            matches!((before, after), (Some(b), Some(a)) if !b.is_empty() && b == a)
+        }
+    };
+    same.then(|| {
+        "Not a power cut of the host: it did not reboot between the run and this check (the \
+         same boot id). Unless the storage alone lost power (a drive-only or a simulated cut), \
+         this verdict says nothing about what a power loss does; `verify --history` counts such \
+         a run as not measured."
+            .to_string()
+    })
+}
+
 /// The verdict section: the summary line, how the run ended, the counts.
 fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
     p.heading(
@@ -92,6 +119,9 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
     );
     let class = if report.ok() { "pass" } else { "fail" };
     p.para(report.summary(), class);
+    if let Some(why) = no_reboot(report) {
+        p.para(&why, "warn");
+    }
     match report {
         Report::File(r) => {
             if let Some(d) = &r.device_error {

@@ -118,6 +118,15 @@ fn compare_a_lying_and_an_honest_machine() {
 
     report_of_the_lying_campaign(&w, failed);
 
+    // A campaign compared with itself: refused.
+    let o = w.campaign("compare", &["lie", "lie"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("campaign lie compared with itself: give two campaigns"),
+        "{}",
+        stderr(&o)
+    );
+
     // A campaign that does not exist: exit 2, named.
     let o = w.campaign("compare", &["lie", "nosuch"]);
     assert_eq!(o.status.code(), Some(2));
