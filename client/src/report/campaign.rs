@@ -274,10 +274,7 @@ fn cut_table(p: &mut Page, c: &Campaign, cuts: &[CutRecord]) {
     let rows: Vec<Vec<String>> = cuts
         .iter()
         .map(|k| {
-            let verdict = match (&k.validity, &k.verdict) {
-                (Validity::Valid, Some(v)) => v.summary.clone(),
-                _ => k.validity.reason().to_string(),
-            };
+            let verdict = verdict_or_reason(k);
             vec![
                 cut_name(c, k),
                 plugpull::units::utc(k.at_ms),
@@ -352,9 +349,17 @@ fn configurations(p: &mut Page, c: &Campaign) {
     p.list(&items);
 }
 
+/// A cut's verdict line when it is valid, else why it is not measured or invalid.
+fn verdict_or_reason(k: &CutRecord) -> String {
+    match (&k.validity, &k.verdict) {
+        (Validity::Valid, Some(v)) => v.summary.clone(),
+        _ => k.validity.reason().to_string(),
+    }
+}
+
 /// The Markdown summary of a campaign: its roll-up, bound, and one row per cut.
 pub fn markdown(c: &Campaign) -> String {
-    let md = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    use super::html::md;
     let r = c.roll_up();
     let mut s = format!(
         "### plugpull campaign {}\n\n**{}**\n\n{}\n\n| cut | outcome | verdict or reason |\n| --- | --- | --- |\n",
@@ -363,10 +368,7 @@ pub fn markdown(c: &Campaign) -> String {
         md(&crate::campaign::print::statistics(c).join(" "))
     );
     for k in in_order(c) {
-        let why = match (&k.validity, &k.verdict) {
-            (Validity::Valid, Some(v)) => v.summary.clone(),
-            _ => k.validity.reason().to_string(),
-        };
+        let why = verdict_or_reason(&k);
         s.push_str(&format!(
             "| {} | {} | {} |\n",
             md(&cut_name(c, &k)),

@@ -18,6 +18,11 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// `s` as one Markdown table cell or line: `|` escaped, line ends made spaces.
+pub fn md(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
 const STYLE: &str =
     "body{font-family:sans-serif;max-width:820px;margin:1em auto;padding:0 1em;color:#222}\
 h1{font-size:1.4em}h2{font-size:1.15em;margin-bottom:.2em}\

@@ -194,7 +194,7 @@ pub fn markdown(report: &Report) -> String {
             page::pg_rows(r),
         ),
     };
-    let md = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    use html::md;
     let mut s = format!(
         "### plugpull report: {}\n\n**{}**\n\n",
         md(&head),
