@@ -13,7 +13,8 @@
 //!
 //! Only file *data* is cached. Every other operation (create, mkdir, unlink, rename,
 //! link, symlink, chmod, chown, utimens, truncate, fallocate) goes to the backing
-//! directory at once and survives the cut. Truncate first applies to the cache
+//! directory at once; those that change a name or a size are recorded in the
+//! [`crate::journal`] first, which undoes the ones not durable at the cut. Truncate first applies to the cache
 //! (writes past the new size are discarded, straddling ones shortened) and then to
 //! the backing file, so the two always agree.
 //!
@@ -42,6 +43,7 @@ use fuser::{
 };
 use serde::Serialize;
 
+use crate::journal::{target_at, Change, Journal, OpKind, Target, JOURNAL_DIR};
 use crate::sim::{Mode, Sim, SimConfig, Store, TruthEntry};
 use crate::truth::{Fate, Truth};
 
@@ -117,6 +119,8 @@ struct State {
     cut_summary: Option<String>,
     /// fsync/fdatasync requests (including O_SYNC/O_DSYNC writes) answered.
     fsyncs: u64,
+    /// Metadata held as volatile as data (see [`crate::journal`]).
+    journal: Journal,
 }
 
 /// Counters for the `stats` control command.
@@ -226,6 +230,11 @@ fn errno(e: io::Error) -> Errno {
         Some(n) if n > 0 => Errno::from_i32(n),
         _ => Errno::EIO,
     }
+}
+
+/// Whether `name` in `parent` is the journal's directory, which the mount hides.
+fn hidden(parent: u64, name: &OsStr) -> bool {
+    parent == 1 && name == JOURNAL_DIR
 }
 
 fn stat_fd(fd: RawFd) -> io::Result<libc::stat> {
@@ -413,6 +422,127 @@ impl State {
         Ok((req.uid(), gid))
     }
 
+    /// Backing `(st_dev, st_ino)` of a known inode.
+    fn key(&self, ino: u64) -> Result<(u64, u64), Errno> {
+        Ok(self.node(ino)?.key)
+    }
+
+    /// The path of `name` in `parent` relative to the backing root.
+    fn rel_name(&self, parent: u64, name: &OsStr, backing: &Path) -> String {
+        let dir = self.rel_path(parent, backing);
+        let name = name.to_string_lossy();
+        if dir.is_empty() {
+            name.into_owned()
+        } else {
+            format!("{dir}/{name}")
+        }
+    }
+
+    /// The size of `ino` now, in bytes: the journal's, else the backing file's
+    /// length or the end of its cached writes, whichever is larger.
+    fn size_now(&self, ino: u64) -> Result<u64, Errno> {
+        let node = self.node(ino)?;
+        if let Some(size) = self.journal.live_size(node.key) {
+            return Ok(size);
+        }
+        let st = stat_fd(node.path_fd.as_raw_fd()).map_err(errno)?;
+        Ok((st.st_size as u64).max(self.sim.cached_end(ino).unwrap_or(0)))
+    }
+
+    /// Records a size change of `ino` from `old` to `new` bytes in the journal,
+    /// before the backing file changes.
+    fn resize(
+        &mut self,
+        kind: OpKind,
+        ino: u64,
+        old: u64,
+        new: u64,
+        shared: &Shared,
+    ) -> Result<(), Errno> {
+        if !self.journal.active() || old == new {
+            return Ok(());
+        }
+        let path = self.rel_path(ino, &shared.backing);
+        let node = self.node(ino)?;
+        let (key, fd) = (node.key, node.path_fd.as_raw_fd());
+        let file = if new < old {
+            Some(data_file(&mut self.nodes, ino).map_err(errno)?)
+        } else {
+            None
+        };
+        let now = shared.now_ms();
+        self.journal
+            .resize(kind, path, key, fd, file.as_deref(), old, new, now)
+            .map_err(|e| {
+                tracing::warn!("metadata journal: {e}");
+                Errno::EIO
+            })
+    }
+
+    /// Records namespace `changes` (each with its directory's inode) in the journal.
+    fn record(
+        &mut self,
+        kind: OpKind,
+        path: String,
+        to: Option<String>,
+        changes: Vec<(Change, u64)>,
+        shared: &Shared,
+    ) -> Result<(), Errno> {
+        if !self.journal.active() {
+            return Ok(());
+        }
+        let mut with_fds = Vec::with_capacity(changes.len());
+        for (c, dir_ino) in changes {
+            with_fds.push((c, self.fd(dir_ino)?));
+        }
+        let now = shared.now_ms();
+        self.journal
+            .record(kind, path, to, with_fds, now)
+            .map_err(|e| {
+                tracing::warn!("metadata journal: {e}");
+                Errno::EIO
+            })
+    }
+
+    /// A new name `name` in `parent` now pointing at what it names: records `kind`.
+    fn record_new(
+        &mut self,
+        kind: OpKind,
+        parent: u64,
+        name: &OsStr,
+        shared: &Shared,
+    ) -> Result<(), Errno> {
+        if !self.journal.active() {
+            return Ok(());
+        }
+        let pfd = self.fd(parent)?;
+        let after = target_at(pfd, name).map_err(errno)?;
+        let change = Change {
+            dir: self.key(parent)?,
+            name: name.to_os_string(),
+            before: None,
+            after,
+        };
+        let path = self.rel_name(parent, name, &shared.backing);
+        self.record(kind, path, None, vec![(change, parent)], shared)
+    }
+
+    /// What `name` in `parent` names now, kept restorable before the name goes.
+    fn hold(&mut self, parent: u64, name: &OsStr) -> Result<Option<Target>, Errno> {
+        if !self.journal.active() {
+            return Ok(None);
+        }
+        let pfd = self.fd(parent)?;
+        let t = target_at(pfd, name).map_err(errno)?;
+        if let Some(t) = t {
+            self.journal.hold(pfd, name, t).map_err(|e| {
+                tracing::warn!("metadata journal: {e}");
+                Errno::EIO
+            })?;
+        }
+        Ok(t)
+    }
+
     /// The path of `ino` relative to the backing root, for the ground truth.
     fn rel_path(&self, ino: u64, backing: &Path) -> String {
         let Some(node) = self.nodes.get(&ino) else {
@@ -465,6 +595,10 @@ impl Shared {
             }
         }
         let truth = self.truth(&st, &outcomes, true);
+        let meta = st.journal.cut().inspect_err(|e| {
+            tracing::error!("metadata restore at the cut failed: {e}");
+        })?;
+        let truth = truth.with_meta(st.journal.metadata().name(), meta);
         let summary = truth.summary_line()?;
         st.cut_summary = Some(summary.clone());
         truth.write_durably(&self.truth)?;
@@ -493,6 +627,7 @@ impl Shared {
                 let _ = f.sync_all();
             }
         }
+        st.journal.discard();
         if !st.sim.misdirected().is_empty() {
             let truth = self.truth(&st, st.sim.misdirected(), false);
             truth.write_durably(&self.truth)?;
@@ -554,10 +689,15 @@ impl Shared {
                     0
                 }
             };
+            st.journal.commit_due(now);
             let wait = if n == DESTAGE_BATCH {
                 Duration::from_millis(0)
             } else {
-                let next = st.sim.next_due_ms().map_or(50, |d| d.saturating_sub(now));
+                let next = [st.sim.next_due_ms(), st.journal.next_due_ms()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map_or(50, |d| d.saturating_sub(now));
                 Duration::from_millis(next.clamp(1, 50))
             };
             st = if wait.is_zero() {
@@ -581,6 +721,15 @@ impl Shared {
         let mut st = self.lock();
         st.live()?;
         let upto = st.sim.next_write_id();
+        let key = st.key(ino)?;
+        if st.journal.sync_destages_all() {
+            // One ordered log: the commit writes out every file's cached data first.
+            let (sim, mut store) = st.split();
+            sim.flush_all(&mut store).map_err(|e| {
+                tracing::warn!("destage of every cached write failed: {e}");
+                Errno::EIO
+            })?;
+        }
         if self.mode.fsync_destages() {
             let (sim, mut store) = st.split();
             sim.destage_ino(ino, &mut store).map_err(|e| {
@@ -609,6 +758,7 @@ impl Shared {
             st.live()?;
         }
         st.sim.mark_fsynced(ino, upto);
+        st.journal.file_synced(key);
         st.fsyncs += 1;
         Ok(st)
     }
@@ -639,8 +789,21 @@ impl SimFs {
                 data: None,
             },
         );
+        let sim = &options.sim;
+        let background = match sim.mode {
+            Mode::Reorder => Some((sim.destage_delay_ms, true)),
+            _ => Some((sim.destage_delay_ms, false)),
+        };
+        let journal = Journal::new(
+            &backing,
+            sim.metadata,
+            sim.mode.fsync_destages(),
+            background,
+            sim.seed,
+        )?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
+                journal,
                 sim: Sim::new(options.sim.clone()),
                 power: Power::On,
                 nodes,
@@ -677,14 +840,16 @@ impl SimFs {
     fn make_entry(
         &self,
         req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        (parent, name, kind): (INodeNo, &OsStr, OpKind),
         make: impl FnOnce(RawFd, &CString) -> io::Result<()>,
         reply: ReplyEntry,
     ) {
         let mut st = self.lock();
         let result = (|| {
             st.live()?;
+            if hidden(parent.0, name) {
+                return Err(Errno::EACCES);
+            }
             let pfd = st.fd(parent.0)?;
             let c = cname(name).map_err(errno)?;
             let (uid, gid) = st.new_owner(req, parent.0).map_err(errno)?;
@@ -692,6 +857,7 @@ impl SimFs {
             // SAFETY: valid descriptor and NUL-terminated name.
             cvt(unsafe { libc::fchownat(pfd, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
                 .map_err(errno)?;
+            st.record_new(kind, parent.0, name, &self.shared)?;
             st.lookup(parent.0, name).map_err(errno)
         })();
         match result {
@@ -723,6 +889,9 @@ impl Filesystem for SimFs {
         let mut st = self.lock();
         if let Err(e) = st.live() {
             return reply.error(e);
+        }
+        if hidden(parent.0, name) {
+            return reply.error(Errno::ENOENT);
         }
         match st.lookup(parent.0, name) {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
@@ -790,6 +959,8 @@ impl Filesystem for SimFs {
                 .map_err(errno)?;
             }
             if let Some(size) = size {
+                let old = st.size_now(ino.0)?;
+                st.resize(OpKind::Truncate, ino.0, old, size, &self.shared)?;
                 st.sim.truncate(ino.0, size);
                 let file = data_file(&mut st.nodes, ino.0).map_err(errno)?;
                 file.set_len(size).map_err(errno)?;
@@ -842,8 +1013,7 @@ impl Filesystem for SimFs {
     ) {
         self.make_entry(
             req,
-            parent,
-            name,
+            (parent, name, OpKind::Mknod),
             |pfd, c| {
                 // SAFETY: valid descriptor and NUL-terminated name.
                 cvt(unsafe { libc::mknodat(pfd, c.as_ptr(), mode, libc::dev_t::from(rdev)) })
@@ -864,8 +1034,7 @@ impl Filesystem for SimFs {
     ) {
         self.make_entry(
             req,
-            parent,
-            name,
+            (parent, name, OpKind::Mkdir),
             |pfd, c| {
                 // SAFETY: valid descriptor and NUL-terminated name.
                 cvt(unsafe { libc::mkdirat(pfd, c.as_ptr(), mode & 0o7777) }).map(drop)
@@ -896,8 +1065,7 @@ impl Filesystem for SimFs {
         };
         self.make_entry(
             req,
-            parent,
-            link_name,
+            (parent, link_name, OpKind::Symlink),
             |pfd, c| {
                 // SAFETY: NUL-terminated strings, valid descriptor.
                 cvt(unsafe { libc::symlinkat(target.as_ptr(), pfd, c.as_ptr()) }).map(drop)
@@ -916,16 +1084,52 @@ impl Filesystem for SimFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let st = self.lock();
+        let mut st = self.lock();
         let result = (|| {
             st.live()?;
+            if hidden(parent.0, name) || hidden(newparent.0, newname) {
+                return Err(Errno::EACCES);
+            }
             let from = st.fd(parent.0)?;
             let to = st.fd(newparent.0)?;
             let a = cname(name).map_err(errno)?;
             let b = cname(newname).map_err(errno)?;
+            let same = parent == newparent && name == newname;
+            let (src, dst) = if same {
+                (None, None)
+            } else {
+                (st.hold(parent.0, name)?, st.hold(newparent.0, newname)?)
+            };
             // SAFETY: valid descriptors and NUL-terminated names.
             cvt(unsafe { libc::renameat2(from, a.as_ptr(), to, b.as_ptr(), flags.bits()) })
-                .map_err(errno)
+                .map_err(errno)?;
+            if same || src.is_none() {
+                return Ok(());
+            }
+            let exchange = flags.bits() & libc::RENAME_EXCHANGE != 0;
+            let change = |dir: u64, n: &OsStr, before, after| -> Result<(Change, u64), Errno> {
+                Ok((
+                    Change {
+                        dir: st.key(dir)?,
+                        name: n.to_os_string(),
+                        before,
+                        after,
+                    },
+                    dir,
+                ))
+            };
+            let changes = vec![
+                change(parent.0, name, src, if exchange { dst } else { None })?,
+                change(newparent.0, newname, dst, src)?,
+            ];
+            let path = st.rel_name(parent.0, name, &self.shared.backing);
+            let to_path = st.rel_name(newparent.0, newname, &self.shared.backing);
+            let kind = if exchange {
+                OpKind::Exchange
+            } else {
+                OpKind::Rename
+            };
+            st.record(kind, path, Some(to_path), changes, &self.shared)
         })();
         match result {
             Ok(_) => reply.ok(),
@@ -947,10 +1151,31 @@ impl Filesystem for SimFs {
             let fd = st.fd(ino.0)?;
             let to = st.fd(newparent.0)?;
             let c = cname(newname).map_err(errno)?;
+            if hidden(newparent.0, newname) {
+                return Err(Errno::EACCES);
+            }
             // SAFETY: valid descriptors, NUL-terminated names; we run as root, which
             // AT_EMPTY_PATH requires.
             cvt(unsafe { libc::linkat(fd, c"".as_ptr(), to, c.as_ptr(), libc::AT_EMPTY_PATH) })
                 .map_err(errno)?;
+            if st.journal.active() {
+                let path = st.rel_path(ino.0, &self.shared.backing);
+                let after = target_at(to, newname).map_err(errno)?;
+                let change = Change {
+                    dir: st.key(newparent.0)?,
+                    name: newname.to_os_string(),
+                    before: None,
+                    after,
+                };
+                let to_path = st.rel_name(newparent.0, newname, &self.shared.backing);
+                st.record(
+                    OpKind::Link,
+                    path,
+                    Some(to_path),
+                    vec![(change, newparent.0)],
+                    &self.shared,
+                )?;
+            }
             st.lookup(newparent.0, newname).map_err(errno)
         })();
         match result {
@@ -1027,6 +1252,12 @@ impl Filesystem for SimFs {
         let result = (|| {
             st.live()?;
             st.node(ino.0)?;
+            if st.journal.active() {
+                let (old, end) = (st.size_now(ino.0)?, offset + data.len() as u64);
+                if end > old {
+                    st.resize(OpKind::Extend, ino.0, old, end, &self.shared)?;
+                }
+            }
             let now = self.shared.now_ms();
             st.sim.write(ino.0, offset, data, now);
             let (sim, mut store) = st.split();
@@ -1117,6 +1348,9 @@ impl Filesystem for SimFs {
             ];
             for e in std::fs::read_dir(proc_path(fd)).map_err(errno)? {
                 let e = e.map_err(errno)?;
+                if hidden(ino.0, &e.file_name()) {
+                    continue;
+                }
                 let kind = e
                     .file_type()
                     .ok()
@@ -1179,13 +1413,20 @@ impl Filesystem for SimFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let st = self.lock();
+        let mut st = self.lock();
         let result = (|| {
             st.live()?;
             let fd = st.fd(ino.0)?;
+            let key = st.key(ino.0)?;
+            if st.journal.sync_destages_all() {
+                let (sim, mut store) = st.split();
+                sim.flush_all(&mut store).map_err(errno)?;
+            }
             File::open(proc_path(fd))
                 .and_then(|d| d.sync_all())
-                .map_err(errno)
+                .map_err(errno)?;
+            st.journal.dir_synced(key);
+            Ok(())
         })();
         match result {
             Ok(()) => reply.ok(),
@@ -1242,6 +1483,9 @@ impl Filesystem for SimFs {
         let mut st = self.lock();
         let result = (|| {
             st.live()?;
+            if hidden(parent.0, name) {
+                return Err(Errno::EACCES);
+            }
             let pfd = st.fd(parent.0)?;
             let c = cname(name).map_err(errno)?;
             let (uid, gid) = st.new_owner(req, parent.0).map_err(errno)?;
@@ -1271,6 +1515,7 @@ impl Filesystem for SimFs {
             if fresh {
                 // SAFETY: valid descriptor.
                 cvt(unsafe { libc::fchown(fd, uid, gid) }).map_err(errno)?;
+                st.record_new(OpKind::Create, parent.0, name, &self.shared)?;
             }
             let attr = st.lookup(parent.0, name).map_err(errno)?;
             let ino = attr.ino.0;
@@ -1313,6 +1558,11 @@ impl Filesystem for SimFs {
             if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
                 return Err(Errno::from_i32(libc::EOPNOTSUPP));
             }
+            if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+                let old = st.size_now(ino.0)?;
+                let new = old.max(offset + length);
+                st.resize(OpKind::Fallocate, ino.0, old, new, &self.shared)?;
+            }
             let file = data_file(&mut st.nodes, ino.0).map_err(errno)?;
             // SAFETY: valid descriptor.
             cvt(unsafe {
@@ -1334,13 +1584,33 @@ impl Filesystem for SimFs {
 
 impl SimFs {
     fn remove(&self, parent: INodeNo, name: &OsStr, flags: libc::c_int, reply: ReplyEmpty) {
-        let st = self.lock();
+        let mut st = self.lock();
         let result = (|| {
             st.live()?;
+            if hidden(parent.0, name) {
+                return Err(Errno::ENOENT);
+            }
             let pfd = st.fd(parent.0)?;
             let c = cname(name).map_err(errno)?;
+            let before = st.hold(parent.0, name)?;
             // SAFETY: valid descriptor and NUL-terminated name.
-            cvt(unsafe { libc::unlinkat(pfd, c.as_ptr(), flags) }).map_err(errno)
+            cvt(unsafe { libc::unlinkat(pfd, c.as_ptr(), flags) }).map_err(errno)?;
+            if before.is_none() {
+                return Ok(());
+            }
+            let change = Change {
+                dir: st.key(parent.0)?,
+                name: name.to_os_string(),
+                before,
+                after: None,
+            };
+            let path = st.rel_name(parent.0, name, &self.shared.backing);
+            let kind = if flags & libc::AT_REMOVEDIR != 0 {
+                OpKind::Rmdir
+            } else {
+                OpKind::Unlink
+            };
+            st.record(kind, path, None, vec![(change, parent.0)], &self.shared)
         })();
         match result {
             Ok(_) => reply.ok(),

@@ -9,9 +9,10 @@
 //!
 //! # Fault model
 //!
-//! Only file *data* (`write` requests) goes through the cache. Metadata — create,
-//! mkdir, unlink, rename, link, symlink, chmod/chown/utimens, truncate, fallocate —
-//! goes to the backing directory at once and always survives the cut. Every write
+//! File *data* (`write` requests) goes through the cache. Names and sizes (create,
+//! mkdir, unlink, rename, link, symlink, truncate, fallocate, writes past the end) go
+//! through the metadata [`journal`], which at the cut puts each back to the value the
+//! `--metadata` rules (`posix` by default) had made durable. Every write
 //! gets a `write_id` (1, 2, … in order of arrival). The cache is bounded by
 //! `--cache-bytes`: past it, writes are destaged at once (oldest first, random in
 //! `reorder`). Overlapping writes to one file always reach the backing file in
@@ -91,5 +92,6 @@
 pub mod cmd;
 pub mod control;
 pub mod fs;
+pub mod journal;
 pub mod sim;
 pub mod truth;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use plugpull_simfs::cmd::{self, MountArgs};
+use plugpull_simfs::journal::Metadata;
 use plugpull_simfs::sim::{Mode, SimConfig};
 
 /// A FUSE filesystem with a volatile write cache that can lose power on command.
@@ -70,6 +71,11 @@ enum Command {
         /// Report 0 bytes in all from statfs, as FUSE filesystems without statfs do.
         #[arg(long)]
         statfs_zero: bool,
+        /// Metadata rules: posix (a name is durable once its directory is fsynced, a
+        /// size once its file is), journal (any fsync makes all metadata durable, as
+        /// ext4 data=ordered and XFS), passthrough (metadata always survives).
+        #[arg(long, value_enum, default_value = "posix")]
+        metadata: Metadata,
         /// Control socket path.
         #[arg(long)]
         control: Option<PathBuf>,
@@ -133,6 +139,7 @@ fn main() -> ExitCode {
             control,
             flush_delay_ms,
             statfs_zero,
+            metadata,
         } => {
             if sector == 0 || misdirect_block == 0 {
                 eprintln!("plugpull-simfs: --sector and --misdirect-block must be positive");
@@ -152,6 +159,7 @@ fn main() -> ExitCode {
                     misdirect_every,
                     flush_delay_ms,
                     statfs_zero,
+                    metadata,
                 },
                 truth: ground_truth,
                 control,

@@ -6,8 +6,11 @@
 //!
 //! * [`TruthWrite`] — one line per write, ordered by `write_id`:
 //!   `{"write_id":17,"file":"pg/data/pg_wal/000000010000000000000001","offset":81920,"len":8192,"fsynced":true,"fate":"dropped","kept_sectors":null,"landed_at":null}`
+//! * [`TruthMeta`] — one line per metadata operation since mount (unless
+//!   `--metadata passthrough`), ordered by `meta_id`, after the write lines:
+//!   `{"meta_id":3,"op":"rename","path":"d/a.tmp","to":"d/a","size":null,"synced":false,"fate":"lost"}`
 //! * [`TruthSummary`] — the last line, also what `plugpull-simfs cut` prints:
-//!   `{"cut":true,"mode":"lying","seed":42,"writes_total":N,"cached_at_cut":C,"fsynced_at_cut":F,"misdirected":M,"truth":"…"}`
+//!   `{"cut":true,"mode":"lying","seed":42,"writes_total":N,"cached_at_cut":C,"fsynced_at_cut":F,"misdirected":M,"metadata":"posix","meta_ops":O,"meta_lost":L,"truth":"…"}`
 //!
 //! [`Truth`] is a whole log: [`Truth::new`] builds one from the lines (counting the
 //! summary's numbers from them), [`Truth::write_durably`] writes it the way the cut
@@ -36,6 +39,46 @@ pub enum Fate {
     /// Destaged before the cut, but to `landed_at` instead of its own offset, which
     /// kept its old contents.
     Misdirected,
+}
+
+/// What became of a metadata operation at the cut (`fate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetaFate {
+    /// Durable: the backing directory shows its effect (or a later operation's on
+    /// the same name or size).
+    Kept,
+    /// Rolled back: the names and size it changed are back to what they were before.
+    Lost,
+    /// A rename (or exchange) of which one name is durable and the other is not: both
+    /// names, or neither, hold the inode after the cut.
+    Half,
+    /// Durable in its directory, but that directory itself is not reachable from the
+    /// root after the cut (its own entry was lost): gone with it.
+    Orphaned,
+}
+
+/// One metadata line of the ground truth.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TruthMeta {
+    /// Order of the operation since mount, from 1.
+    pub meta_id: u64,
+    /// `create`, `mkdir`, `mknod`, `symlink`, `link`, `unlink`, `rmdir`, `rename`,
+    /// `exchange`, `truncate`, `extend` or `fallocate`.
+    pub op: String,
+    /// Path relative to the mount root when the operation was made (the source of a
+    /// rename, the existing file of a link).
+    pub path: String,
+    /// Rename and exchange: the other path; link: the new name; else null.
+    pub to: Option<String>,
+    /// Size changes: the new size in bytes; else null.
+    pub size: Option<u64>,
+    /// A durability call that makes it durable under the `--metadata` rules had
+    /// returned success before the cut (the directory's fsync for a name, the file's
+    /// fsync or fdatasync for a size; any of them under `journal`).
+    pub synced: bool,
+    /// What became of it.
+    pub fate: MetaFate,
 }
 
 /// One write line of the ground truth.
@@ -86,6 +129,12 @@ pub struct TruthSummary {
     pub fsynced_at_cut: u64,
     /// Misdirected write lines: writes misdirected since mount.
     pub misdirected: u64,
+    /// The `--metadata` rules (`posix`, `journal`, `passthrough`).
+    pub metadata: String,
+    /// Metadata lines: operations recorded since mount.
+    pub meta_ops: u64,
+    /// Those of them whose fate is not `kept`.
+    pub meta_lost: u64,
     /// Path of the ground-truth log.
     pub truth: PathBuf,
 }
@@ -95,6 +144,8 @@ pub struct TruthSummary {
 pub struct Truth {
     /// The write lines, ordered by `write_id`.
     pub writes: Vec<TruthWrite>,
+    /// The metadata lines, ordered by `meta_id`.
+    pub meta: Vec<TruthMeta>,
     /// The summary line.
     pub summary: TruthSummary,
 }
@@ -111,6 +162,10 @@ fn counts(writes: &[TruthWrite]) -> (u64, u64, u64) {
         .filter(|w| w.fate != Fate::Misdirected && w.fsynced)
         .count() as u64;
     (cached, fsynced, writes.len() as u64 - cached)
+}
+
+fn meta_lost(meta: &[TruthMeta]) -> u64 {
+    meta.iter().filter(|m| m.fate != MetaFate::Kept).count() as u64
 }
 
 /// Why a ground-truth log could not be read.
@@ -137,6 +192,7 @@ impl std::error::Error for ParseError {}
 impl Truth {
     /// A log of `writes` (ordered by `write_id`) with its summary; the summary's
     /// `cached_at_cut`, `fsynced_at_cut` and `misdirected` are counted from `writes`.
+    /// It has no metadata lines: add them with [`Truth::with_meta`].
     pub fn new(
         writes: Vec<TruthWrite>,
         cut: bool,
@@ -154,9 +210,33 @@ impl Truth {
             cached_at_cut,
             fsynced_at_cut,
             misdirected,
+            metadata: "passthrough".to_string(),
+            meta_ops: 0,
+            meta_lost: 0,
             truth,
         };
-        Truth { writes, summary }
+        Truth {
+            writes,
+            meta: Vec::new(),
+            summary,
+        }
+    }
+
+    /// This log with the metadata lines `meta` (ordered by `meta_id`) made under the
+    /// `metadata` rules; the summary's `meta_ops` and `meta_lost` are counted from them.
+    pub fn with_meta(mut self, metadata: &str, meta: Vec<TruthMeta>) -> Truth {
+        self.summary.metadata = metadata.to_string();
+        self.summary.meta_ops = meta.len() as u64;
+        self.summary.meta_lost = meta_lost(&meta);
+        self.meta = meta;
+        self
+    }
+
+    /// The metadata lines whose `path` or `to` is `path`.
+    pub fn meta_of<'a>(&'a self, path: &'a str) -> impl Iterator<Item = &'a TruthMeta> + 'a {
+        self.meta
+            .iter()
+            .filter(move |m| m.path == path || m.to.as_deref() == Some(path))
     }
 
     /// The summary line as JSON, without a newline.
@@ -176,6 +256,10 @@ impl Truth {
         let mut out = Vec::new();
         for w in &self.writes {
             serde_json::to_writer(&mut out, w).map_err(io::Error::other)?;
+            out.push(b'\n');
+        }
+        for m in &self.meta {
+            serde_json::to_writer(&mut out, m).map_err(io::Error::other)?;
             out.push(b'\n');
         }
         out.extend_from_slice(self.summary_line()?.as_bytes());
@@ -206,8 +290,9 @@ impl Truth {
         Ok(())
     }
 
-    /// Reads a log's JSON lines: a line with a `write_id` is a [`TruthWrite`], the
-    /// line without is the summary, which must come last.
+    /// Reads a log's JSON lines: a line with a `write_id` is a [`TruthWrite`], one
+    /// with a `meta_id` a [`TruthMeta`], the line with neither is the summary, which
+    /// must come last.
     ///
     /// # Errors
     /// A line that is not JSON or lacks a field, a line after the summary, no summary,
@@ -215,6 +300,7 @@ impl Truth {
     /// write lines.
     pub fn parse(text: &str) -> Result<Truth, ParseError> {
         let mut writes = Vec::new();
+        let mut meta: Vec<TruthMeta> = Vec::new();
         let mut summary = None;
         for (i, line) in text.lines().enumerate() {
             let at = |message: String| ParseError {
@@ -227,6 +313,8 @@ impl Truth {
             let v: serde_json::Value = serde_json::from_str(line).map_err(|e| at(e.to_string()))?;
             if v.get("write_id").is_some() {
                 writes.push(serde_json::from_value(v).map_err(|e| at(e.to_string()))?);
+            } else if v.get("meta_id").is_some() {
+                meta.push(serde_json::from_value(v).map_err(|e| at(e.to_string()))?);
             } else {
                 summary = Some(serde_json::from_value(v).map_err(|e| at(e.to_string()))?);
             }
@@ -247,10 +335,19 @@ impl Truth {
             summary.fsynced_at_cut,
             summary.misdirected,
         );
-        if counts(&writes) != said {
+        if counts(&writes) != said
+            || (summary.meta_ops, summary.meta_lost) != (meta.len() as u64, meta_lost(&meta))
+        {
             return Err(whole("the summary disagrees with its lines"));
         }
-        Ok(Truth { writes, summary })
+        if !meta.windows(2).all(|m| m[0].meta_id < m[1].meta_id) {
+            return Err(whole("not ordered by meta_id"));
+        }
+        Ok(Truth {
+            writes,
+            meta,
+            summary,
+        })
     }
 
     /// The write lines of `file` (relative to the mount root).
@@ -289,6 +386,29 @@ mod tests {
             21,
             13527,
             PathBuf::from("/tmp/sf/mnt.simfs-truth.jsonl"),
+        )
+        .with_meta(
+            "posix",
+            vec![
+                TruthMeta {
+                    meta_id: 1,
+                    op: "create".to_string(),
+                    path: "d/a.tmp".to_string(),
+                    to: None,
+                    size: None,
+                    synced: true,
+                    fate: MetaFate::Kept,
+                },
+                TruthMeta {
+                    meta_id: 2,
+                    op: "rename".to_string(),
+                    path: "d/a.tmp".to_string(),
+                    to: Some("d/a".to_string()),
+                    size: None,
+                    synced: false,
+                    fate: MetaFate::Lost,
+                },
+            ],
         );
         let text = String::from_utf8(truth.to_jsonl().unwrap()).unwrap();
         assert_eq!(
@@ -296,7 +416,9 @@ mod tests {
             "{\"write_id\":1,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":true,\"fate\":\"misdirected\",\"kept_sectors\":null,\"landed_at\":4096}\n\
              {\"write_id\":2,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":true,\"fate\":\"torn\",\"kept_sectors\":3,\"landed_at\":null}\n\
              {\"write_id\":55899,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":false,\"fate\":\"dropped\",\"kept_sectors\":null,\"landed_at\":null}\n\
-             {\"cut\":true,\"mode\":\"lying\",\"seed\":21,\"writes_total\":13527,\"cached_at_cut\":2,\"fsynced_at_cut\":1,\"misdirected\":1,\"truth\":\"/tmp/sf/mnt.simfs-truth.jsonl\"}\n"
+             {\"meta_id\":1,\"op\":\"create\",\"path\":\"d/a.tmp\",\"to\":null,\"size\":null,\"synced\":true,\"fate\":\"kept\"}\n\
+             {\"meta_id\":2,\"op\":\"rename\",\"path\":\"d/a.tmp\",\"to\":\"d/a\",\"size\":null,\"synced\":false,\"fate\":\"lost\"}\n\
+             {\"cut\":true,\"mode\":\"lying\",\"seed\":21,\"writes_total\":13527,\"cached_at_cut\":2,\"fsynced_at_cut\":1,\"misdirected\":1,\"metadata\":\"posix\",\"meta_ops\":2,\"meta_lost\":1,\"truth\":\"/tmp/sf/mnt.simfs-truth.jsonl\"}\n"
         );
         assert_eq!(Truth::parse(&text).unwrap(), truth);
     }
@@ -304,7 +426,7 @@ mod tests {
     #[test]
     fn parse_refuses_a_summary_that_disagrees_or_is_missing() {
         let line = "{\"write_id\":7,\"file\":\"f\",\"offset\":0,\"len\":512,\"fsynced\":true,\"fate\":\"dropped\",\"kept_sectors\":null,\"landed_at\":null}";
-        let summary = "{\"cut\":true,\"mode\":\"honest\",\"seed\":0,\"writes_total\":9,\"cached_at_cut\":1,\"fsynced_at_cut\":0,\"misdirected\":0,\"truth\":\"t\"}";
+        let summary = "{\"cut\":true,\"mode\":\"honest\",\"seed\":0,\"writes_total\":9,\"cached_at_cut\":1,\"fsynced_at_cut\":0,\"misdirected\":0,\"metadata\":\"passthrough\",\"meta_ops\":0,\"meta_lost\":0,\"truth\":\"t\"}";
         assert_eq!(
             Truth::parse(&format!("{line}\n{summary}\n"))
                 .unwrap_err()

@@ -75,15 +75,21 @@ fn postmaster_pid(data: &Path) -> u32 {
 }
 
 /// One cut: agent SIGKILLed, power cut, PostgreSQL SIGKILLed, remount honest.
-fn cut(sim: &mut SimFs, w: &mut Writer, postmaster: u32) {
+/// Returns the ground truth.
+fn cut(sim: &mut SimFs, w: &mut Writer, postmaster: u32) -> plugpull_simfs::truth::Truth {
     sigkill(&mut w.child);
     let truth = sim.cut();
     plugpull_tests::pg::kill_postgres(postmaster);
     sim.remount("honest");
     eprintln!(
-        "cut: {} writes, {} cached ({} fsynced)",
-        truth.summary.writes_total, truth.summary.cached_at_cut, truth.summary.fsynced_at_cut
+        "cut: {} writes, {} cached ({} fsynced); {} metadata operations, {} not kept",
+        truth.summary.writes_total,
+        truth.summary.cached_at_cut,
+        truth.summary.fsynced_at_cut,
+        truth.summary.meta_ops,
+        truth.summary.meta_lost
     );
+    truth
 }
 
 /// An honest device: 10 cuts under load, each followed by crash recovery and a
@@ -106,7 +112,21 @@ fn postgres_on_an_honest_device_survives_ten_cuts() {
         let pid = postmaster_pid(&data);
         let mut w = start_pg_writer(&l, &pg.conninfo(), i == 0, i);
         let confirmed = wait_progress(&mut w, 1 + (i % 2) as u32);
-        cut(&mut sim, &mut w, pid);
+        let truth = cut(&mut sim, &mut w, pid);
+        // The metadata journal is on (posix rules, the default): the run made
+        // metadata operations, and every one an fsync made durable survived.
+        assert_eq!(truth.summary.metadata, "posix", "cut {i}");
+        assert!(truth.summary.meta_ops > 0, "cut {i}");
+        let broken: Vec<_> = truth
+            .meta
+            .iter()
+            .filter(|m| m.synced && m.fate == plugpull_simfs::truth::MetaFate::Lost)
+            .collect();
+        assert_eq!(
+            broken,
+            Vec::<&plugpull_simfs::truth::TruthMeta>::new(),
+            "cut {i}"
+        );
         pg.try_start().unwrap_or_else(|e| {
             panic!("cut {i}: PostgreSQL did not recover on an honest device: {e}")
         });

@@ -6,6 +6,8 @@
 //! configuration ([`config`]) lists, and never without the shared secret.
 
 pub mod config;
+mod verify;
+use verify::{own, verify_all};
 
 use crate::campaign::{append, call, workload};
 use crate::manifest::HOST_ENV;
@@ -13,7 +15,7 @@ use crate::target_id::SIMULATED_BOOT_ID_ENV;
 use crate::Error;
 use config::AgentConfig;
 use plugpull::auth::Secret;
-use plugpull::campaign::{Event, Instruction, Outcome};
+use plugpull::campaign::{Event, Instruction};
 use plugpull::wire::{CampaignRequest, CampaignResponse};
 use plugpull::RunId;
 use std::io::{BufRead, BufReader};
@@ -199,92 +201,6 @@ fn child(me: &Me) -> Command {
         c.env(SIMULATED_BOOT_ID_ENV, b);
     }
     c
-}
-
-/// Verifies each run: `plugpull verify --run R --json`, its exit code and object.
-/// A file run's target that does not open (a drive cut alone, not back yet) is
-/// waited for, up to `--device-timeout`; one still gone is "could not verify".
-fn verify_all(me: &Me, runs: &[RunId], workloads: &[String]) -> Vec<Outcome> {
-    runs.iter()
-        .zip(workloads.iter().map(Some).chain(std::iter::repeat(None)))
-        .map(|(run, line)| {
-            if let Some(target) = line.and_then(|l| file_target(&own(me, l))) {
-                if let Err(e) = wait_for_target(me, &target) {
-                    let json = serde_json::json!({"ok": false, "error": e});
-                    log(me, &format!("run {run}: {e}"));
-                    return Outcome { run: *run, exit: 2, report_json: json.to_string() };
-                }
-            }
-            log(me, &format!("verifying run {run}"));
-            let out = child(me)
-                .args(["verify", "--listener", &me.args.listener, "--secret-file"])
-                .arg(&me.args.secret_file)
-                .args(["--run", &run.to_string(), "--json"])
-                .stderr(Stdio::inherit())
-                .output();
-            let (exit, json) = match out {
-                Ok(o) => (
-                    o.status.code().unwrap_or(2).clamp(0, 2) as u8,
-                    String::from_utf8_lossy(&o.stdout).trim().to_string(),
-                ),
-                Err(e) => (2, serde_json::json!({"ok": false, "error": format!("cannot start plugpull verify: {e}")}).to_string()),
-            };
-            let summary = serde_json::from_str::<serde_json::Value>(&json)
-                .ok()
-                .and_then(|v| v["summary"].as_str().or(v["error"].as_str()).map(String::from))
-                .unwrap_or_default();
-            log(me, &format!("run {run}: exit {exit}: {summary}"));
-            Outcome { run: *run, exit, report_json: plugpull::campaign::judge::slim_report(&json) }
-        })
-        .collect()
-}
-
-/// A workload line as this agent runs it: every `{host}` replaced by its host name.
-fn own(me: &Me, line: &str) -> String {
-    line.replace("{host}", &me.host)
-}
-
-/// The target of a file workload line.
-fn file_target(line: &str) -> Option<PathBuf> {
-    match workload::parse(line).ok()? {
-        workload::Workload::File(a) => Some(a.target),
-        workload::Workload::Pgbench(_) => None,
-    }
-}
-
-/// Waits until `target` opens and its first 4 KiB read (every second, up to
-/// `--device-timeout`). Errors: still not readable then.
-fn wait_for_target(me: &Me, target: &std::path::Path) -> Result<(), String> {
-    use std::os::unix::fs::FileExt;
-    let readable = || -> std::io::Result<()> {
-        let f = std::fs::File::open(target)?;
-        let mut buf = [0u8; 4096];
-        f.read_at(&mut buf, 0).map(drop)
-    };
-    let limit = std::time::Instant::now() + Duration::from_secs_f64(me.args.device_timeout);
-    let mut said = false;
-    loop {
-        match readable() {
-            Ok(()) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= limit => {
-                return Err(format!(
-                    "target {} did not come back within {:.0} s: {e}",
-                    target.display(),
-                    me.args.device_timeout
-                ))
-            }
-            Err(e) => {
-                if !said {
-                    log(
-                        me,
-                        &format!("waiting for target {} to come back: {e}", target.display()),
-                    );
-                    said = true;
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
-        }
-    }
 }
 
 /// Starts run set `number` (one `plugpull write` per workload), records it, and

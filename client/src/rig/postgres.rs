@@ -130,6 +130,13 @@ impl Cluster {
         if !o.status.success() {
             return Err(Error(format!("initdb failed: {}", both(&o).trim())));
         }
+        // initdb fsyncs everything inside the data directory but not the data
+        // directory's own entry in its parent (PostgreSQL 15; simfs `--metadata posix`
+        // shows the whole cluster gone after a cut right after initdb): make every
+        // directory on the way durable, as an operator's `sync` would.
+        for dir in c.data.ancestors() {
+            let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+        }
         let text = format!(
             "\n# {title}\nport = {}\nlisten_addresses = '{listen}'\nunix_socket_directories = '{}'\n{conf}",
             c.port,

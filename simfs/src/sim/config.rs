@@ -72,11 +72,13 @@ pub struct SimConfig {
     /// Answer `statfs` with 0 blocks in all, free and available, as FUSE filesystems
     /// that implement no `statfs` do.
     pub statfs_zero: bool,
+    /// Which rules make metadata (names, sizes) durable; see [`crate::journal`].
+    pub metadata: crate::journal::Metadata,
 }
 
 impl Default for SimConfig {
     /// `honest`, seed 0, 2000 ms delay, 64 MiB cache, 512-byte sectors, 4096-byte
-    /// blocks, misdirect 1 in 50, no flush delay, a true `statfs`.
+    /// blocks, misdirect 1 in 50, no flush delay, a true `statfs`, `posix` metadata.
     fn default() -> Self {
         SimConfig {
             mode: Mode::Honest,
@@ -88,6 +90,7 @@ impl Default for SimConfig {
             misdirect_every: 50,
             flush_delay_ms: 0,
             statfs_zero: false,
+            metadata: crate::journal::Metadata::Posix,
         }
     }
 }

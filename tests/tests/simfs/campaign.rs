@@ -60,8 +60,10 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
     let o = plugpull(&[
         "demo",
         "--no-pg",
+        // Long enough for the lying device to destage the target's creation (its
+        // metadata, like its data, destages 2 s after it was made).
         "--cut-after",
-        "1",
+        "2.5",
         "--report",
         report.to_str().unwrap(),
     ]);

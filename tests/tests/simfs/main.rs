@@ -67,6 +67,7 @@ use std::path::Path;
 use std::time::Instant;
 
 mod campaign;
+mod meta;
 mod model;
 mod modes;
 use model::*;
