@@ -1101,8 +1101,13 @@ impl Filesystem for SimFs {
                 (st.hold(parent.0, name)?, st.hold(newparent.0, newname)?)
             };
             // SAFETY: valid descriptors and NUL-terminated names.
-            cvt(unsafe { libc::renameat2(from, a.as_ptr(), to, b.as_ptr(), flags.bits()) })
-                .map_err(errno)?;
+            let renamed =
+                cvt(unsafe { libc::renameat2(from, a.as_ptr(), to, b.as_ptr(), flags.bits()) });
+            if let Err(e) = renamed {
+                let keys: Vec<_> = [src, dst].into_iter().flatten().map(|t| t.key).collect();
+                st.journal.release_unreferenced(Some(&keys));
+                return Err(errno(e));
+            }
             if same || src.is_none() {
                 return Ok(());
             }
@@ -1594,7 +1599,11 @@ impl SimFs {
             let c = cname(name).map_err(errno)?;
             let before = st.hold(parent.0, name)?;
             // SAFETY: valid descriptor and NUL-terminated name.
-            cvt(unsafe { libc::unlinkat(pfd, c.as_ptr(), flags) }).map_err(errno)?;
+            if let Err(e) = cvt(unsafe { libc::unlinkat(pfd, c.as_ptr(), flags) }) {
+                let keys: Vec<_> = before.iter().map(|t| t.key).collect();
+                st.journal.release_unreferenced(Some(&keys));
+                return Err(errno(e));
+            }
             if before.is_none() {
                 return Ok(());
             }

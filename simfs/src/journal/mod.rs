@@ -362,6 +362,10 @@ impl Journal {
         let id = self.ops.len() as u64 + 1;
         let idx = self.ops.len();
         let mut kept = Vec::with_capacity(changes.len());
+        let before: Vec<Key> = changes
+            .iter()
+            .filter_map(|(c, _)| c.before.map(|t| t.key))
+            .collect();
         for (c, fd) in changes {
             if let std::collections::hash_map::Entry::Vacant(v) = self.dirs.entry(c.dir) {
                 v.insert(DirJournal {
@@ -393,6 +397,7 @@ impl Journal {
             },
             now_ms,
         );
+        self.release_unreferenced(Some(&before));
         Ok(())
     }
 

@@ -67,6 +67,7 @@ impl Journal {
         std::fs::create_dir_all(&trash)?;
         let mut recreated: HashMap<Key, OwnedFd> = HashMap::new();
         let mut trashed = 0u64;
+        self.detach_misplaced_dirs(&trash, &mut trashed)?;
         let mut todo: Vec<Key> = self
             .dirs
             .iter()
@@ -114,6 +115,32 @@ impl Journal {
         self.attic = None;
         std::fs::remove_dir_all(&jdir)?;
         Ok(lines)
+    }
+
+    /// First phase of the names: every directory that is a durable value but not at
+    /// its durable place now is moved to the top of the trash, so that putting it
+    /// back never moves a directory into its own subtree (undoing `mv p/a/b p/b;
+    /// mv p/a p/b/a` would otherwise rename `p/b` into `p/b/a/b`).
+    fn detach_misplaced_dirs(&self, trash: &Path, trashed: &mut u64) -> io::Result<()> {
+        let none = HashMap::new();
+        for (&dkey, dj) in &self.dirs {
+            for (name, p) in &dj.names {
+                let Some(t) = p.durable.filter(|t| t.dir) else {
+                    continue;
+                };
+                let Some(src) = self.dir_path(t.key, &none) else {
+                    continue;
+                };
+                let in_place = self
+                    .dir_path(dkey, &none)
+                    .is_some_and(|d| d.join(name) == src);
+                if !in_place {
+                    *trashed += 1;
+                    std::fs::rename(&src, trash.join(trashed.to_string()))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn restore_sizes(&mut self) -> io::Result<()> {

@@ -134,7 +134,17 @@ impl Journal {
 
     /// Releases held inodes no durable value and no uncommitted operation refers to.
     fn gc(&mut self) {
-        if self.held.is_empty() {
+        self.release_unreferenced(None);
+    }
+
+    /// Releases held inodes (only those in `only`, if given) that no durable value
+    /// and no uncommitted operation refers to: an attic link or a descriptor that
+    /// the cut would never need. Called after every operation that held one, so a
+    /// temporary file never fsynced into a durable name does not stay in the attic.
+    pub fn release_unreferenced(&mut self, only: Option<&[Key]>) {
+        if self.held.is_empty()
+            || only.is_some_and(|k| !k.iter().any(|k| self.held.contains_key(k)))
+        {
             return;
         }
         let mut wanted: HashSet<Key> = HashSet::new();
@@ -151,7 +161,7 @@ impl Journal {
         }
         let attic = self.attic.as_ref().map(|a| a.as_raw_fd());
         self.held.retain(|key, fd| {
-            if wanted.contains(key) {
+            if wanted.contains(key) || only.is_some_and(|k| !k.contains(key)) {
                 return true;
             }
             if fd.is_none() {

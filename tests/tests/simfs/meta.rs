@@ -314,3 +314,66 @@ fn the_journal_directory_is_hidden_and_removed_at_a_clean_unmount() {
     sim.umount();
     assert_eq!(tree(sim.backing()), ["pre/", "pre/keep 13"]);
 }
+
+/// Review finding: undoing `mv p/a/b p/b; mv p/a p/b/a` must not move `p/b` into its
+/// own subtree — whatever the inode order, the durable `p/a/b` comes back.
+#[test]
+fn undoing_a_directory_moved_into_its_former_child_restores_the_tree() {
+    if skip_without_fuse("undoing_a_directory_moved_into_its_former_child_restores_the_tree") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let b = dir.path().join("backing");
+    // `a` made first (the lower inode number), then moved under `p`.
+    fs::create_dir_all(b.join("a/b")).unwrap();
+    fs::create_dir_all(b.join("p")).unwrap();
+    fs::rename(b.join("a"), b.join("p/a")).unwrap();
+    fs::write(b.join("p/a/b/f"), "kept").unwrap();
+    let mut sim = SimFs::mount(dir.path(), "honest", 9);
+    let m = sim.mnt().join("p");
+    fs::rename(m.join("a/b"), m.join("b")).unwrap();
+    fs::rename(m.join("a"), m.join("b/a")).unwrap();
+    let truth = sim.cut();
+    sim.umount();
+    assert_eq!(tree(sim.backing()), ["p/", "p/a/", "p/a/b/", "p/a/b/f 4"]);
+    assert_eq!(
+        fates(&truth),
+        [
+            "rename p/a/b->p/b false lost",
+            "rename p/a->p/b/a false lost",
+        ]
+    );
+}
+
+/// Review finding: a file unlinked before any durable name referred to it leaves
+/// nothing held in the attic (no directory fsync needed to reclaim it).
+#[test]
+fn temporary_files_never_durable_are_not_kept_in_the_attic() {
+    if skip_without_fuse("temporary_files_never_durable_are_not_kept_in_the_attic") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut sim = SimFs::mount(dir.path(), "honest", 9);
+    let m = sim.mnt().to_path_buf();
+    fs::create_dir(m.join("x")).unwrap();
+    for i in 0..20 {
+        let p = m.join(format!("x/t{i}"));
+        write_new(&p, &[7u8; 4096], true);
+        fs::remove_file(&p).unwrap();
+    }
+    let attic = sim.backing().join(".plugpull-simfs-journal/attic");
+    assert_eq!(fs::read_dir(&attic).unwrap().count(), 0);
+    // A failed rename (ENOTEMPTY) holds nothing either.
+    fs::create_dir_all(m.join("e1")).unwrap();
+    fs::create_dir_all(m.join("e2/z")).unwrap();
+    assert_eq!(
+        fs::rename(m.join("e1"), m.join("e2"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(fs::read_dir(&attic).unwrap().count(), 0);
+    sim.cut();
+    sim.umount();
+    assert_eq!(tree(sim.backing()), Vec::<String>::new());
+}
