@@ -2,6 +2,7 @@
 //! `--json` (one JSON object; field names are a stable interface for scripts).
 
 use super::{lag_histogram, LagBucket, MAX_FINDINGS};
+use crate::atomic::{atomic_sentence, torn_words, AtomicClaim};
 use crate::verdict::{Classification, Finding, Verdict, VerdictCounts};
 use serde::{Deserialize, Serialize};
 
@@ -63,11 +64,39 @@ pub struct FileReport {
     /// acknowledged write, warnings, cut evidence.
     #[serde(default)]
     pub storage: super::StorageReport,
+    /// With `--expect-atomic`: the unit under test, the stack's claims and whether
+    /// this cut upheld them (`docs/atomic.md`); `None` otherwise.
+    #[serde(default)]
+    pub atomic: Option<AtomicReport>,
     /// Every failed block with its verdict, by block index: the whole list, where
     /// `findings` holds the first [`MAX_FINDINGS`] (for `plugpull report`'s map; not
     /// in the JSON).
     #[serde(skip)]
     pub failed_blocks: Vec<(u64, Verdict)>,
+}
+
+/// What a run that expected atomic writes shows: `torn_in_flight` blocks are its
+/// failures, and the sentence says whether the claim held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtomicReport {
+    /// Bytes per write under test (the block size).
+    pub unit: u32,
+    /// `none` (plain writes) or `rwf` (`pwritev2(…, RWF_ATOMIC)`).
+    pub mode: String,
+    /// The claims recorded at the run's start, in one line ([`AtomicClaim::describe`]).
+    pub claims: String,
+    /// The claims as recorded.
+    pub claimed: AtomicClaim,
+    /// Blocks torn by a write in flight at the cut (each a failure).
+    pub torn: u64,
+    /// Blocks holding a write in flight at the cut, whole or torn: the writes whose
+    /// atomicity the cut tested (a write dropped whole leaves no trace).
+    pub in_flight: u64,
+    /// True when no write was torn.
+    pub held: bool,
+    /// One sentence: `0 torn of 1,843 writes in flight at the cut: consistent with 8 KiB
+    /// atomic writes` ([`atomic_sentence`]).
+    pub sentence: String,
 }
 
 /// A finding about the target as a whole.
@@ -89,10 +118,31 @@ pub fn percent_floor(n: u64, d: u64) -> f64 {
 }
 
 impl FileReport {
+    /// Blocks that fail the run: [`VerdictCounts::failures`], plus `torn_in_flight`
+    /// when atomic writes were expected.
+    pub fn failures(&self) -> u64 {
+        self.verdicts.failures_expecting(self.atomic.is_some())
+    }
+
     /// Builds the report from the verdict engine's outcome.
     pub fn new(head: ReportHead, outcome: Classification) -> Self {
-        let failures = outcome.counts.failures();
+        let expect = outcome.expect_atomic;
+        let failures = outcome.counts.failures_expecting(expect);
         let ok = failures == 0 && head.target_findings.is_empty();
+        let atomic = head.atomic.map(|c| {
+            let torn = outcome.counts.torn_in_flight;
+            let in_flight = outcome.in_flight_survived;
+            AtomicReport {
+                unit: c.unit,
+                mode: c.mode.name().into(),
+                claims: c.describe(),
+                sentence: atomic_sentence(c.unit as u64, torn, in_flight),
+                claimed: c,
+                torn,
+                in_flight,
+                held: torn == 0,
+            }
+        });
         let summary = if ok {
             format!(
                 "PASS: {} acknowledged writes, {} blocks checked, nothing acknowledged was lost or damaged",
@@ -107,8 +157,15 @@ impl FileReport {
             parts.extend(
                 Verdict::ALL
                     .iter()
-                    .filter(|v| v.is_failure() && outcome.counts.get(**v) > 0)
-                    .map(|v| format!("{} {}", outcome.counts.get(*v), v.name().replace('_', " "))),
+                    .filter(|v| v.fails(expect) && outcome.counts.get(**v) > 0)
+                    .map(|&v| {
+                        let n = outcome.counts.get(v);
+                        let mut p = format!("{n} {}", v.name().replace('_', " "));
+                        if v == Verdict::TornInFlight {
+                            p.push_str(&format!(" ({})", torn_words(head.block_size as u64)));
+                        }
+                        p
+                    }),
             );
             format!(
                 "FAIL: {} of {} checked blocks lost or damaged acknowledged data ({}) out of {} acknowledged writes",
@@ -160,6 +217,7 @@ impl FileReport {
             run_chosen: head.run_chosen,
             device_error: None,
             storage: super::StorageReport::default(),
+            atomic,
         }
     }
 }
@@ -193,6 +251,8 @@ pub struct ReportHead {
     pub run_started_unix_ms: u64,
     /// See [`FileReport::run_chosen`].
     pub run_chosen: String,
+    /// The run's atomic-write claim (`--expect-atomic`), see [`FileReport::atomic`].
+    pub atomic: Option<AtomicClaim>,
 }
 
 #[cfg(test)]
