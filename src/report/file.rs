@@ -259,6 +259,67 @@ pub struct ReportHead {
 mod tests {
     use super::*;
 
+    fn head(atomic: Option<AtomicClaim>) -> ReportHead {
+        ReportHead {
+            run_id: "r".into(),
+            host: "h".into(),
+            target: "t".into(),
+            block_size: 8192,
+            blocks: 4,
+            finished: false,
+            acknowledged: 9,
+            target_findings: Vec::new(),
+            read_mode: "o_direct".into(),
+            read_note: String::new(),
+            boot: "rebooted".into(),
+            run_started_unix_ms: 0,
+            run_chosen: String::new(),
+            atomic,
+        }
+    }
+
+    #[test]
+    fn a_torn_block_fails_a_run_that_expected_atomic_writes_and_says_so() {
+        let claim = AtomicClaim {
+            unit: 8192,
+            mode: crate::modes::AtomicMode::None,
+            statx: None,
+            disks: Vec::new(),
+        };
+        let outcome = |expect_atomic| Classification {
+            expect_atomic,
+            counts: VerdictCounts {
+                intact: 3,
+                torn_in_flight: 1,
+                ..Default::default()
+            },
+            checked: 4,
+            in_flight_survived: 2,
+            max_watermark: 0,
+            run_data_blocks: 4,
+            other_run_blocks: 0,
+            other_runs: Vec::new(),
+            findings: Vec::new(),
+        };
+        let r = FileReport::new(head(Some(claim)), outcome(true));
+        assert!(!r.ok);
+        assert_eq!(r.failures(), 1);
+        assert_eq!(
+            r.summary,
+            "FAIL: 1 of 4 checked blocks lost or damaged acknowledged data (1 torn in flight (the device \
+             tore an 8192-byte write it was expected to write atomically)) out of 9 acknowledged writes"
+        );
+        let a = r.atomic.unwrap();
+        assert_eq!((a.torn, a.in_flight, a.held), (1, 2, false));
+        assert_eq!(
+            a.sentence,
+            "the device tore 1 of 2 writes in flight at the cut: 8 KiB writes are not atomic on this stack"
+        );
+        let r = FileReport::new(head(None), outcome(false));
+        assert!(r.ok && r.atomic.is_none());
+        assert_eq!(r.failures(), 0);
+    }
+
     #[test]
     fn percent_never_rounds_up_to_100() {
         assert_eq!(percent_floor(4094, 4096), 99.9);
