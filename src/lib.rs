@@ -3,6 +3,8 @@
 //! The pure parts of plugpull, with no sockets and no process control, so every
 //! rule that decides a verdict can be unit-tested:
 //!
+//! * [`atomic`] — atomic-write qualification: the claims a run records, the answer
+//!   a cut gives.
 //! * [`record`] — the self-describing 512-byte sector format the file workload writes.
 //! * [`wire`] — length-prefixed, postcard-encoded frames between agent/verifier and
 //!   listener, with a hard size cap, plus small async helpers to read and write them.
@@ -19,6 +21,7 @@
 //! * [`units`] — parsing of sizes (`64MiB`) and durations (`30s`).
 #![deny(missing_docs)]
 
+pub mod atomic;
 pub mod auth;
 pub mod campaign;
 pub mod ledger;

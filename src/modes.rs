@@ -96,6 +96,17 @@ named_enum! {
 }
 
 named_enum! {
+    /// How `write file --expect-atomic` issues its writes (`docs/atomic.md`).
+    pub enum AtomicMode {
+        /// Plain `pwrite`s: the device's natural behaviour.
+        None = "none",
+        /// `pwritev2(…, RWF_ATOMIC)` (Linux 6.11+, `man 2 pwritev2`): the kernel
+        /// refuses a size the file, filesystem or device does not offer.
+        Rwf = "rwf",
+    }
+}
+
+named_enum! {
     /// pgbench's query protocol, as its `-M`.
     pub enum Protocol {
         /// Each statement as text with the values in it (simple query protocol).

@@ -54,6 +54,7 @@ async fn agent(
             identity: Default::default(),
             prior_runs: Vec::new(),
             prior_foreign: false,
+            atomic: None,
         }),
         boot_id: String::new(),
         listener_order: 0,

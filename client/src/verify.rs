@@ -369,6 +369,7 @@ mod tests {
                     identity: TargetIdentity::default(),
                     prior_runs: Vec::new(),
                     prior_foreign: false,
+                    atomic: None,
                 }),
                 boot_id: String::new(),
                 listener_order: 1,

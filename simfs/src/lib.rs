@@ -36,7 +36,9 @@
 //! * **torn** — honest fsync. At the cut, each cached write (in arrival order) is
 //!   split at absolute multiples of `--sector` bytes into `n` pieces, `k` is drawn
 //!   uniformly from `0..=n`, and the first `k` pieces reach the backing file, the
-//!   rest is dropped. Guaranteed: every fsynced write survives whole.
+//!   rest is dropped. With `--atomic-unit BYTES`, a write of at most BYTES is kept
+//!   or dropped whole (`k` is `0` or `n`, even chances). Guaranteed: every fsynced
+//!   write survives whole.
 //! * **misdirect** — honest fsync. A destaged write whose offset and length are
 //!   multiples of `--misdirect-block` is, with chance 1 in `--misdirect-every`,
 //!   written at a different block-aligned offset of the same file (drawn uniformly

@@ -55,6 +55,10 @@ enum Command {
         /// Bytes per sector, the unit a torn cut keeps or drops.
         #[arg(long, default_value_t = 512)]
         sector: u64,
+        /// Torn mode: writes of at most BYTES are atomic (kept or dropped whole at the
+        /// cut, never torn); longer ones are torn at sector boundaries (0: none atomic).
+        #[arg(long, value_name = "BYTES", default_value_t = 0)]
+        atomic_unit: u64,
         /// Bytes per block: only block-aligned writes are misdirected, to another block.
         #[arg(long, default_value_t = 4096)]
         misdirect_block: u64,
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
             destage_delay_ms,
             cache_bytes,
             sector,
+            atomic_unit,
             misdirect_block,
             misdirect_every,
             threads,
@@ -155,6 +160,7 @@ fn main() -> ExitCode {
                     destage_delay_ms,
                     cache_bytes,
                     sector,
+                    atomic_unit,
                     misdirect_block,
                     misdirect_every,
                     flush_delay_ms,

@@ -195,6 +195,10 @@ pub fn verdict_of(reports: &[(&Outcome, Value)]) -> CutVerdict {
             .map(|(_, r)| r["findings_total"].as_u64().unwrap_or(0))
             .sum(),
         max_lag_secs,
+        torn: reports
+            .iter()
+            .filter_map(|(_, r)| r["atomic"]["torn"].as_u64())
+            .reduce(|a, b| a + b),
     }
 }
 
@@ -225,4 +229,29 @@ pub fn slim_report(json: &str) -> String {
         *p = keep;
     }
     v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_verdict_sums_the_torn_blocks_of_the_runs_that_expected_atomic_writes() {
+        let o = |exit| Outcome {
+            run: crate::RunId(1),
+            exit,
+            report_json: String::new(),
+        };
+        let (pass, fail) = (o(0), o(1));
+        let atomic = |torn: u64| serde_json::json!({"summary": "s", "atomic": {"torn": torn}});
+        let plain = serde_json::json!({"summary": "s", "atomic": null});
+        let v = verdict_of(&[
+            (&fail, atomic(2)),
+            (&pass, plain.clone()),
+            (&pass, atomic(1)),
+        ]);
+        assert_eq!((v.failed, v.torn), (true, Some(3)));
+        assert_eq!(verdict_of(&[(&pass, plain)]).torn, None);
+        assert_eq!(verdict_of(&[(&pass, atomic(0))]).torn, Some(0));
+    }
 }

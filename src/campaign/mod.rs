@@ -302,6 +302,11 @@ pub struct CutVerdict {
     /// The largest ack-to-cut lag of a lost write, seconds: the lower edge of the
     /// highest non-empty lag-histogram bucket (`None` when nothing was lost).
     pub max_lag_secs: Option<f64>,
+    /// Blocks torn by a write in flight, summed over the runs that expected atomic
+    /// writes (`--expect-atomic`, `docs/atomic.md`; each report's `atomic.torn`);
+    /// `None` when no run did.
+    #[serde(default)]
+    pub torn: Option<u64>,
 }
 
 /// What the listener tells an agent to do next.

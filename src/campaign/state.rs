@@ -371,6 +371,11 @@ impl Campaign {
     }
 }
 
+/// For `skip_serializing_if`: a count of 0.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// Cuts counted by validity and outcome.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RollUp {
@@ -386,6 +391,13 @@ pub struct RollUp {
     pub failed: u32,
     /// Valid cuts that passed.
     pub passed: u32,
+    /// Valid cuts whose runs expected atomic writes (`--expect-atomic`); left out of
+    /// the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub atomic_cuts: u32,
+    /// Of those, cuts that tore a write in flight; left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub torn_cuts: u32,
 }
 
 impl RollUp {
@@ -401,6 +413,10 @@ impl RollUp {
                         r.failed += 1;
                     } else {
                         r.passed += 1;
+                    }
+                    if let Some(torn) = c.verdict.as_ref().and_then(|v| v.torn) {
+                        r.atomic_cuts += 1;
+                        r.torn_cuts += u32::from(torn > 0);
                     }
                 }
                 Validity::NotMeasured(_) => r.not_measured += 1,
@@ -425,6 +441,25 @@ impl RollUp {
             Some(b) => b.sentence(),
             None => "no valid cut: the loss rate per cut was not measured".into(),
         }
+    }
+
+    /// For a campaign whose runs expected atomic writes: `atomic writes
+    /// (--expect-atomic): 0 torn in 40 valid cuts`, or `3 of 40 valid cuts tore a write
+    /// in flight`; `None` when no valid cut expected them.
+    pub fn atomic_line(&self) -> Option<String> {
+        (self.atomic_cuts > 0).then(|| {
+            if self.torn_cuts == 0 {
+                format!(
+                    "atomic writes (--expect-atomic): 0 torn in {} valid cuts",
+                    self.atomic_cuts
+                )
+            } else {
+                format!(
+                    "atomic writes (--expect-atomic): {} of {} valid cuts tore a write in flight: not atomic",
+                    self.torn_cuts, self.atomic_cuts
+                )
+            }
+        })
     }
 
     /// `10 cuts: 9 valid (2 failed, 7 passed), 1 not measured, 0 invalid`.

@@ -161,7 +161,8 @@ fn judged_cuts_roll_up() {
             failed: false,
             summary: "PASS: x".into(),
             findings: 0,
-            max_lag_secs: None
+            max_lag_secs: None,
+            torn: None,
         })
     );
     let f = judge(&facts(&p, Some((&fail, "b2"))));
@@ -171,7 +172,8 @@ fn judged_cuts_roll_up() {
             failed: true,
             summary: "FAIL: y".into(),
             findings: 6,
-            max_lag_secs: Some(0.5)
+            max_lag_secs: Some(0.5),
+            torn: None,
         })
     );
     let same = judge(&facts(&p, Some((&pass, "b1"))));

@@ -7,7 +7,7 @@ use super::Entry;
 use crate::RunId;
 
 /// Magic at byte 0 of every ledger file.
-pub const MAGIC: [u8; 8] = *b"PPLEDGR4";
+pub const MAGIC: [u8; 8] = *b"PPLEDGR5";
 /// Bytes before the first entry.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of an entry's length + CRC prefix.
@@ -222,6 +222,7 @@ mod tests {
                 identity: Default::default(),
                 prior_runs: Vec::new(),
                 prior_foreign: false,
+                atomic: None,
             }),
             boot_id: String::new(),
             listener_order: 0,
@@ -389,7 +390,7 @@ mod proptests {
         assert_eq!(e, LedgerError::OtherVersion { found: '1' });
         assert_eq!(
             e.to_string(),
-            "ledger format 1 was written by another plugpull version (this one reads format 4): \
+            "ledger format 1 was written by another plugpull version (this one reads format 5): \
              verify it with the plugpull that wrote it"
         );
     }

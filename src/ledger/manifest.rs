@@ -152,6 +152,10 @@ pub struct FileManifest {
     /// True when the target held bytes that are neither zeros nor plugpull records
     /// when the run started (`--force`), or when that could not be checked.
     pub prior_foreign: bool,
+    /// With `--expect-atomic`: the write unit under test and the stack's claimed
+    /// atomic units ([`crate::atomic`]); a block torn by a write in flight is then a
+    /// failure. `None`: atomic writes are not expected.
+    pub atomic: Option<crate::atomic::AtomicClaim>,
 }
 
 /// The identity and facts of a target, recorded when the run starts and compared at

@@ -4,7 +4,7 @@
 //! ## File format (all integers little-endian)
 //!
 //! ```text
-//! offset 0   8 bytes  magic "PPLEDGR4" (the digit is the format version)
+//! offset 0   8 bytes  magic "PPLEDGR5" (the digit is the format version)
 //! offset 8   8 bytes  run id
 //! offset 16  entries, each:
 //!              4 bytes  payload length L (1 ..= MAX_ENTRY)

@@ -2,6 +2,7 @@
 //! `--json` (one JSON object; field names are a stable interface for scripts).
 
 use super::{lag_histogram, LagBucket, MAX_FINDINGS};
+use crate::atomic::{atomic_sentence, torn_words, AtomicClaim};
 use crate::verdict::{Classification, Finding, Verdict, VerdictCounts};
 use serde::{Deserialize, Serialize};
 
@@ -63,11 +64,39 @@ pub struct FileReport {
     /// acknowledged write, warnings, cut evidence.
     #[serde(default)]
     pub storage: super::StorageReport,
+    /// With `--expect-atomic`: the unit under test, the stack's claims and whether
+    /// this cut upheld them (`docs/atomic.md`); `None` otherwise.
+    #[serde(default)]
+    pub atomic: Option<AtomicReport>,
     /// Every failed block with its verdict, by block index: the whole list, where
     /// `findings` holds the first [`MAX_FINDINGS`] (for `plugpull report`'s map; not
     /// in the JSON).
     #[serde(skip)]
     pub failed_blocks: Vec<(u64, Verdict)>,
+}
+
+/// What a run that expected atomic writes shows: `torn_in_flight` blocks are its
+/// failures, and the sentence says whether the claim held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtomicReport {
+    /// Bytes per write under test (the block size).
+    pub unit: u32,
+    /// `none` (plain writes) or `rwf` (`pwritev2(…, RWF_ATOMIC)`).
+    pub mode: String,
+    /// The claims recorded at the run's start, in one line ([`AtomicClaim::describe`]).
+    pub claims: String,
+    /// The claims as recorded.
+    pub claimed: AtomicClaim,
+    /// Blocks torn by a write in flight at the cut (each a failure).
+    pub torn: u64,
+    /// Blocks holding a write in flight at the cut, whole or torn: the writes whose
+    /// atomicity the cut tested (a write dropped whole leaves no trace).
+    pub in_flight: u64,
+    /// True when no write was torn.
+    pub held: bool,
+    /// One sentence: `0 torn of 1,843 writes in flight at the cut: consistent with 8 KiB
+    /// atomic writes` ([`atomic_sentence`]).
+    pub sentence: String,
 }
 
 /// A finding about the target as a whole.
@@ -89,10 +118,31 @@ pub fn percent_floor(n: u64, d: u64) -> f64 {
 }
 
 impl FileReport {
+    /// Blocks that fail the run: [`VerdictCounts::failures`], plus `torn_in_flight`
+    /// when atomic writes were expected.
+    pub fn failures(&self) -> u64 {
+        self.verdicts.failures_expecting(self.atomic.is_some())
+    }
+
     /// Builds the report from the verdict engine's outcome.
     pub fn new(head: ReportHead, outcome: Classification) -> Self {
-        let failures = outcome.counts.failures();
+        let expect = outcome.expect_atomic;
+        let failures = outcome.counts.failures_expecting(expect);
         let ok = failures == 0 && head.target_findings.is_empty();
+        let atomic = head.atomic.map(|c| {
+            let torn = outcome.counts.torn_in_flight;
+            let in_flight = outcome.in_flight_survived;
+            AtomicReport {
+                unit: c.unit,
+                mode: c.mode.name().into(),
+                claims: c.describe(),
+                sentence: atomic_sentence(c.unit as u64, torn, in_flight),
+                claimed: c,
+                torn,
+                in_flight,
+                held: torn == 0,
+            }
+        });
         let summary = if ok {
             format!(
                 "PASS: {} acknowledged writes, {} blocks checked, nothing acknowledged was lost or damaged",
@@ -107,8 +157,15 @@ impl FileReport {
             parts.extend(
                 Verdict::ALL
                     .iter()
-                    .filter(|v| v.is_failure() && outcome.counts.get(**v) > 0)
-                    .map(|v| format!("{} {}", outcome.counts.get(*v), v.name().replace('_', " "))),
+                    .filter(|v| v.fails(expect) && outcome.counts.get(**v) > 0)
+                    .map(|&v| {
+                        let n = outcome.counts.get(v);
+                        let mut p = format!("{n} {}", v.name().replace('_', " "));
+                        if v == Verdict::TornInFlight {
+                            p.push_str(&format!(" ({})", torn_words(head.block_size as u64)));
+                        }
+                        p
+                    }),
             );
             format!(
                 "FAIL: {} of {} checked blocks lost or damaged acknowledged data ({}) out of {} acknowledged writes",
@@ -160,6 +217,7 @@ impl FileReport {
             run_chosen: head.run_chosen,
             device_error: None,
             storage: super::StorageReport::default(),
+            atomic,
         }
     }
 }
@@ -193,11 +251,74 @@ pub struct ReportHead {
     pub run_started_unix_ms: u64,
     /// See [`FileReport::run_chosen`].
     pub run_chosen: String,
+    /// The run's atomic-write claim (`--expect-atomic`), see [`FileReport::atomic`].
+    pub atomic: Option<AtomicClaim>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn head(atomic: Option<AtomicClaim>) -> ReportHead {
+        ReportHead {
+            run_id: "r".into(),
+            host: "h".into(),
+            target: "t".into(),
+            block_size: 8192,
+            blocks: 4,
+            finished: false,
+            acknowledged: 9,
+            target_findings: Vec::new(),
+            read_mode: "o_direct".into(),
+            read_note: String::new(),
+            boot: "rebooted".into(),
+            run_started_unix_ms: 0,
+            run_chosen: String::new(),
+            atomic,
+        }
+    }
+
+    #[test]
+    fn a_torn_block_fails_a_run_that_expected_atomic_writes_and_says_so() {
+        let claim = AtomicClaim {
+            unit: 8192,
+            mode: crate::modes::AtomicMode::None,
+            statx: None,
+            disks: Vec::new(),
+        };
+        let outcome = |expect_atomic| Classification {
+            expect_atomic,
+            counts: VerdictCounts {
+                intact: 3,
+                torn_in_flight: 1,
+                ..Default::default()
+            },
+            checked: 4,
+            in_flight_survived: 2,
+            max_watermark: 0,
+            run_data_blocks: 4,
+            other_run_blocks: 0,
+            other_runs: Vec::new(),
+            findings: Vec::new(),
+        };
+        let r = FileReport::new(head(Some(claim)), outcome(true));
+        assert!(!r.ok);
+        assert_eq!(r.failures(), 1);
+        assert_eq!(
+            r.summary,
+            "FAIL: 1 of 4 checked blocks lost or damaged acknowledged data (1 torn in flight (the device \
+             tore an 8192-byte write it was expected to write atomically)) out of 9 acknowledged writes"
+        );
+        let a = r.atomic.unwrap();
+        assert_eq!((a.torn, a.in_flight, a.held), (1, 2, false));
+        assert_eq!(
+            a.sentence,
+            "the device tore 1 of 2 writes in flight at the cut: 8 KiB writes are not atomic on this stack"
+        );
+        let r = FileReport::new(head(None), outcome(false));
+        assert!(r.ok && r.atomic.is_none());
+        assert_eq!(r.failures(), 0);
+    }
 
     #[test]
     fn percent_never_rounds_up_to_100() {

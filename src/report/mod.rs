@@ -13,7 +13,7 @@ pub mod file;
 pub mod pgbench;
 pub mod storage;
 
-pub use file::{percent_floor, FileReport, ReportHead, TargetFinding};
+pub use file::{percent_floor, AtomicReport, FileReport, ReportHead, TargetFinding};
 pub use pgbench::{
     Amcheck, Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings, Timings,
 };

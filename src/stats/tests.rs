@@ -243,7 +243,25 @@ fn the_roll_up_gives_the_bound_of_its_valid_cuts_only() {
         invalid: 1,
         failed: 0,
         passed: 30,
+        ..crate::campaign::RollUp::default()
     };
+    assert_eq!(r.atomic_line(), None);
+    let atomic = crate::campaign::RollUp {
+        atomic_cuts: 30,
+        ..r.clone()
+    };
+    assert_eq!(
+        atomic.atomic_line().unwrap(),
+        "atomic writes (--expect-atomic): 0 torn in 30 valid cuts"
+    );
+    let torn = crate::campaign::RollUp {
+        torn_cuts: 2,
+        ..atomic
+    };
+    assert_eq!(
+        torn.atomic_line().unwrap(),
+        "atomic writes (--expect-atomic): 2 of 30 valid cuts tore a write in flight: not atomic"
+    );
     assert_eq!(
         r.bound_line(0.95),
         "0 of 30 valid cuts failed: the loss rate per cut is below 9.51 % with 95 % confidence"

@@ -31,7 +31,10 @@
 //! before (the previous cut's run, when the target is reused) is the older version the
 //! device kept: it does not excuse the reordering.
 //! A block with `A = 0` and no sector of this run was never written and is not
-//! checked. Blocks with `A = 0` cannot fail except by rule 2.
+//! checked. Blocks with `A = 0` cannot fail except by rule 2 — or, when the run
+//! expects atomic writes (`--expect-atomic`, [`Tally::expecting_atomic`]), by a
+//! **torn in flight** verdict, which is then a failure: the device tore a write it
+//! claimed to write atomically.
 //!
 //! Every finding carries its evidence: the sector ranges and what each holds, the
 //! flipped-bit count of a damaged record, where a misdirected write went, and the
@@ -367,9 +370,20 @@ pub struct Tally {
     /// Stray records of the run: (block written for, seq, block found at).
     strays: Vec<(u64, u64, u64)>,
     findings: Vec<Finding>,
+    /// Whether a block torn in flight is a failure (`--expect-atomic`).
+    expect_atomic: bool,
 }
 
 impl Tally {
+    /// An empty tally; with `expect_atomic`, a block torn by a write in flight is a
+    /// failure (a finding) instead of a harmless verdict.
+    pub fn expecting_atomic(expect_atomic: bool) -> Self {
+        Tally {
+            expect_atomic,
+            ..Tally::default()
+        }
+    }
+
     /// Adds the check of `block`; `acks` supplies `A` and its time.
     pub fn add(&mut self, block: u64, check: BlockCheck, acks: &AckTable) {
         self.checked += 1;
@@ -398,7 +412,7 @@ impl Tally {
         if check.newer_than_acked {
             self.in_flight_survived += 1;
         }
-        if check.verdict.is_failure() {
+        if check.verdict.fails(self.expect_atomic) {
             let i = block as usize;
             self.findings.push(Finding {
                 block,
@@ -457,6 +471,7 @@ impl Tally {
             *self.counts.get_mut(f.verdict) += 1;
         }
         Classification {
+            expect_atomic: self.expect_atomic,
             counts: self.counts,
             checked: self.checked,
             in_flight_survived: self.in_flight_survived,

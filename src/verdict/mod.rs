@@ -62,6 +62,12 @@ impl Verdict {
         !matches!(self, Verdict::Intact | Verdict::TornInFlight)
     }
 
+    /// Whether the verdict fails a run that expects atomic writes (`expect_atomic`)
+    /// or one that does not: [`Verdict::is_failure`], and then `torn_in_flight` too.
+    pub fn fails(self, expect_atomic: bool) -> bool {
+        self.is_failure() || expect_atomic && self == Verdict::TornInFlight
+    }
+
     /// The snake_case name used in JSON and reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -126,6 +132,17 @@ impl VerdictCounts {
             .filter(|v| v.is_failure())
             .map(|&v| self.get(v))
             .sum()
+    }
+
+    /// Blocks with a failure verdict when atomic writes are expected (`expect_atomic`:
+    /// `torn_in_flight` fails too) or not ([`VerdictCounts::failures`]).
+    pub fn failures_expecting(&self, expect_atomic: bool) -> u64 {
+        self.failures()
+            + if expect_atomic {
+                self.torn_in_flight
+            } else {
+                0
+            }
     }
 
     /// All blocks counted.
@@ -302,6 +319,8 @@ impl Finding {
 /// The result of checking every block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Classification {
+    /// Whether atomic writes were expected: `torn_in_flight` blocks are findings.
+    pub expect_atomic: bool,
     /// Blocks per verdict.
     pub counts: VerdictCounts,
     /// Blocks classified.

@@ -49,6 +49,7 @@ pub fn raw_manifest(
             identity: Default::default(),
             prior_runs: Vec::new(),
             prior_foreign: false,
+            atomic: None,
         }),
         boot_id: String::new(),
         listener_order: 0,

@@ -37,6 +37,8 @@ pub const FILE_OPTIONS: &[&str] = &[
     "--probe-seconds",
     "--max-unconfirmed",
     "--max-unconfirmed-secs",
+    "--expect-atomic",
+    "--atomic",
 ];
 
 /// The options a campaign's `pgbench` workload may give.

@@ -20,7 +20,7 @@ pub(super) struct DeviceResult {
 impl DeviceResult {
     /// Blocks that lost or damaged acknowledged data.
     fn lost(&self) -> u64 {
-        self.file.verdicts.failures()
+        self.file.failures()
     }
 
     /// Whether every report of this device passed.

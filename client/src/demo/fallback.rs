@@ -37,7 +37,7 @@ pub(super) async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Er
         "local device after a writer crash: {}, {} acknowledged, {} lost",
         if report.ok { "PASS" } else { "FAIL" },
         report.acknowledged,
-        report.verdicts.failures()
+        report.failures()
     );
     super::write_report(&super::report_path(args)?, &html)?;
     Ok(report.ok)

@@ -5,6 +5,8 @@
 //!   the end of the run.
 //! * [`target`]: the target before the first write (kind, foreign data, locking,
 //!   preallocation, what it held before).
+//! * [`atomic`]: `--expect-atomic` and `--atomic rwf|none` (the claims, the refusal,
+//!   `RWF_ATOMIC` writes).
 //! * `worker`: the writer threads (`pwrite` + durability call, the watermark).
 //! * [`medium`]: finding the target after the cut and reading it from the medium.
 //! * [`verify`]: reading a run's target and judging every block.
@@ -16,6 +18,7 @@
 //! has been acknowledged) at its issue, which lets the verifier prove reordering
 //! across a flush. See `plugpull::record` for the sector format.
 
+pub mod atomic;
 pub mod medium;
 pub mod print;
 pub mod target;
@@ -88,6 +91,8 @@ pub struct WriteArgs {
     #[arg(long, value_parser = crate::probe::seconds_arg)]
     pub probe_seconds: Option<f64>,
     #[command(flatten)]
+    pub atomic: atomic::AtomicArgs,
+    #[command(flatten)]
     pub reporter: crate::reporter::ReporterOptions,
 }
 
@@ -124,6 +129,7 @@ pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     if a.progress.is_some_and(|d| d.is_zero()) {
         return Err("-P/--progress must be more than 0 s".into());
     }
+    atomic::check_atomic_args(&a.atomic, a.sync)?;
     Ok(a.size / a.block_size)
 }
 /// Runs `plugpull write file`. Returns `Ok(true)` when the run ended as planned,
@@ -145,10 +151,12 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     // The probe blocks (sysfs, tools up to 5 s each, --probe-seconds).
     let (manifest, target, probe) = tokio::task::block_in_place(|| run_manifest(args, size))?;
     let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
+    let atomic_line = atomic::head_line(&manifest);
     let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
     if !args.json {
         print_write_head(run, &target, size, args);
         println!("{head}");
+        atomic_line.iter().for_each(|l| println!("{l}"));
     }
     let duration = match (args.writes, args.duration) {
         (Some(_), _) => None,
@@ -167,6 +175,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         sync: args.sync,
         pattern: args.pattern,
         seed: args.seed.unwrap_or_else(rand::random),
+        rwf_atomic: args.atomic.atomic == plugpull::modes::AtomicMode::Rwf,
     };
     let enc = Arc::new(Encoder::new(run));
     let handles = worker::spawn(files, plan, &enc, &sh, || reporter.sink());
@@ -212,7 +221,9 @@ fn open_run_target(
         .map(|_| open_for_writes(&args.target, args.sync))
         .collect::<Result<_, _>>()?;
     if args.sync == SyncMode::DirectDsync {
-        if let Err(e) = check_direct_alignment(&files[0], &args.target, args.block_size) {
+        let checked = check_direct_alignment(&files[0], &args.target, args.block_size)
+            .and_then(|()| atomic::check_rwf(&args.atomic, &args.target, args.block_size));
+        if let Err(e) = checked {
             if !existed {
                 let _ = std::fs::remove_file(&args.target);
             }
@@ -249,6 +260,8 @@ fn run_manifest(
         identity,
         prior_runs,
         prior_foreign,
+        atomic: (args.atomic.expect_atomic)
+            .then(|| atomic::claim(&args.atomic, args.block_size, &target, probe.as_ref())),
     });
     Ok((make_manifest(workload, storage), target, probe))
 }

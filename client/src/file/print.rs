@@ -152,7 +152,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
     println!("{:<20} {:>12}", "verdict", "blocks");
     for v in Verdict::ALL {
         let n = r.verdicts.get(v);
-        let note = if v.is_failure() && n > 0 {
+        let note = if v.fails(r.atomic.is_some()) && n > 0 {
             "  FAILURE"
         } else {
             ""
@@ -192,6 +192,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
             );
         }
     }
+    print_atomic(r);
     println!();
     print!(
         "{}",
@@ -199,4 +200,20 @@ pub fn print_file_report(r: &FileReport, show: usize) {
     );
     println!();
     println!("{}", r.summary);
+}
+
+/// With `--expect-atomic`: the unit tested, how, the stack's claims, and whether this
+/// cut upheld them (`docs/atomic.md`).
+fn print_atomic(r: &FileReport) {
+    let Some(a) = &r.atomic else {
+        return;
+    };
+    println!();
+    println!(
+        "atomic writes expected: {}-byte writes ({}); claimed: {}",
+        a.unit,
+        super::atomic::mode_words(a.claimed.mode),
+        a.claims
+    );
+    println!("atomic writes: {}", a.sentence);
 }

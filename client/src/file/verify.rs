@@ -149,7 +149,7 @@ fn read_file_target(
             l.run
         )));
     }
-    let mut tally = Tally::default();
+    let mut tally = Tally::expecting_atomic(fm.atomic.is_some());
     let mut target_findings = Vec::new();
     let mut shown_path = opts
         .target
@@ -324,6 +324,7 @@ fn judge_file(
         boot: boot.into(),
         run_started_unix_ms: l.manifest.started_unix_ms,
         run_chosen: l.chosen.clone(),
+        atomic: fm.atomic.clone(),
     };
     Ok(FileReport::new(head, outcome))
 }

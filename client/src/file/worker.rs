@@ -137,6 +137,8 @@ pub struct Plan {
     pub pattern: Pattern,
     /// Seed of the random block choice; worker `j` mixes in its id.
     pub seed: u64,
+    /// Issue every write as `pwritev2(…, RWF_ATOMIC)` (`--atomic rwf`).
+    pub rwf_atomic: bool,
 }
 
 /// One worker's result: its latencies and how many of its blocks it wrote at least once.
@@ -203,13 +205,15 @@ fn owned_blocks(id: u64, jobs: u64, blocks: u64) -> u64 {
     }
 }
 
-/// Writes `buf` as `block` and makes the durability call of `sync`. Errors: the failed
-/// call in words, and whether its errno is a device error.
+/// Writes `buf` as `block` (with `RWF_ATOMIC` when `rwf_atomic`) and makes the
+/// durability call of `sync`. Errors: the failed call in words, and whether its errno
+/// is a device error.
 fn durable_write(
     file: &File,
     buf: &[u8],
     block: u64,
     sync: SyncMode,
+    rwf_atomic: bool,
 ) -> Result<(), (String, bool)> {
     let failed = |what: String, e: std::io::Error| {
         let device = e
@@ -218,8 +222,17 @@ fn durable_write(
         (format!("{what}: {e}"), device)
     };
     let at = block * buf.len() as u64;
-    file.write_all_at(buf, at)
-        .map_err(|e| failed(format!("pwrite of block {block} at byte {at}"), e))?;
+    if rwf_atomic {
+        super::atomic::pwrite_atomic(file, buf, at).map_err(|e| {
+            failed(
+                format!("pwritev2 (RWF_ATOMIC) of block {block} at byte {at}"),
+                e,
+            )
+        })?;
+    } else {
+        file.write_all_at(buf, at)
+            .map_err(|e| failed(format!("pwrite of block {block} at byte {at}"), e))?;
+    }
     match sync {
         SyncMode::Fdatasync => file
             .sync_data()
@@ -271,7 +284,9 @@ fn worker(
         enc.encode_block(buf.bytes_mut(), block, seq, sh.watermark.get());
         sh.issued.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
-        if let Err((e, device)) = durable_write(&file, buf.bytes_mut(), block, plan.sync) {
+        if let Err((e, device)) =
+            durable_write(&file, buf.bytes_mut(), block, plan.sync, plan.rwf_atomic)
+        {
             sh.fail(e, device);
             break;
         }
@@ -339,14 +354,14 @@ mod tests {
         let path = dir.join("t.dat");
         std::fs::write(&path, vec![0u8; 3 * 512]).unwrap();
         let f = open_for_writes(&path, SyncMode::Fdatasync).unwrap();
-        durable_write(&f, &[7u8; 512], 2, SyncMode::Fdatasync).unwrap();
+        durable_write(&f, &[7u8; 512], 2, SyncMode::Fdatasync, false).unwrap();
         let back = std::fs::read(&path).unwrap();
         assert_eq!(back.len(), 1536);
         assert!(back[..1024].iter().all(|&b| b == 0));
         assert!(back[1024..].iter().all(|&b| b == 7));
         // A descriptor opened read-only refuses the pwrite (EBADF: not a device error).
         let ro = File::open(&path).unwrap();
-        let (msg, device) = durable_write(&ro, &[7u8; 512], 1, SyncMode::Fsync).unwrap_err();
+        let (msg, device) = durable_write(&ro, &[7u8; 512], 1, SyncMode::Fsync, false).unwrap_err();
         assert_eq!(
             msg,
             "pwrite of block 1 at byte 512: Bad file descriptor (os error 9)"

@@ -107,7 +107,9 @@ pub struct WriteArgs {
 
     /// Run even though the server does not promise durability (fsync=off, or
     /// synchronous_commit=off): acknowledgements are then recorded as not promised,
-    /// and their losses are reported as expected, not as failures.
+    /// and their losses are reported as expected, not as failures. Also runs with
+    /// full_page_writes=off, to test whether the storage writes 8 kB pages atomically
+    /// (docs/atomic.md: amcheck and checksums after the cut are the evidence).
     #[arg(long)]
     pub allow_unsafe_config: bool,
 
@@ -285,8 +287,34 @@ fn check_promised(args: &WriteArgs, settings: &PgSettings) -> Result<bool, Error
             "warning: {list}: COMMIT does not promise durability; acknowledgements are recorded as not promised"
         );
     }
+    check_full_page_writes(args, settings)?;
     Ok(promised)
 }
+
+/// `full_page_writes=off`: a data page torn by a cut cannot be restored from WAL, so
+/// it is refused without `--allow-unsafe-config`; with it the run tests whether the
+/// storage writes 8 kB pages atomically (`docs/atomic.md`), and says so on stderr.
+/// Commits stay promised: WAL is still flushed at each `COMMIT`.
+fn check_full_page_writes(args: &WriteArgs, settings: &PgSettings) -> Result<(), Error> {
+    if settings.full_page_writes != "off" {
+        return Ok(());
+    }
+    if !args.allow_unsafe_config {
+        return Err(Error(
+            "refusing to start: the server has full_page_writes=off, so a data page torn by a cut \
+             cannot be restored from WAL; set full_page_writes=on, or pass --allow-unsafe-config to test \
+             whether this storage writes 8 kB pages atomically (docs/atomic.md)"
+                .into(),
+        ));
+    }
+    eprintln!("warning: {}", FPW_OFF_LABEL);
+    Ok(())
+}
+
+/// What a run with `full_page_writes=off` is, as the write and verify say it.
+pub const FPW_OFF_LABEL: &str = "full_page_writes=off (allowed by --allow-unsafe-config): this run tests whether \
+     the storage writes 8 kB pages atomically; after the cut, verify's amcheck and checksum results are the \
+     evidence (docs/atomic.md)";
 
 /// Creates (`--init`) or checks the pgbench tables and vacuums the small ones;
 /// returns the scale and whether `aid` is `bigint`.

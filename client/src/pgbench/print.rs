@@ -120,6 +120,9 @@ fn print_run(r: &PgReport) {
         rs.wal_sync_method,
         rs.data_checksums
     );
+    if rs.full_page_writes == "off" {
+        println!("{}", super::FPW_OFF_LABEL);
+    }
     println!(
         "data directory: {}{}",
         rs.data_directory,

@@ -132,8 +132,16 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
                 p.list(&items);
             }
             p.table(("verdict", "blocks"), &file_rows(r));
+            if let Some(a) = &r.atomic {
+                let class = if a.held { "pass" } else { "fail" };
+                p.para(&format!("atomic writes: {}", a.sentence), class);
+                p.para(&format!("claimed: {}", a.claims), "");
+            }
         }
         Report::Pgbench(r) => {
+            if r.run_settings.settings.full_page_writes == "off" {
+                p.para(crate::pgbench::FPW_OFF_LABEL, "warn");
+            }
             if !r.notes.is_empty() {
                 p.list(&r.notes);
             }

@@ -185,7 +185,7 @@ pub fn file_map(l: &RunLedger, r: &FileReport) -> BlockMap {
         Acks::File(v) => v.iter().map(|a| a.block).collect(),
         Acks::Pg(_) => Vec::new(),
     });
-    let total = r.verdicts.failures();
+    let total = r.failures();
     if r.failed_blocks.len() as u64 == total {
         return block_map(r.blocks, acked, &r.failed_blocks, total);
     }

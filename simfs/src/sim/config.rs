@@ -58,6 +58,11 @@ pub struct SimConfig {
     /// Bytes per sector: the unit a `torn` cut keeps or drops. Sectors are aligned to
     /// absolute file offsets (multiples of `sector`), not to the write's start.
     pub sector: u64,
+    /// Bytes: in `torn` mode, a cached write of at most this many bytes is never torn
+    /// at the cut — it survives whole or is dropped whole (a device whose atomic write
+    /// unit, e.g. NVMe AWUPF, is this size); longer writes are torn at `sector`
+    /// boundaries. 0: every write can be torn.
+    pub atomic_unit: u64,
     /// Bytes per block for `misdirect`: only writes whose offset and length are
     /// multiples of `misdirect_block` can be misdirected, and they land at another
     /// multiple of it.
@@ -77,8 +82,9 @@ pub struct SimConfig {
 }
 
 impl Default for SimConfig {
-    /// `honest`, seed 0, 2000 ms delay, 64 MiB cache, 512-byte sectors, 4096-byte
-    /// blocks, misdirect 1 in 50, no flush delay, a true `statfs`, `posix` metadata.
+    /// `honest`, seed 0, 2000 ms delay, 64 MiB cache, 512-byte sectors, no atomic
+    /// unit, 4096-byte blocks, misdirect 1 in 50, no flush delay, a true `statfs`,
+    /// `posix` metadata.
     fn default() -> Self {
         SimConfig {
             mode: Mode::Honest,
@@ -86,6 +92,7 @@ impl Default for SimConfig {
             destage_delay_ms: 2000,
             cache_bytes: 64 << 20,
             sector: 512,
+            atomic_unit: 0,
             misdirect_block: 4096,
             misdirect_every: 50,
             flush_delay_ms: 0,

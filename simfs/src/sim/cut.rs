@@ -15,7 +15,9 @@ impl Sim {
     ///   absolute multiples of `sector` into `n` pieces (the first and last may be
     ///   partial sectors), a count `k` is drawn uniformly from `0..=n`, and the first
     ///   `k` pieces are written to the store. `k == 0` is reported `dropped`,
-    ///   `k == n` `destaged`, anything between `torn`.
+    ///   `k == n` `destaged`, anything between `torn`. A write of at most
+    ///   `atomic_unit` bytes (when that is not 0) is atomic: `k` is drawn from
+    ///   `{0, n}` with equal chances, so it is never `torn`.
     ///
     /// Writes misdirected earlier are reported too (fate `misdirected`). Store
     /// errors while writing torn prefixes are ignored: the power is already off.
@@ -30,7 +32,12 @@ impl Sim {
             let (fate, kept_sectors) = if self.config.mode == Mode::Torn {
                 let bounds = sector_bounds(w.offset, len, self.config.sector);
                 let n = bounds.len() as u64;
-                let k = self.rng.random_range(0..=n);
+                let atomic = len <= self.config.atomic_unit;
+                let k = if atomic {
+                    n * u64::from(self.rng.random_bool(0.5))
+                } else {
+                    self.rng.random_range(0..=n)
+                };
                 if k > 0 {
                     let keep = (bounds[k as usize - 1] - w.offset) as usize;
                     if let Err(e) = store.write_at(w.ino, w.offset, &w.data[..keep]) {

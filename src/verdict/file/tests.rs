@@ -384,3 +384,35 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
         .evidence()
         .starts_with("zeros; block 1 holds seq 11"));
 }
+
+/// `--expect-atomic`: a block torn by a write in flight is a finding (and a failure of
+/// the run's counts), where without it the same block is a harmless verdict.
+#[test]
+fn a_block_torn_in_flight_fails_only_when_atomic_writes_are_expected() {
+    let enc = Encoder::new(RUN);
+    let (v5, v9) = (block(&enc, 0, 5, 4), block(&enc, 0, 9, 8));
+    let mut torn = v5.clone();
+    torn[..B / 2].copy_from_slice(&v9[..B / 2]);
+    let mut acks = AckTable::new(2);
+    acks.add(5, 0, 1000);
+    acks.add(6, 1, 2000);
+    for expect in [false, true] {
+        let mut t = Tally::expecting_atomic(expect);
+        t.add(0, classify_block(RUN, 0, B, 5, &torn, true).unwrap(), &acks);
+        let b1 = block(&enc, 1, 6, 5);
+        t.add(1, classify_block(RUN, 1, B, 6, &b1, true).unwrap(), &acks);
+        let o = t.finish(&[]);
+        assert_eq!(o.expect_atomic, expect);
+        assert_eq!((o.counts.torn_in_flight, o.counts.intact), (1, 1));
+        assert_eq!(o.in_flight_survived, 1);
+        assert_eq!(o.counts.failures(), 0);
+        assert_eq!(o.counts.failures_expecting(expect), u64::from(expect));
+        let found: Vec<(u64, Verdict)> = o.findings.iter().map(|f| (f.block, f.verdict)).collect();
+        let want = if expect {
+            vec![(0, Verdict::TornInFlight)]
+        } else {
+            vec![]
+        };
+        assert_eq!(found, want);
+    }
+}

@@ -169,3 +169,56 @@ fn bad_input_exits_2_naming_the_problem() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("run with --init"), "{}", stderr(&o));
 }
+
+/// Issue 15: `full_page_writes=off` is refused without `--allow-unsafe-config`; with it
+/// the run goes on (its commits still promised) and is labelled, at the write and in
+/// verify's report, as a test of the storage's atomic 8 kB page writes.
+#[test]
+fn full_page_writes_off_is_refused_then_labelled_as_an_atomic_write_test() {
+    let Some((_dir, mut pg, l)) =
+        setup("full_page_writes_off_is_refused_then_labelled_as_an_atomic_write_test")
+    else {
+        return;
+    };
+    pg.set("full_page_writes", "off");
+    let dsn = pg.conninfo_db("bench");
+    let o = write(&l, &dsn, &["--init", "--transactions", "10"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert_eq!(
+        stderr(&o).trim_end().lines().last(),
+        Some(
+            "plugpull: refusing to start: the server has full_page_writes=off, so a data page torn by a cut \
+             cannot be restored from WAL; set full_page_writes=on, or pass --allow-unsafe-config to test \
+             whether this storage writes 8 kB pages atomically (docs/atomic.md)"
+        )
+    );
+    assert!(stdout(&o).is_empty(), "no run may start: {}", stdout(&o));
+    let label = plugpull_client::pgbench::FPW_OFF_LABEL;
+    let o = write(
+        &l,
+        &dsn,
+        &["--init", "--transactions", "50", "--allow-unsafe-config"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("warning: {label}")),
+        "{}",
+        stderr(&o)
+    );
+    let run = run_id(&o);
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}\n{v:#}");
+    assert_eq!(v["promised"], json!(true));
+    assert_eq!(v["run_settings"]["full_page_writes"], json!("off"));
+    let o = plugpull(&[
+        "verify",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--dsn",
+        &dsn,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).lines().any(|x| x == label), "{}", stdout(&o));
+}

@@ -38,6 +38,7 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
                 identity: Default::default(),
                 prior_runs: Vec::new(),
                 prior_foreign: false,
+                atomic: None,
             }),
             boot_id: String::new(),
             listener_order: 0,

@@ -103,6 +103,7 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
                 identity: Default::default(),
                 prior_runs: Vec::new(),
                 prior_foreign: false,
+                atomic: None,
             }),
             boot_id: "00000000-0000-0000-0000-000000000000".into(),
             listener_order: 0,
