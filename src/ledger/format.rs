@@ -7,7 +7,7 @@ use super::Entry;
 use crate::RunId;
 
 /// Magic at byte 0 of every ledger file.
-pub const MAGIC: [u8; 8] = *b"PPLEDGR4";
+pub const MAGIC: [u8; 8] = *b"PPLEDGR5";
 /// Bytes before the first entry.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of an entry's length + CRC prefix.

@@ -4,7 +4,7 @@
 //! ## File format (all integers little-endian)
 //!
 //! ```text
-//! offset 0   8 bytes  magic "PPLEDGR4" (the digit is the format version)
+//! offset 0   8 bytes  magic "PPLEDGR5" (the digit is the format version)
 //! offset 8   8 bytes  run id
 //! offset 16  entries, each:
 //!              4 bytes  payload length L (1 ..= MAX_ENTRY)
@@ -50,11 +50,14 @@ mod manifest;
 pub use check::{
     check_device_error_count, check_record, is_device_errno, RecordCheck, WitnessLoss,
 };
-pub use entry::{AckBatch, Acks, DeviceError, Entry, FileAck, PgAckRange, RunSummary, TornTail};
+pub use entry::{
+    AckBatch, Acks, DeviceError, Entry, FileAck, FilesAck, PgAckRange, RunSummary, TornTail,
+};
 pub use format::{
     encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
     MAX_ENTRY,
 };
 pub use manifest::{
-    FileManifest, FlushSample, Manifest, PgManifest, PgSettings, Storage, TargetIdentity, Workload,
+    FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgSettings, Storage,
+    TargetIdentity, Workload,
 };

@@ -84,6 +84,7 @@ fn demo_page(devices: &[&compare::DeviceResult]) -> Result<String, Error> {
             let kind = match r {
                 plugpull::report::Report::File(_) => "file",
                 plugpull::report::Report::Pgbench(_) => "pgbench",
+                plugpull::report::Report::Files(_) => "files",
             };
             p.part(
                 &format!("{}-{kind}", d.mode),

@@ -108,11 +108,16 @@ impl Shared {
     }
 
     /// Records a failed call: stops every worker, and no ack is handed over after this.
-    fn fail(&self, e: String, device: bool) {
+    pub(crate) fn fail(&self, e: String, device: bool) {
         self.failed.store(true, Ordering::SeqCst);
         let at = Instant::now();
         self.error.lock().unwrap().get_or_insert((e, at, device));
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a call failed: from then on no worker hands over an ack.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
     }
 
     /// The first failed call, if one failed.

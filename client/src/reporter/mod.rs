@@ -58,6 +58,9 @@ pub const BATCH_MAX: usize = 8192;
 /// Most acks handed over but not yet confirmed before writers pause.
 /// Default of `--max-unconfirmed` for the file workload.
 pub const FILE_MAX_UNCONFIRMED: u64 = 1_000_000;
+/// Default of `--max-unconfirmed` for the files workload: small, because the
+/// verifier replays this many steps per worker after its last confirmed one.
+pub const FILES_MAX_UNCONFIRMED: u64 = 1000;
 /// Default of `--max-unconfirmed` for the pgbench workload.
 pub const PG_MAX_UNCONFIRMED: u64 = 100_000;
 /// How long `finish` keeps trying to reach a listener that went away.
@@ -129,6 +132,8 @@ impl Reporter {
             plugpull::ledger::Workload::File(_) => {
                 (true, opts.max_unconfirmed_or(FILE_MAX_UNCONFIRMED))
             }
+            // Each files ack says itself whether it was promised.
+            plugpull::ledger::Workload::Files(f) => (true, f.max_unconfirmed),
         };
         let counters = crate::storage::FlushCounters::new(manifest.storage.disks.clone());
         let flush_clock = crate::storage::FlushClock::new(counters.clone());

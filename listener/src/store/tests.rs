@@ -118,7 +118,7 @@ fn a_reopened_store_recovers_the_durable_length_and_highest_batch() {
     let dir = tempfile::tempdir().unwrap();
     let (run, bytes) = run_with_two_batches(dir.path());
     // Header, manifest, then the two batches of one ack each (17 bytes apiece).
-    assert_eq!(&bytes[..8], b"PPLEDGR4");
+    assert_eq!(&bytes[..8], b"PPLEDGR5");
     assert_eq!(&bytes[8..16], run.0.to_le_bytes());
     assert_eq!(
         &bytes[bytes.len() - 34..],
