@@ -166,14 +166,12 @@ enum WriteCmd {
         #[command(flatten)]
         args: file::WriteArgs,
     },
-    /// Create, append to, replace, truncate and unlink small files in a directory; each
-    /// step is acknowledged once its last fsync (file or directory) returned
-    /// (docs/files.md).
+    /// Create, append, replace, truncate and unlink small files; each step is acknowledged once its last fsync returned.
     ///
+    /// Which names, sizes and contents survive a cut: docs/files.md.
     /// Exit 1: the run ended by a device error; that is the cut: verify the run.
     ///
     /// Example: plugpull write files --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/ppdir -j 4 --files 256 -T 5m -P 5
-    #[command(verbatim_doc_comment)]
     Files {
         #[command(flatten)]
         listener: ListenerArgs,

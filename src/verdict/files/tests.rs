@@ -1,6 +1,6 @@
 use super::schedule::*;
 use super::*;
-use crate::record::Encoder;
+use crate::record::{Encoder, SECTOR};
 
 const RUN: RunId = RunId(0x1234_5678_9abc_def0);
 
