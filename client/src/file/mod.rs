@@ -118,13 +118,19 @@ pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     if a.writes == Some(0) {
         return Err("--writes must be at least 1".into());
     }
-    if a.duration.is_some_and(|d| d.is_zero()) {
+    check_times(a.duration, a.progress)?;
+    Ok(a.size / a.block_size)
+}
+
+/// Refuses a `--duration` or `-P/--progress` of 0 s (every write workload's).
+pub fn check_times(duration: Option<Duration>, progress: Option<Duration>) -> Result<(), Error> {
+    if duration.is_some_and(|d| d.is_zero()) {
         return Err("--duration must be more than 0 s".into());
     }
-    if a.progress.is_some_and(|d| d.is_zero()) {
+    if progress.is_some_and(|d| d.is_zero()) {
         return Err("-P/--progress must be more than 0 s".into());
     }
-    Ok(a.size / a.block_size)
+    Ok(())
 }
 /// Runs `plugpull write file`. Returns `Ok(true)` when the run ended as planned,
 /// `Ok(false)` (exit 1) when it ended by a device error: a `pwrite` or durability call

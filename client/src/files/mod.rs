@@ -93,12 +93,7 @@ pub fn check_args(a: &WriteArgs) -> Result<Unsafe, Error> {
     if a.steps == Some(0) {
         return Err("--steps must be at least 1".into());
     }
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        return Err("--duration must be more than 0 s".into());
-    }
-    if a.progress.is_some_and(|d| d.is_zero()) {
-        return Err("-P/--progress must be more than 0 s".into());
-    }
+    crate::file::check_times(a.duration, a.progress)?;
     let mut u = Unsafe::default();
     for s in &a.unsafe_steps {
         match s.as_str() {

@@ -61,9 +61,7 @@ pub fn print_write_summary(s: &WriteSummary, json: bool) {
         s.steps_acknowledged
     );
     println!("steps/s = {:.1}", s.steps_per_sec);
-    println!("latency average = {:.3} ms", s.latency_ms.average);
-    println!("latency stddev = {:.3} ms", s.latency_ms.stddev);
-    println!("latency p99 = {:.3} ms", s.latency_ms.p99);
+    crate::file::print::print_latency(&s.latency_ms);
     println!("names touched: {} of {}", s.names_touched, s.files);
 }
 

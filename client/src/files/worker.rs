@@ -184,14 +184,10 @@ fn worker(
             promised: st.promised,
             ms: sink.ms_at(t1),
         });
-        sh.last_seq.fetch_max(st.seq, Ordering::Relaxed);
         let lat = t1 - t0;
+        sh.count_ack(st.seq, lat);
         hist.record(lat);
         touched.insert(st.file);
-        let us = lat.as_micros() as u64;
-        sh.done.fetch_add(1, Ordering::Relaxed);
-        sh.lat_us.fetch_add(us, Ordering::Relaxed);
-        sh.lat_us2.fetch_add(us * us, Ordering::Relaxed);
     }
     WorkerOut {
         hist,
