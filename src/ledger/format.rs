@@ -389,7 +389,7 @@ mod proptests {
         assert_eq!(e, LedgerError::OtherVersion { found: '1' });
         assert_eq!(
             e.to_string(),
-            "ledger format 1 was written by another plugpull version (this one reads format 4): \
+            "ledger format 1 was written by another plugpull version (this one reads format 5): \
              verify it with the plugpull that wrote it"
         );
     }
