@@ -7,6 +7,7 @@ pub mod agent;
 pub mod campaign;
 pub mod demo;
 pub mod file;
+pub mod files;
 pub mod history;
 pub mod interrupt;
 pub mod latency;

@@ -6,7 +6,9 @@
 use clap::{Parser, Subcommand};
 use plugpull::auth::Secret;
 use plugpull_client::net::ListenerArgs;
-use plugpull_client::{agent, campaign, demo, file, pgbench, power, probe, report, verify, Error};
+use plugpull_client::{
+    agent, campaign, demo, file, files, pgbench, power, probe, report, verify, Error,
+};
 use std::process::ExitCode;
 
 /// Proves or disproves that a storage stack keeps every write it acknowledged
@@ -17,6 +19,7 @@ use std::process::ExitCode;
 ///
 /// Examples:
 ///   plugpull write file --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/pp.dat --size 1GiB --jobs 4 --duration 5m -P 5
+///   plugpull write files --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/ppdir --jobs 4 --duration 5m
 ///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --history   # every run of this host judged as a cut, rolled up
@@ -163,6 +166,18 @@ enum WriteCmd {
         #[command(flatten)]
         args: file::WriteArgs,
     },
+    /// Create, append, replace, truncate and unlink small files; each step is acknowledged once its last fsync returned.
+    ///
+    /// Which names, sizes and contents survive a cut: docs/files.md.
+    /// Exit 1: the run ended by a device error; that is the cut: verify the run.
+    ///
+    /// Example: plugpull write files --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/ppdir -j 4 --files 256 -T 5m -P 5
+    Files {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        args: files::WriteArgs,
+    },
     /// Run pgbench's TPC-B transactions; each successful COMMIT is an acknowledgement.
     ///
     /// Example: plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init -s 10 -c 8 -T 10m -P 5
@@ -216,6 +231,9 @@ async fn run(cli: Cli) -> Result<bool, Error> {
         Cmd::Write {
             workload: WriteCmd::File { listener, args },
         } => file::write(&args, &listener.listener, &secret(&listener)?).await,
+        Cmd::Write {
+            workload: WriteCmd::Files { listener, args },
+        } => files::write(&args, &listener.listener, &secret(&listener)?).await,
         Cmd::Write {
             workload: WriteCmd::Pgbench { listener, args },
         } => pgbench::write(&args, &listener.listener, &secret(&listener)?)

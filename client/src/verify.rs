@@ -1,6 +1,7 @@
 //! `plugpull verify`: fetch the run's ledger from the listener and check it whole,
 //! apply the device-error rule, dispatch on the workload (a file run to
-//! [`crate::file::verify`], a pgbench run to [`crate::pgbench`]), print one report, and
+//! [`crate::file::verify`], a files run to [`crate::files::verify`], a pgbench run to
+//! [`crate::pgbench`]), print one report, and
 //! exit 0 (nothing acknowledged lost or damaged), 1 (findings) or 2 (could not verify).
 
 use crate::manifest::hostname;
@@ -169,6 +170,7 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Error> {
             .iter()
             .map(|b| match &b.acks {
                 Acks::File(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
+                Acks::Files(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
                 Acks::Pg(_) => 0,
             })
             .sum::<u64>();
@@ -292,6 +294,11 @@ pub async fn judge(
                 .await?
                 .into()
         }
+        Workload::Files(fm) => {
+            let t = args.target.as_ref();
+            tokio::task::block_in_place(|| crate::files::verify::verify_files_run(&l, fm, t))?
+                .into()
+        }
         Workload::Pgbench(pm) => {
             device_error_rule(&l)?;
             crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg)
@@ -333,6 +340,7 @@ pub fn print_report(report: &Report, json: bool, show: usize) {
     match report {
         Report::File(r) => print_file_report(r, show),
         Report::Pgbench(r) => crate::pgbench::print::print_human(r, show),
+        Report::Files(r) => crate::files::print::print_files_report(r, show),
     }
 }
 

@@ -16,6 +16,28 @@ pub struct FileAck {
     pub ms: u32,
 }
 
+/// One acknowledged step of a files run: the namespace state it promises for one
+/// name, once its last durability call returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesAck {
+    /// The step's sequence number: `k · jobs + j + 1` for worker `j`'s `k`-th step
+    /// (from 0), so each worker's steps are in its schedule's order.
+    pub seq: u64,
+    /// The file number (the name is `w{f mod jobs}-{f div jobs}`).
+    pub file: u32,
+    /// Whether the name exists after the step.
+    pub exists: bool,
+    /// The file's size after the step, in bytes (a multiple of 512).
+    pub size: u64,
+    /// The newest content seq among the file's records after the step (0: empty or gone).
+    pub content_seq: u64,
+    /// False when the step skipped a durability call (`--unsafe-steps`): its loss
+    /// is then expected, not a failure.
+    pub promised: bool,
+    /// Milliseconds after the run's start when the step's last durability call returned.
+    pub ms: u32,
+}
+
 /// Acknowledged commits `first ..= last` of one pgbench client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgAckRange {
@@ -36,6 +58,8 @@ pub enum Acks {
     File(Vec<FileAck>),
     /// pgbench workload acks.
     Pg(Vec<PgAckRange>),
+    /// Files (namespace) workload acks, one per step.
+    Files(Vec<FilesAck>),
 }
 
 impl Acks {
@@ -44,6 +68,7 @@ impl Acks {
         match self {
             Acks::File(v) => v.len() as u64,
             Acks::Pg(v) => v.iter().map(|r| r.last + 1 - r.first).sum(),
+            Acks::Files(v) => v.len() as u64,
         }
     }
 }

@@ -81,6 +81,8 @@ pub enum Workload {
     File(FileManifest),
     /// pgbench TPC-B transactions against PostgreSQL.
     Pgbench(PgManifest),
+    /// Namespace steps (create, append, replace, truncate, unlink) in a directory.
+    Files(FilesManifest),
 }
 
 impl Workload {
@@ -89,6 +91,7 @@ impl Workload {
         match self {
             Workload::File(_) => "file",
             Workload::Pgbench(_) => "pgbench",
+            Workload::Files(_) => "files",
         }
     }
 
@@ -98,6 +101,7 @@ impl Workload {
         match self {
             Workload::File(_) => "acknowledged writes",
             Workload::Pgbench(_) => "acknowledged commits",
+            Workload::Files(_) => "acknowledged steps",
         }
     }
 
@@ -105,7 +109,11 @@ impl Workload {
     /// last returned (a file run with `--jobs 1`): then no two calls can share one
     /// flush, and every `fsync`/`fdatasync` must send its own.
     pub fn single_writer(&self) -> bool {
-        matches!(self, Workload::File(f) if f.jobs == 1)
+        match self {
+            Workload::File(f) => f.jobs == 1,
+            Workload::Files(f) => f.jobs == 1,
+            Workload::Pgbench(_) => false,
+        }
     }
 
     /// Whether every acknowledgement waited for a call that sends the device a cache
@@ -125,6 +133,8 @@ impl Workload {
                         "fsync" | "fdatasync" | "fsync_writethrough"
                     )
             }
+            // Every step ends in fsync (of the file or of the directory).
+            Workload::Files(_) => true,
         }
     }
 }
@@ -156,6 +166,30 @@ pub struct FileManifest {
     /// atomic units ([`crate::atomic`]); a block torn by a write in flight is then a
     /// failure. `None`: atomic writes are not expected.
     pub atomic: Option<crate::atomic::AtomicClaim>,
+}
+
+/// Settings of a files (namespace) run: see `docs/files.md` and
+/// [`crate::verdict::files`] for the schedule every worker follows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FilesManifest {
+    /// The directory the files live in, as the agent opened it (absolute).
+    pub target: String,
+    /// Number of concurrent workers; worker `j` owns the file numbers `f ≡ j (mod jobs)`.
+    pub jobs: u32,
+    /// Number of file names (`--files`), numbered from 0.
+    pub files: u32,
+    /// Seed of every worker's step schedule (worker `j` mixes in its number).
+    pub seed: u64,
+    /// Steps whose directory fsync was skipped (`--unsafe-steps dirsync`).
+    pub skip_dirsync: bool,
+    /// Replaces whose fsync before the rename was skipped (`--unsafe-steps presync`).
+    pub skip_presync: bool,
+    /// Acknowledgements (all workers together) the agent may be ahead of the
+    /// listener's confirmations (`--max-unconfirmed`): bounds the steps that may
+    /// have happened after a worker's last confirmed one. 0 = unbounded.
+    pub max_unconfirmed: u64,
+    /// What the directory was when the run started (identity of its filesystem).
+    pub identity: TargetIdentity,
 }
 
 /// The identity and facts of a target, recorded when the run starts and compared at

@@ -50,11 +50,14 @@ mod manifest;
 pub use check::{
     check_device_error_count, check_record, is_device_errno, RecordCheck, WitnessLoss,
 };
-pub use entry::{AckBatch, Acks, DeviceError, Entry, FileAck, PgAckRange, RunSummary, TornTail};
+pub use entry::{
+    AckBatch, Acks, DeviceError, Entry, FileAck, FilesAck, PgAckRange, RunSummary, TornTail,
+};
 pub use format::{
     encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
     MAX_ENTRY,
 };
 pub use manifest::{
-    FileManifest, FlushSample, Manifest, PgManifest, PgSettings, Storage, TargetIdentity, Workload,
+    FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgSettings, Storage,
+    TargetIdentity, Workload,
 };

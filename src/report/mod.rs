@@ -4,16 +4,19 @@
 //! * [`file`](mod@file) — [`FileReport`], the report of a file run, built from the verdict
 //!   engine's [`Classification`](crate::verdict::Classification).
 //! * [`pgbench`] — [`PgReport`], the report of a pgbench run, and its parts.
-//! * [`Report`] — either of them, for code that handles both workloads alike.
+//! * [`files`](mod@files) — [`FilesReport`], the report of a files (namespace) run.
+//! * [`Report`] — any of them, for code that handles both workloads alike.
 //! * Here: the "acknowledged N s before the end" histogram both reports carry.
 //!
 //! The reports are data; the client renders them (text) or serializes them (JSON).
 
 pub mod file;
+pub mod files;
 pub mod pgbench;
 pub mod storage;
 
 pub use file::{percent_floor, AtomicReport, FileReport, ReportHead, TargetFinding};
+pub use files::{FilesHead, FilesReport};
 pub use pgbench::{
     Amcheck, Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings, Timings,
 };
@@ -24,7 +27,7 @@ use serde::{Deserialize, Serialize};
 /// The report of verifying one run, whatever its workload.
 ///
 /// Serialized untagged: the JSON is exactly the inner report's (each carries its own
-/// `workload` field, `"file"` or `"pgbench"`).
+/// `workload` field, `"file"`, `"pgbench"` or `"files"`).
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 #[allow(clippy::large_enum_variant)] // one per verification, moved, never in a collection
@@ -33,6 +36,8 @@ pub enum Report {
     File(FileReport),
     /// A pgbench run.
     Pgbench(PgReport),
+    /// A files (namespace) run.
+    Files(FilesReport),
 }
 
 impl Report {
@@ -41,6 +46,7 @@ impl Report {
         match self {
             Report::File(r) => r.ok,
             Report::Pgbench(r) => r.ok,
+            Report::Files(r) => r.ok,
         }
     }
 
@@ -50,6 +56,7 @@ impl Report {
         match self {
             Report::File(_) => false,
             Report::Pgbench(r) => r.not_measured,
+            Report::Files(r) => r.not_measured,
         }
     }
 
@@ -58,6 +65,7 @@ impl Report {
         match self {
             Report::File(r) => &r.storage,
             Report::Pgbench(r) => &r.storage,
+            Report::Files(r) => &r.storage,
         }
     }
 
@@ -66,6 +74,7 @@ impl Report {
         match self {
             Report::File(r) => r.storage = s,
             Report::Pgbench(r) => r.storage = s,
+            Report::Files(r) => r.storage = s,
         }
     }
 
@@ -74,6 +83,7 @@ impl Report {
         match self {
             Report::File(r) => &r.summary,
             Report::Pgbench(r) => &r.summary,
+            Report::Files(r) => &r.summary,
         }
     }
 }
@@ -81,6 +91,12 @@ impl Report {
 impl From<FileReport> for Report {
     fn from(r: FileReport) -> Self {
         Report::File(r)
+    }
+}
+
+impl From<FilesReport> for Report {
+    fn from(r: FilesReport) -> Self {
+        Report::Files(r)
     }
 }
 

@@ -295,7 +295,7 @@ impl SectorScan {
 }
 
 /// What each sector holds, consecutive equal sectors merged into one span.
-fn merge_spans(contents: &[Content]) -> Vec<SectorSpan> {
+pub(crate) fn merge_spans(contents: &[Content]) -> Vec<SectorSpan> {
     let mut spans: Vec<SectorSpan> = Vec::new();
     for (i, c) in contents.iter().enumerate() {
         match spans.last_mut() {

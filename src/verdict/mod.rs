@@ -8,6 +8,8 @@
 //! * [`file`](mod@file) — the file workload's rules, block by block:
 //!   [`classify_block`], then [`Tally`] over every block with its [`AckTable`]
 //!   (re-exported here).
+//! * [`files`](mod@files) — the files (namespace) workload's rules, name by name:
+//!   the replayed step schedule, what an in-flight step may leave, what fails.
 //! * [`pgbench`](mod@pgbench) — the pgbench workload's rules, client by client: which
 //!   acknowledged commits must exist, the sequence bound after a cut, and what fails.
 //!
@@ -15,6 +17,7 @@
 //! "Verdicts (file workload)" section.
 
 pub mod file;
+pub mod files;
 pub mod pgbench;
 
 pub use file::{classify_block, AckTable, BlockCheck, Tally};

@@ -1,9 +1,9 @@
 //! The two devices side by side, from their typed reports: the file workload's
-//! [`FileReport`] and, when the PostgreSQL part ran, the pgbench [`PgReport`]. Also
+//! [`FileReport`], the files workload's [`FilesReport`] and, when the PostgreSQL part ran, the pgbench [`PgReport`]. Also
 //! each device's one-line verdict.
 
 use crate::pgbench::PgReport;
-use plugpull::report::FileReport;
+use plugpull::report::{FileReport, FilesReport};
 
 /// What one simulated device produced.
 pub(super) struct DeviceResult {
@@ -11,6 +11,8 @@ pub(super) struct DeviceResult {
     pub mode: &'static str,
     /// The file run's report.
     pub file: FileReport,
+    /// The files (namespace) run's report.
+    pub files: FilesReport,
     /// The pgbench run's report, when the PostgreSQL part ran.
     pub pg: Option<PgReport>,
     /// Each verified run's ledger and report, for the demo's HTML report.
@@ -25,7 +27,7 @@ impl DeviceResult {
 
     /// Whether every report of this device passed.
     pub fn passed(&self) -> bool {
-        self.file.ok && self.pg.as_ref().is_none_or(|p| p.ok)
+        self.file.ok && self.files.ok && self.pg.as_ref().is_none_or(|p| p.ok)
     }
 
     /// `honest device: PASS, N acknowledged (W writes, C commits), 0 lost`, or
@@ -33,10 +35,11 @@ impl DeviceResult {
     pub fn verdict_line(&self) -> String {
         let commits = self.pg.as_ref().map(|p| p.acknowledged_commits);
         if self.passed() {
-            let total = self.file.acknowledged + commits.unwrap_or(0);
+            let (w, n) = (self.file.acknowledged, self.files.acknowledged);
+            let total = w + n + commits.unwrap_or(0);
             let parts = match commits {
-                Some(c) => format!(" ({} writes, {c} commits)", self.file.acknowledged),
-                None => String::new(),
+                Some(c) => format!(" ({w} writes, {n} steps, {c} commits)"),
+                None => format!(" ({w} writes, {n} steps)"),
             };
             return format!(
                 "{} device: PASS, {total} acknowledged{parts}, 0 lost",
@@ -44,9 +47,10 @@ impl DeviceResult {
             );
         }
         let mut s = format!(
-            "{} device: FAIL, {} acknowledged writes lost",
+            "{} device: FAIL, {} acknowledged writes lost, {} names lost or damaged",
             self.mode,
-            self.lost()
+            self.lost(),
+            self.files.verdicts.failures()
         );
         if let Some(p) = &self.pg {
             if !p.server_reachable {
@@ -70,6 +74,10 @@ pub(super) fn side_by_side(a: &DeviceResult, b: &DeviceResult) {
     row("", &|d| format!("{} device", d.mode));
     row("acknowledged writes", &|d| d.file.acknowledged.to_string());
     row("blocks lost or damaged", &|d| d.lost().to_string());
+    row("acknowledged steps", &|d| d.files.acknowledged.to_string());
+    row("names lost or damaged", &|d| {
+        d.files.verdicts.failures().to_string()
+    });
     if a.pg.is_some() || b.pg.is_some() {
         let pg = |figure: fn(&PgReport) -> u64| {
             move |d: &DeviceResult| match &d.pg {

@@ -1,5 +1,5 @@
 //! One simulated device end to end: mount `plugpull-simfs` in a mode, put
-//! PostgreSQL (when available) and the file workload on it, let them load it, cut
+//! PostgreSQL (when available), the file and the files workloads on it, let them load it, cut
 //! the power under load, mount again honestly, let PostgreSQL recover, and verify
 //! both runs with the verifier's own functions.
 //!
@@ -38,6 +38,9 @@ const PGBENCH_LOAD: &str = "--init --scale 1 --clients 4 --jobs 2 --duration 10m
 
 /// The load `plugpull write file` puts on the device, after its listener and target.
 const FILE_LOAD: &str = "--size 16MiB --jobs 4 --duration 10m --progress 0.5";
+
+/// The load `plugpull write files` puts on the device, after its listener and target.
+const FILES_LOAD: &str = "--jobs 2 --files 32 --duration 10m --progress 0.5";
 
 /// PostgreSQL's binary directory, checked to be usable here: server binaries, a user
 /// to run them as when we are root, a build of plugpull with the pgbench workload.
@@ -140,12 +143,18 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
     let args = ["write", "file", "--listener", &ctx.addr, "--target", &t];
     let (mut fw, file_run) = super::start_writer(&ctx.me, &args, FILE_LOAD, "file writer")?;
     fw.wait_acks("file writer")?;
+    let dir = mount.mnt.join("files").display().to_string();
+    println!("== plugpull write files --target {dir} --jobs 2 --files 32");
+    let args = ["write", "files", "--listener", &ctx.addr, "--target", &dir];
+    let (mut nw, files_run) = super::start_writer(&ctx.me, &args, FILES_LOAD, "files writer")?;
+    nw.wait_acks("files writer")?;
     proc::sleep(Duration::from_secs_f64(ctx.args.cut_after))?;
     println!("   file writer: {}", fw.progress());
+    println!("   files writer: {}", nw.progress());
     if let Some(p) = &mut pg {
         println!("   pgbench:     {}", p.writer.progress());
     }
-    cut(&mut mount, &mut fw, pg.as_mut())?;
+    cut(&mut mount, [&mut fw, &mut nw], pg.as_mut())?;
     let pg_started = match &mut pg {
         Some(p) => Some(restart_pg(&mut p.cluster)?),
         None => None,
@@ -153,6 +162,10 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
     println!("== verify: file workload (run {file_run})");
     let (file_ledger, file) = super::verify_file(&ctx.addr, file_run, 5).await?;
     let mut runs = vec![(file_ledger, Report::File(file.clone()))];
+    println!();
+    println!("== verify: files workload (run {files_run})");
+    let (files_ledger, files) = verify_files(&ctx.addr, files_run, 5).await?;
+    runs.push((files_ledger, Report::Files(files.clone())));
     let mut pg_report = None;
     if let Some(p) = &mut pg {
         println!();
@@ -176,15 +189,40 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
     Ok(DeviceResult {
         mode,
         file,
+        files,
         pg: pg_report,
         runs,
     })
 }
 
+/// Verifies files run `run` at the listener `addr` with the verifier's own function,
+/// prints its report (`show` findings) and returns it.
+async fn verify_files(
+    addr: &str,
+    run: plugpull::RunId,
+    show: usize,
+) -> Result<(crate::verify::RunLedger, plugpull::report::FilesReport), Error> {
+    let secret = plugpull::auth::Secret::default();
+    let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
+    let plugpull::ledger::Workload::Files(fm) = &l.manifest.workload else {
+        return Err(Error(format!("run {run} is not a files run")));
+    };
+    let mut report = crate::files::verify::verify_files_run(&l, fm, None)?;
+    report.storage = crate::verify::storage_of(&l);
+    crate::files::print::print_files_report(&report, show);
+    Ok((l, report))
+}
+
 /// The power cut: the writers SIGKILLed, the device's power pulled, PostgreSQL
 /// SIGKILLed with it; then the device mounted again, honest.
-fn cut(mount: &mut SimMount, fw: &mut Following, pg: Option<&mut PgPart>) -> Result<(), Error> {
-    fw.guard.kill();
+fn cut<const N: usize>(
+    mount: &mut SimMount,
+    writers: [&mut Following; N],
+    pg: Option<&mut PgPart>,
+) -> Result<(), Error> {
+    for w in writers {
+        w.guard.kill();
+    }
     let pg = pg.map(|p| {
         p.writer.guard.kill();
         &mut p.cluster

@@ -3,15 +3,15 @@
 //! With FUSE (root, `/dev/fuse`, `fusermount3`) the demo runs the real procedure
 //! twice against the power-cut simulator `plugpull-simfs`: once on an **honest**
 //! simulated device, once on a **lying** one (fsync returns before the data is
-//! durable). On each: a listener on loopback; the file workload and — when
+//! durable). On each: a listener on loopback; the file and files workloads and — when
 //! PostgreSQL is installed — `plugpull write pgbench` against a throwaway cluster
 //! whose data directory lives on the simulated device; a power cut under load;
 //! unmount, mount again, PostgreSQL crash recovery; verify. It prints both reports
 //! and one verdict line per device:
 //!
 //! ```text
-//! honest device: PASS, 41230 acknowledged (38112 writes, 3118 commits), 0 lost
-//! lying device: FAIL, 2875 acknowledged writes lost, 402 commits lost
+//! honest device: PASS, 42608 acknowledged (38112 writes, 1378 steps, 3118 commits), 0 lost
+//! lying device: FAIL, 2875 acknowledged writes lost, 23 names lost or damaged, 402 commits lost
 //! ```
 //!
 //! Exit status: 0 when the honest device passes and the lying one is caught (the
@@ -84,6 +84,7 @@ fn demo_page(devices: &[&compare::DeviceResult]) -> Result<String, Error> {
             let kind = match r {
                 plugpull::report::Report::File(_) => "file",
                 plugpull::report::Report::Pgbench(_) => "pgbench",
+                plugpull::report::Report::Files(_) => "files",
             };
             p.part(
                 &format!("{}-{kind}", d.mode),

@@ -23,7 +23,7 @@ pub mod medium;
 pub mod print;
 pub mod target;
 pub mod verify;
-mod worker;
+pub(crate) mod worker;
 
 use crate::latency::LatencyStats;
 use crate::manifest::make_manifest;
@@ -123,14 +123,20 @@ pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     if a.writes == Some(0) {
         return Err("--writes must be at least 1".into());
     }
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        return Err("--duration must be more than 0 s".into());
-    }
-    if a.progress.is_some_and(|d| d.is_zero()) {
-        return Err("-P/--progress must be more than 0 s".into());
-    }
+    check_times(a.duration, a.progress)?;
     atomic::check_atomic_args(&a.atomic, a.sync)?;
     Ok(a.size / a.block_size)
+}
+
+/// Refuses a `--duration` or `-P/--progress` of 0 s (every write workload's).
+pub fn check_times(duration: Option<Duration>, progress: Option<Duration>) -> Result<(), Error> {
+    if duration.is_some_and(|d| d.is_zero()) {
+        return Err("--duration must be more than 0 s".into());
+    }
+    if progress.is_some_and(|d| d.is_zero()) {
+        return Err("-P/--progress must be more than 0 s".into());
+    }
+    Ok(())
 }
 /// Runs `plugpull write file`. Returns `Ok(true)` when the run ended as planned,
 /// `Ok(false)` (exit 1) when it ended by a device error: a `pwrite` or durability call
@@ -321,7 +327,7 @@ impl ProgressMeter {
 
 /// Waits for every writer thread, printing a progress line every `progress` on stderr;
 /// an interrupt (Ctrl-C) stops the workers after their writes in flight.
-async fn wait_for_workers(
+pub(crate) async fn wait_for_workers(
     handles: Vec<JoinHandle<WorkerOut>>,
     sh: &Shared,
     sink: AckSink,
@@ -362,24 +368,24 @@ async fn wait_for_workers(
 }
 
 /// How a write run ended, once the listener has its end.
-struct RunEnd {
+pub(crate) struct RunEnd {
     /// Writes issued.
-    issued: u64,
+    pub(crate) issued: u64,
     /// Acknowledgements the listener confirmed.
-    confirmed: u64,
+    pub(crate) confirmed: u64,
     /// Every worker's latencies merged (its count is the local acknowledgements).
-    hist: LatencyStats,
+    pub(crate) hist: LatencyStats,
     /// Blocks written at least once.
-    covered: u64,
+    pub(crate) covered: u64,
     /// The failed call that ended the run, as the ledger records it.
-    device_error: Option<DeviceError>,
+    pub(crate) device_error: Option<DeviceError>,
 }
 
 /// Merges the workers' results and tells the listener how the run ended: its device
 /// error, or its summary.
 ///
 /// Errors: the listener could not be reached to confirm the end.
-async fn end_run(
+pub(crate) async fn end_run(
     reporter: Reporter,
     sh: &Shared,
     outs: &[WorkerOut],
@@ -426,7 +432,7 @@ async fn end_run(
 
 /// The end of a run a failed call stopped: exit 1 with the cut explained when it was a
 /// device error; an error (exit 2) when it was not, since the run itself went wrong.
-fn device_error_end(
+pub(crate) fn device_error_end(
     run: RunId,
     end: &DeviceError,
     confirmed: u64,

@@ -98,7 +98,7 @@ async fn place_other_runs(
             Workload::File(ofm) => {
                 ofm.target == fm.target || target_id::same_target(&ofm.identity, &fm.identity)
             }
-            Workload::Pgbench(_) => false,
+            Workload::Pgbench(_) | Workload::Files(_) => false,
         };
         let order = o.manifest.listener_order;
         if same && order > 0 && order < l.manifest.listener_order {

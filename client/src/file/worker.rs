@@ -108,11 +108,26 @@ impl Shared {
     }
 
     /// Records a failed call: stops every worker, and no ack is handed over after this.
-    fn fail(&self, e: String, device: bool) {
+    pub(crate) fn fail(&self, e: String, device: bool) {
         self.failed.store(true, Ordering::SeqCst);
         let at = Instant::now();
         self.error.lock().unwrap().get_or_insert((e, at, device));
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts one acknowledgement with seq `seq` whose durability call took `lat`
+    /// (the `-P` line's rate and latency figures).
+    pub(crate) fn count_ack(&self, seq: u64, lat: std::time::Duration) {
+        self.last_seq.fetch_max(seq, Ordering::Relaxed);
+        let us = lat.as_micros() as u64;
+        self.done.fetch_add(1, Ordering::Relaxed);
+        self.lat_us.fetch_add(us, Ordering::Relaxed);
+        self.lat_us2.fetch_add(us * us, Ordering::Relaxed);
+    }
+
+    /// Whether a call failed: from then on no worker hands over an ack.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
     }
 
     /// The first failed call, if one failed.
@@ -303,13 +318,9 @@ fn worker(
             block,
             ms: sink.ms_at(t1),
         });
-        sh.last_seq.fetch_max(seq, Ordering::Relaxed);
+        sh.count_ack(seq, lat);
         hist.record(lat);
         written[idx as usize] = true;
-        let us = lat.as_micros() as u64;
-        sh.done.fetch_add(1, Ordering::Relaxed);
-        sh.lat_us.fetch_add(us, Ordering::Relaxed);
-        sh.lat_us2.fetch_add(us * us, Ordering::Relaxed);
     }
     WorkerOut {
         hist,

@@ -131,6 +131,7 @@ pub fn run_junit(report: &Report) -> Result<String, Error> {
     let (id, host) = match report {
         Report::File(r) => (r.run_id.to_string(), r.host.clone()),
         Report::Pgbench(r) => (r.run_id.to_string(), r.host.clone()),
+        Report::Files(r) => (r.run_id.to_string(), r.host.clone()),
     };
     let status = if report.not_measured() {
         let mut s = TestCaseStatus::skipped();
@@ -192,6 +193,10 @@ pub fn markdown(report: &Report) -> String {
         Report::Pgbench(r) => (
             format!("run {} (pgbench) on {}", r.run_id, r.host),
             page::pg_rows(r),
+        ),
+        Report::Files(r) => (
+            format!("run {} (files) on {}: {}", r.run_id, r.host, r.target),
+            page::files_rows(r),
         ),
     };
     use html::md;

@@ -7,7 +7,7 @@ use super::html::Page;
 use super::run::{ack_times, file_map, lost_per_client, run_end, timeline};
 use crate::verify::RunLedger;
 use crate::Error;
-use plugpull::report::{FileReport, LagBucket, PgReport, Report};
+use plugpull::report::{FileReport, FilesReport, LagBucket, PgReport, Report};
 use plugpull::verdict::Verdict;
 
 /// The whole HTML document for run `l` judged as `report`.
@@ -19,6 +19,7 @@ pub fn render(l: &RunLedger, report: &Report) -> Result<String, Error> {
     let kind = match report {
         Report::File(_) => "file",
         Report::Pgbench(_) => "pgbench",
+        Report::Files(_) => "files",
     };
     Ok(p.finish(&format!(
         "plugpull report: run {} ({kind}) on {}",
@@ -34,6 +35,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
     let (_kind, what) = match report {
         Report::File(_) => ("file", "acknowledged writes"),
         Report::Pgbench(_) => ("pgbench", "acknowledged commits"),
+        Report::Files(_) => ("files", "acknowledged steps"),
     };
     verdict(p, report, l);
     let acks = ack_times(l);
@@ -75,6 +77,25 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
             lag(p, &r.lost_lag_histogram, "lost commit", "lost commits");
             per_client(p, r)?;
         }
+        Report::Files(r) => {
+            p.figure(
+                "step-rate",
+                "Acknowledged steps per second over time",
+                &format!(
+                    "bars are acknowledged namespace steps per second (bins of {} s) since the run's \
+                     start; the red line is the run's end, where the cut came",
+                    t.bin_secs
+                ),
+                &timeline_svg(&t, "steps/s").map_err(Error)?,
+                "",
+            );
+            lag(
+                p,
+                &r.lost_lag_histogram,
+                "name whose acknowledged step was lost",
+                "names whose acknowledged steps were lost",
+            );
+        }
     }
     stack(p, report, what);
     Ok(())
@@ -87,7 +108,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
 pub fn no_reboot(report: &Report) -> Option<String> {
     let same = match report {
         Report::File(r) => r.boot == "same_boot",
-        Report::Pgbench(_) => {
+        Report::Pgbench(_) | Report::Files(_) => {
             let s = report.storage();
             let before = s
                 .probe
@@ -113,7 +134,7 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
         "Verdict",
         &format!(
             "the verdict `plugpull verify --run {}` gives: PASS = nothing acknowledged was lost or damaged, \
-             FAIL = findings; the table counts blocks (file) or commits (pgbench) by verdict",
+             FAIL = findings; the table counts blocks (file), commits (pgbench) or names (files) by verdict",
             l.run
         ),
     );
@@ -147,7 +168,28 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
             }
             p.table(("count", "commits"), &pg_rows(r));
         }
+        Report::Files(r) => {
+            if let Some(d) = &r.device_error {
+                p.para(d, "");
+            }
+            p.table(("verdict", "names"), &files_rows(r));
+        }
     }
+}
+
+/// The verdict table of a files run: each verdict's name count, then the totals.
+pub fn files_rows(r: &FilesReport) -> Vec<(String, String)> {
+    let mut rows: Vec<(String, String)> = plugpull::verdict::files::FilesVerdict::ALL
+        .iter()
+        .map(|v| (v.name().to_string(), r.verdicts.get(*v).to_string()))
+        .collect();
+    rows.push((
+        "of them unpromised".into(),
+        r.verdicts.unpromised.to_string(),
+    ));
+    rows.push(("acknowledged steps".into(), r.acknowledged.to_string()));
+    rows.push(("names checked".into(), r.names_checked.to_string()));
+    rows
 }
 
 /// The verdict table of a file run: each verdict's block count, then the totals.

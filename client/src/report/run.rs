@@ -161,6 +161,7 @@ pub fn ack_times(l: &RunLedger) -> Vec<(u32, u64)> {
         match &b.acks {
             Acks::File(v) => out.extend(v.iter().map(|a| (a.ms, 1))),
             Acks::Pg(v) => out.extend(v.iter().map(|r| (r.ms, r.last + 1 - r.first))),
+            Acks::Files(v) => out.extend(v.iter().map(|a| (a.ms, 1))),
         }
     }
     out
@@ -183,7 +184,7 @@ pub fn run_end(l: &RunLedger, acks: &[(u32, u64)]) -> (u32, &'static str) {
 pub fn file_map(l: &RunLedger, r: &FileReport) -> BlockMap {
     let acked = l.batches.iter().flat_map(|b| match &b.acks {
         Acks::File(v) => v.iter().map(|a| a.block).collect(),
-        Acks::Pg(_) => Vec::new(),
+        Acks::Pg(_) | Acks::Files(_) => Vec::new(),
     });
     let total = r.failures();
     if r.failed_blocks.len() as u64 == total {

@@ -58,6 +58,11 @@ pub const BATCH_MAX: usize = 8192;
 /// Most acks handed over but not yet confirmed before writers pause.
 /// Default of `--max-unconfirmed` for the file workload.
 pub const FILE_MAX_UNCONFIRMED: u64 = 1_000_000;
+/// Default of `--max-unconfirmed` for the files workload: small, because the
+/// verifier allows this many steps (+ 2) per worker after its last confirmed one to
+/// have happened unconfirmed, and a long window explains away more losses; 16 still
+/// keeps a few workers pipelined (no round trip between two steps).
+pub const FILES_MAX_UNCONFIRMED: u64 = 16;
 /// Default of `--max-unconfirmed` for the pgbench workload.
 pub const PG_MAX_UNCONFIRMED: u64 = 100_000;
 /// How long `finish` keeps trying to reach a listener that went away.
@@ -82,12 +87,14 @@ pub struct Reporter {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReporterOptions {
     /// Append every ack the listener confirmed to this file, one per line
-    /// (`seq block` for files, `client first last` for pgbench ranges): the agent's own
-    /// record, to compare with the ledger.
+    /// (`seq block` for file runs, `seq file size content_seq` for files runs,
+    /// `client first last` for pgbench ranges): the agent's own record, to compare
+    /// with the ledger.
     #[arg(long)]
     pub ack_log: Option<std::path::PathBuf>,
     /// Pause writing while more than this many acks await the listener's confirmation
-    /// [default: 1000000 for files; 100000 for pgbench, where it also bounds which
+    /// [default: 1000000 for file runs; 16 for files runs, where it bounds the steps
+    /// the verifier allows in flight; 100000 for pgbench, where it also bounds which
     /// sequence numbers can exist after a cut]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_unconfirmed: Option<u64>,
@@ -129,6 +136,8 @@ impl Reporter {
             plugpull::ledger::Workload::File(_) => {
                 (true, opts.max_unconfirmed_or(FILE_MAX_UNCONFIRMED))
             }
+            // Each files ack says itself whether it was promised.
+            plugpull::ledger::Workload::Files(f) => (true, f.max_unconfirmed),
         };
         let counters = crate::storage::FlushCounters::new(manifest.storage.disks.clone());
         let flush_clock = crate::storage::FlushClock::new(counters.clone());

@@ -21,7 +21,7 @@
 //! the reporter treats as a witness fault.
 
 use super::sink::Msg;
-use plugpull::ledger::{AckBatch, Acks, FileAck, FlushSample, PgAckRange};
+use plugpull::ledger::{AckBatch, Acks, FileAck, FilesAck, FlushSample, PgAckRange};
 use std::collections::{HashMap, VecDeque};
 
 /// Whether `waiting` acks (handed over, not yet confirmed) exceed the
@@ -168,6 +168,7 @@ impl Outbox {
 #[derive(Default)]
 struct Gather {
     file: Vec<FileAck>,
+    files: Vec<FilesAck>,
     pg: Vec<PgAckRange>,
     /// Index in `pg` of each client's last range.
     pg_at: HashMap<u32, usize>,
@@ -181,6 +182,10 @@ impl Gather {
             Msg::File(a) => {
                 self.n += 1;
                 self.file.push(a);
+            }
+            Msg::Files(a) => {
+                self.n += 1;
+                self.files.push(a);
             }
             Msg::Pg { client, seq, ms } => {
                 self.n += 1;
@@ -207,6 +212,9 @@ impl Gather {
         let mut out = Vec::new();
         if !self.file.is_empty() {
             out.push(Acks::File(std::mem::take(&mut self.file)));
+        }
+        if !self.files.is_empty() {
+            out.push(Acks::Files(std::mem::take(&mut self.files)));
         }
         if !self.pg.is_empty() {
             out.push(Acks::Pg(std::mem::take(&mut self.pg)));

@@ -8,7 +8,7 @@
 //! long while they wait, or a witness fault ended the run.
 
 use super::outbox::over_bound;
-use plugpull::ledger::FileAck;
+use plugpull::ledger::{FileAck, FilesAck};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +19,8 @@ use tokio::sync::mpsc;
 pub(super) enum Msg {
     /// A durable write of the file workload.
     File(FileAck),
+    /// A step of the files workload whose last durability call returned.
+    Files(FilesAck),
     /// Client `client`'s transaction `seq` committed, `ms` after the run's start.
     Pg { client: u32, seq: u64, ms: u32 },
 }
@@ -129,6 +131,11 @@ impl AckSink {
     /// writer never holds an ack back; batching is the reporter task's job.
     pub fn file_ack(&self, ack: FileAck) {
         self.hand(1, Msg::File(ack));
+    }
+
+    /// Hands over one acknowledged step of the files workload at once.
+    pub fn files_ack(&self, ack: FilesAck) {
+        self.hand(1, Msg::Files(ack));
     }
 
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.

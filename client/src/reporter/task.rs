@@ -410,6 +410,9 @@ impl Task {
                     Acks::Pg(v) => v
                         .iter()
                         .try_for_each(|a| writeln!(log, "{} {} {}", a.client, a.first, a.last)),
+                    Acks::Files(v) => v.iter().try_for_each(|a| {
+                        writeln!(log, "{} {} {} {}", a.seq, a.file, a.size, a.content_seq)
+                    }),
                 };
                 if let Err(e) = r.and_then(|_| log.flush()) {
                     eprintln!("ack log: {e}; no longer written");

@@ -69,9 +69,9 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
     ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
-    // It ends by writing its report: both devices' file runs on one page. The honest
-    // run has two figures (its lag histogram is a sentence: nothing lost), the lying
-    // one three.
+    // It ends by writing its report: both devices' file and files runs on one page.
+    // The honest file run has two figures (its lag histogram is a sentence: nothing
+    // lost), the lying one three; the honest files run one, the lying one two.
     let size = std::fs::metadata(&report).unwrap().len();
     assert!(
         out.contains(&format!(
@@ -95,7 +95,8 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
         "the_demo_judges_its_file_runs_with_the_verifiers_function",
     ) {
         let loaded = plugpull_tests::browser::load(&report, dir.path());
-        assert_eq!(loaded.check(), "figures=5;shown=5;errors=0");
+        // The files runs add their step rate each, and the lying one its lag histogram.
+        assert_eq!(loaded.check(), "figures=8;shown=8;errors=0");
         assert_eq!(loaded.console(), Vec::<&str>::new());
     }
     let line = |prefix: &str| {
@@ -106,21 +107,26 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
     };
     let honest = line("honest device: ");
     assert!(
-        honest.starts_with("honest device: PASS, ") && honest.ends_with(" acknowledged, 0 lost"),
+        honest.starts_with("honest device: PASS, ") && honest.ends_with(" steps), 0 lost"),
         "{honest}"
     );
     let lying = line("lying device: ");
     assert!(lying.starts_with("lying device: FAIL, "), "{lying}");
-    // Two file reports, each ending with the verifier's summary line.
+    // Two file and two files reports, each ending with the verifier's summary line.
     assert_eq!(
         out.lines().filter(|l| l.starts_with("PASS: ")).count(),
-        1,
+        2,
         "{out}"
     );
     assert_eq!(
         out.lines().filter(|l| l.starts_with("FAIL: ")).count(),
-        1,
+        2,
         "{out}"
+    );
+    assert_eq!(
+        page.matches("<h1>lying device: files workload (run ")
+            .count(),
+        1
     );
     assert_eq!(
         out.lines()
@@ -130,7 +136,11 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
         "{out}"
     );
     // The demo's figures are the reports' figures.
-    let acked: u64 = honest["honest device: PASS, ".len()..]
+    // `honest device: PASS, T acknowledged (W writes, S steps), 0 lost`.
+    let acked: u64 = honest
+        .split(" (")
+        .nth(1)
+        .unwrap()
         .split(' ')
         .next()
         .unwrap()

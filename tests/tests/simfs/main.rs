@@ -125,7 +125,7 @@ fn ledger_acks(bytes: &[u8]) -> Vec<FileAck> {
     ledger::scan(bytes, |_, e| match e {
         Entry::Acks(b) => match b.acks {
             Acks::File(v) => acks.extend(v),
-            Acks::Pg(_) => panic!("pgbench acks in a file run"),
+            Acks::Pg(_) | Acks::Files(_) => panic!("other acks in a file run"),
         },
         Entry::DeviceError(d) => invalid = Some(d.error),
         _ => {}

@@ -34,7 +34,7 @@ fn read_ledger(path: &Path) -> (Vec<FileAck>, Option<DeviceError>, usize) {
         match e {
             Entry::Acks(b) => match b.acks {
                 Acks::File(v) => acks.extend(v),
-                Acks::Pg(_) => panic!("pgbench acks in a file run"),
+                Acks::Pg(_) | Acks::Files(_) => panic!("other acks in a file run"),
             },
             Entry::DeviceError(d) => end = Some(d),
             _ => {}

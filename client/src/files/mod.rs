@@ -1,0 +1,307 @@
+//! `plugpull write files`: a namespace workload. Workers create, append to, replace
+//! (write `NAME.tmp`, fsync, rename over `NAME`, fsync the directory), truncate and
+//! unlink small files of checksummed records in one directory, each step acknowledged
+//! to the listener once its last durability call returned, with the state it promises
+//! for its name (exists, size, content seq); and the verification of such a run.
+//!
+//! * [`write`] (here): arguments, the directory before the first step, the manifest,
+//!   the workers (the progress line and the end of the run are the file workload's).
+//! * `worker`: the step threads.
+//! * [`verify`]: walking the directory and judging every name.
+//! * [`print`]: the write summary and the human verify report.
+//!
+//! Which step a worker takes next is a deterministic schedule
+//! ([`plugpull::verdict::files::schedule`]) the verifier replays; `docs/files.md`
+//! describes the workload and its verdicts.
+
+pub mod print;
+pub mod verify;
+mod worker;
+
+use crate::file::worker::Shared;
+use crate::manifest::make_manifest;
+use crate::reporter::{Reporter, FILES_MAX_UNCONFIRMED};
+use crate::Error;
+use plugpull::auth::Secret;
+use plugpull::ledger::{FilesManifest, Workload};
+use plugpull::units::parse_duration;
+use plugpull::verdict::files::schedule::{split_name, Unsafe};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The file that marks a directory as a files run's: written and synced before the
+/// first step; a directory holding other entries without it is refused without `--force`.
+pub const MARKER: &str = ".plugpull-files";
+
+/// Options of `plugpull write files`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WriteArgs {
+    /// Directory to work in (created when missing).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Concurrent workers (worker j owns the files w{j}-*).
+    #[arg(long, short = 'j', default_value_t = 1)]
+    pub jobs: u32,
+    /// File names in all, shared out among the workers.
+    #[arg(long, default_value_t = 64)]
+    pub files: u32,
+    /// How long to run, e.g. 30s or 5m (default 30s).
+    #[arg(long, short = 'T', value_parser = parse_duration, conflicts_with = "steps")]
+    pub duration: Option<Duration>,
+    /// Stop after this many steps (all workers together) instead of after a duration.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Durability calls to skip, comma-separated: `dirsync` (the directory fsync after
+    /// create, replace and unlink), `presync` (the fsync of NAME.tmp before the rename).
+    /// Those steps are acknowledged as not promised; their losses are expected.
+    #[arg(long, value_delimiter = ',')]
+    pub unsafe_steps: Vec<String>,
+    /// Print a progress line every SECONDS.
+    #[arg(short = 'P', long = "progress", value_parser = parse_duration)]
+    pub progress: Option<Duration>,
+    /// Seed of the step schedule (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print the summary as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Use a non-empty directory that is not a files run's (its other entries are left alone).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub reporter: crate::reporter::ReporterOptions,
+}
+
+/// Most workers `--jobs` accepts.
+pub const MAX_JOBS: u32 = 1024;
+/// Most file names `--files` accepts.
+pub const MAX_FILES: u32 = 1 << 20;
+
+/// Validates the arguments and returns the durability calls to skip.
+pub fn check_args(a: &WriteArgs) -> Result<Unsafe, Error> {
+    if a.jobs == 0 || a.jobs > MAX_JOBS {
+        return Err(format!("--jobs {} is not between 1 and {MAX_JOBS}", a.jobs).into());
+    }
+    if a.files < a.jobs || a.files > MAX_FILES {
+        return Err(format!(
+            "--files {} is not between --jobs ({}) and {MAX_FILES}: every worker needs a file",
+            a.files, a.jobs
+        )
+        .into());
+    }
+    if a.steps == Some(0) {
+        return Err("--steps must be at least 1".into());
+    }
+    crate::file::check_times(a.duration, a.progress)?;
+    let mut u = Unsafe::default();
+    for s in &a.unsafe_steps {
+        match s.as_str() {
+            "dirsync" => u.dirsync = true,
+            "presync" => u.presync = true,
+            other => {
+                return Err(
+                    format!("--unsafe-steps {other:?} is not one of dirsync, presync").into(),
+                )
+            }
+        }
+    }
+    Ok(u)
+}
+
+/// Runs `plugpull write files`. Returns `Ok(true)` when the run ended as planned,
+/// `Ok(false)` (exit 1) when a device error ended it (as `write file`).
+///
+/// Errors (exit 2): bad arguments, a directory that is not one or not ours (without
+/// `--force`), an unreachable listener or a wrong secret (found before the directory
+/// is touched), a step that failed with an error that is not a device's.
+pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<bool, Error> {
+    let unsafe_steps = check_args(args)?;
+    drop(crate::net::connect(listener, secret).await?);
+    let dir = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
+    let lock = prepare_dir(&dir, args.force)?;
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let max_unconfirmed = args.reporter.max_unconfirmed_or(FILES_MAX_UNCONFIRMED);
+    let (storage, probe) =
+        tokio::task::block_in_place(|| crate::storage::probe_for_run(&dir, None));
+    let workload = Workload::Files(FilesManifest {
+        target: dir.display().to_string(),
+        jobs: args.jobs,
+        files: args.files,
+        seed,
+        skip_dirsync: unsafe_steps.dirsync,
+        skip_presync: unsafe_steps.presync,
+        max_unconfirmed,
+        identity: crate::target_id::identify(&dir).unwrap_or_default(),
+    });
+    let manifest = make_manifest(workload, storage);
+    let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
+    let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
+    if !args.json {
+        println!("run id: {run}");
+        println!(
+            "target directory: {}; jobs: {}; files: {}; unsafe steps: {}",
+            dir.display(),
+            args.jobs,
+            args.files,
+            print::unsafe_name(unsafe_steps)
+        );
+        println!("{head}");
+    }
+    let duration = match (args.steps, args.duration) {
+        (Some(_), _) => None,
+        (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
+    };
+    let start = Instant::now();
+    let sh = Arc::new(Shared::new(
+        args.steps,
+        duration.and_then(|d| start.checked_add(d)),
+    ));
+    let plan = worker::Plan {
+        dir: dir.clone(),
+        jobs: args.jobs,
+        files: args.files,
+        seed,
+        unsafe_steps,
+        run,
+    };
+    let handles = worker::spawn(&plan, &sh, || reporter.sink())?;
+    let outs =
+        crate::file::wait_for_workers(handles, &sh, reporter.sink(), args.progress, start).await;
+    let elapsed = start.elapsed();
+    let end = crate::file::end_run(reporter, &sh, &outs, elapsed).await?;
+    drop(lock);
+    print::print_write_summary(
+        &print::WriteSummary {
+            run_id: run.to_string(),
+            target: dir.display().to_string(),
+            jobs: args.jobs,
+            files: args.files,
+            unsafe_steps: print::unsafe_name(unsafe_steps),
+            duration_secs: elapsed.as_secs_f64(),
+            steps_issued: end.issued,
+            steps_acknowledged: end.confirmed,
+            steps_per_sec: end.hist.count() as f64 / elapsed.as_secs_f64(),
+            latency_ms: crate::latency::LatencySummary::of(&end.hist),
+            names_touched: end.covered,
+            device_error: end.device_error.as_ref().map(|e| e.error.clone()),
+            storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
+        },
+        args.json,
+    );
+    match &end.device_error {
+        None => Ok(true),
+        Some(e) => crate::file::device_error_end(run, e, end.confirmed, listener),
+    }
+}
+
+/// Whether `name` is an entry a files run makes (`w{j}-{n}`, `w{j}-{n}.tmp`, the marker).
+fn is_ours(name: &str) -> bool {
+    let base = name.strip_suffix(".tmp").unwrap_or(name);
+    name == MARKER || split_name(base).is_some()
+}
+
+/// Makes `dir` ready for the first step and locks it (`flock`, so a second writer is
+/// refused): creates it when missing; refuses a non-directory, and a non-empty
+/// directory without the [`MARKER`] unless `force`; removes every entry an earlier
+/// files run left; writes the marker; syncs the marker and the directory.
+///
+/// Errors: any of these fails, or another writer holds the directory.
+pub fn prepare_dir(dir: &Path, force: bool) -> Result<std::fs::File, Error> {
+    let err = |what: &str, e: std::io::Error| Error(format!("{what} {}: {e}", dir.display()));
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(Error(format!(
+                "target {} is not a directory (write files works in a directory)",
+                dir.display()
+            )))
+        }
+        Ok(_) => {}
+        Err(_) => std::fs::create_dir_all(dir).map_err(|e| err("cannot create", e))?,
+    }
+    let lock = std::fs::File::open(dir).map_err(|e| err("cannot open", e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
+        return Err(Error(format!(
+            "target {} is in use by another writer",
+            dir.display()
+        )));
+    }
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| err("cannot read", e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let marked = names.iter().any(|n| n == MARKER);
+    let foreign: Vec<&String> = names.iter().filter(|n| !is_ours(n)).collect();
+    if !names.is_empty() && !marked && !force {
+        return Err(Error(format!(
+            "target directory {} is not empty and not a files run's (it holds {}{}); give --force to use it anyway (its other entries are left alone)",
+            dir.display(),
+            names.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            if names.len() > 3 { ", …" } else { "" }
+        )));
+    }
+    if !foreign.is_empty() && marked && !force {
+        eprintln!(
+            "warning: {} entries in {} are not the run's; they are left alone",
+            foreign.len(),
+            dir.display()
+        );
+    }
+    for n in names.iter().filter(|n| is_ours(n)) {
+        std::fs::remove_file(dir.join(n)).map_err(|e| err(&format!("cannot remove {n} in"), e))?;
+    }
+    let marker = dir.join(MARKER);
+    std::fs::write(&marker, b"plugpull files workload directory\n")
+        .and_then(|_| std::fs::File::open(&marker)?.sync_all())
+        .and_then(|_| lock.sync_all())
+        .map_err(|e| err("cannot write the marker in", e))?;
+    Ok(lock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: WriteArgs,
+    }
+
+    fn refusal(extra: &[&str]) -> String {
+        let mut argv = vec!["files", "--target", "/tmp/x"];
+        argv.extend_from_slice(extra);
+        check_args(&Cli::try_parse_from(argv).unwrap().args)
+            .unwrap_err()
+            .0
+    }
+
+    #[test]
+    fn check_args_refuses_each_bad_argument_by_name() {
+        assert_eq!(refusal(&["-j", "0"]), "--jobs 0 is not between 1 and 1024");
+        assert_eq!(
+            refusal(&["-j", "4", "--files", "3"]),
+            "--files 3 is not between --jobs (4) and 1048576: every worker needs a file"
+        );
+        assert_eq!(refusal(&["--steps", "0"]), "--steps must be at least 1");
+        assert_eq!(
+            refusal(&["--unsafe-steps", "dirsync,nosync"]),
+            "--unsafe-steps \"nosync\" is not one of dirsync, presync"
+        );
+    }
+
+    #[test]
+    fn only_the_runs_own_entries_are_ours() {
+        assert!(is_ours("w0-12") && is_ours("w3-0.tmp") && is_ours(MARKER));
+        assert!(!is_ours("notes.txt") && !is_ours("w0-1.bak") && !is_ours("w-1"));
+    }
+}

@@ -1,0 +1,122 @@
+//! Verifying a files run: walk its directory with plain reads and judge every name
+//! ([`plugpull::verdict::files::judge`]).
+//!
+//! The files are small (at most 8 KiB) and read with ordinary buffered reads, not
+//! `O_DIRECT`: after a real power cut the host rebooted and its page cache is empty;
+//! after a cut of the storage alone (simfs, a SAN) the names and sizes come from the
+//! filesystem's own view either way. `docs/files.md` says so.
+
+use super::MARKER;
+use crate::verify::{device_error_rule, RunLedger};
+use crate::Error;
+use plugpull::ledger::{Acks, FilesAck, FilesManifest};
+use plugpull::report::{FilesHead, FilesReport};
+use plugpull::verdict::files::schedule::{parse_name, Unsafe};
+use plugpull::verdict::files::{judge, FilesRun, Found, Walk, READ_CAP};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Steps per worker the verifier replays after its last confirmed one when the
+/// manifest's bound is 0 (unbounded).
+pub const UNBOUNDED_WINDOW: u64 = 1_000_000;
+
+/// Reads what the directory holds: the run's names, their `.tmp` files, other entries.
+///
+/// Errors: the directory or one of the run's files cannot be read.
+pub fn walk(dir: &Path, jobs: u32, files: u32) -> Result<Walk, Error> {
+    let err = |p: &Path, e: std::io::Error| Error(format!("cannot read {}: {e}", p.display()));
+    let mut w = Walk::default();
+    for e in std::fs::read_dir(dir).map_err(|e| err(dir, e))? {
+        let e = e.map_err(|e| err(dir, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let (base, tmp) = match name.strip_suffix(".tmp") {
+            Some(b) => (b, true),
+            None => (name.as_str(), false),
+        };
+        let Some(f) = parse_name(base, jobs, files).filter(|_| e.path().is_file()) else {
+            if name != MARKER {
+                w.foreign.push(name);
+            }
+            continue;
+        };
+        let path = e.path();
+        let mut file = std::fs::File::open(&path).map_err(|e| err(&path, e))?;
+        let size = file.metadata().map_err(|e| err(&path, e))?.len();
+        let mut data = Vec::new();
+        (&mut file)
+            .take(READ_CAP)
+            .read_to_end(&mut data)
+            .map_err(|e| err(&path, e))?;
+        let found = Found { size, data };
+        if tmp {
+            w.tmps.insert(f, found);
+        } else {
+            w.names.insert(f, found);
+        }
+    }
+    w.foreign.sort();
+    Ok(w)
+}
+
+/// Verifies a files run: the device-error rule, the walk of its directory (`target`
+/// instead of the manifest's when given), every name judged.
+///
+/// Errors (exit 2): acknowledgements after a device error; the directory is missing
+/// (mount the filesystem first) or unreadable; the acks do not match the schedule.
+pub fn verify_files_run(
+    l: &RunLedger,
+    fm: &FilesManifest,
+    target: Option<&PathBuf>,
+) -> Result<FilesReport, Error> {
+    let device_error = device_error_rule(l)?;
+    let dir = target.cloned().unwrap_or_else(|| PathBuf::from(&fm.target));
+    if !dir.is_dir() {
+        return Err(Error(format!(
+            "cannot verify run {}: directory {} does not exist (mount its filesystem first, or give --target)",
+            l.run,
+            dir.display()
+        )));
+    }
+    let w = walk(&dir, fm.jobs, fm.files)?;
+    let acks: Vec<FilesAck> = l
+        .batches
+        .iter()
+        .flat_map(|b| match &b.acks {
+            Acks::Files(v) => v.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let window = if l.finished && l.device_error.is_none() {
+        0
+    } else if fm.max_unconfirmed == 0 {
+        UNBOUNDED_WINDOW
+    } else {
+        // Up to max + 1 acks waiting when a worker looks, and the step it then takes.
+        fm.max_unconfirmed + 2
+    };
+    let run = FilesRun {
+        run: l.run,
+        jobs: fm.jobs,
+        files: fm.files,
+        seed: fm.seed,
+        unsafe_steps: Unsafe {
+            dirsync: fm.skip_dirsync,
+            presync: fm.skip_presync,
+        },
+        window,
+    };
+    let outcome = judge(&run, &acks, &w).map_err(|e| Error(format!("run {}: {e}", l.run)))?;
+    let head = FilesHead {
+        run_id: l.run.to_string(),
+        host: l.manifest.host.clone(),
+        target: dir.display().to_string(),
+        jobs: fm.jobs,
+        files: fm.files,
+        finished: l.finished,
+        run_started_unix_ms: l.manifest.started_unix_ms,
+        run_chosen: l.chosen.clone(),
+    };
+    let mut report = FilesReport::new(head, outcome);
+    report.device_error = device_error;
+    Ok(report)
+}

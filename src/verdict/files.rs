@@ -1,0 +1,450 @@
+//! The rules of the files (namespace) workload: what survived, name by name.
+//!
+//! Every worker follows a deterministic [`Schedule`] (see [`schedule`]), so the verifier
+//! replays it from the manifest's seed. For each worker `j`, `K_j` is its last step
+//! the ledger holds (its acks are a prefix of its schedule: the reporter sends them in
+//! order and the ledger is gap-free); every acknowledgement must match its scheduled
+//! step (name, exists, size, content seq), else the run cannot be judged. For file `f`,
+//! `S₀` is its state after its worker's steps up to `K_j` (the *promised* state: which
+//! blocks it has and which step wrote each); the worker's next `window` steps may have
+//! happened before the cut without being confirmed (*in flight*, as a write newer than
+//! its block's acknowledged one in the file workload).
+//!
+//! What the walk found for `f` is **intact** when it is `S₀` exactly, or what one
+//! in-flight step of `f` may leave from the state before it: a create or append
+//! partly done (the new blocks hold the step's records or zeros, the size is between
+//! the old and the new), a truncate partly done, a replace before or after its rename,
+//! an unlink done or not. `NAME.tmp` may exist only while a replace of `f` is in flight.
+//! Otherwise, first rule that applies, against `S₀`:
+//!
+//! 1. `S₀` exists, the name is gone → **lost_file**;
+//! 2. `S₀` does not exist (acknowledged unlink, or never acknowledged), the name is
+//!    there → **resurrected**;
+//! 3. the file is empty, `S₀` is not → **zero_length**;
+//! 4. a block is no record of this file at this place (bad CRC, foreign bytes, another
+//!    run's or another file's record) → **corrupt**;
+//! 5. the file is exactly an earlier acknowledged state of `f` that an acknowledged
+//!    replace superseded → **stale_rename** (old content under the new name);
+//! 6. the size differs from `S₀`'s → **wrong_size**;
+//! 7. some blocks hold `S₀`'s records and some an older seq or zeros → **torn**; none
+//!    does → **stale**;
+//! 8. the file is `S₀` but `NAME.tmp` is there too (only one may be) → **stale_rename**.
+//!
+//! A finding on a name one of whose acknowledged steps skipped a durability call
+//! (`--unsafe-steps`) is *unpromised*: reported, counted apart, not a failure.
+//! Every finding names its evidence: the name, its last acknowledged step (seq and
+//! operation), the expected and found existence, size and newest seq.
+
+mod blocks;
+pub mod schedule;
+
+use crate::ledger::FilesAck;
+use crate::RunId;
+use blocks::{decode, describe, fits, is_state, newest, Block};
+use schedule::{file_name, Op, Schedule, Step, Unsafe, BLOCK};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The verdict on one name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum FilesVerdict {
+    /// The promised state, or one an in-flight step may leave.
+    Intact,
+    /// An acknowledged file is gone.
+    LostFile,
+    /// An acknowledged unlink (or a never acknowledged create) is undone: the name exists.
+    Resurrected,
+    /// The size differs from the promised one.
+    WrongSize,
+    /// The file is empty where it should hold data.
+    ZeroLength,
+    /// Old content under the new name after an acknowledged replace, or `NAME.tmp` left.
+    StaleRename,
+    /// Some blocks hold the promised records, others older ones or zeros.
+    Torn,
+    /// A block is no record of this file at this place.
+    Corrupt,
+    /// No block holds the promised records (older ones or zeros), size right.
+    Stale,
+}
+
+impl FilesVerdict {
+    /// All verdicts, in report order.
+    pub const ALL: [FilesVerdict; 9] = [
+        FilesVerdict::Intact,
+        FilesVerdict::LostFile,
+        FilesVerdict::Resurrected,
+        FilesVerdict::WrongSize,
+        FilesVerdict::ZeroLength,
+        FilesVerdict::StaleRename,
+        FilesVerdict::Torn,
+        FilesVerdict::Corrupt,
+        FilesVerdict::Stale,
+    ];
+
+    /// The snake_case name used in JSON and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FilesVerdict::Intact => "intact",
+            FilesVerdict::LostFile => "lost_file",
+            FilesVerdict::Resurrected => "resurrected",
+            FilesVerdict::WrongSize => "wrong_size",
+            FilesVerdict::ZeroLength => "zero_length",
+            FilesVerdict::StaleRename => "stale_rename",
+            FilesVerdict::Torn => "torn",
+            FilesVerdict::Corrupt => "corrupt",
+            FilesVerdict::Stale => "stale",
+        }
+    }
+}
+
+/// Names per verdict (each checked name once), with the unpromised ones apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesCounts {
+    /// Names per verdict name (every verdict present, 0 included; flattened into
+    /// the JSON object beside `unpromised`).
+    #[serde(flatten)]
+    pub by_verdict: BTreeMap<String, u64>,
+    /// Names with a non-intact verdict whose loss was not promised (`--unsafe-steps`).
+    pub unpromised: u64,
+}
+
+impl FilesCounts {
+    /// Zero for every verdict.
+    pub fn new() -> Self {
+        let by_verdict = FilesVerdict::ALL
+            .iter()
+            .map(|v| (v.name().to_string(), 0))
+            .collect();
+        FilesCounts {
+            by_verdict,
+            unpromised: 0,
+        }
+    }
+
+    /// The count of `v`.
+    pub fn get(&self, v: FilesVerdict) -> u64 {
+        self.by_verdict.get(v.name()).copied().unwrap_or(0)
+    }
+
+    /// Names that failed: non-intact and promised.
+    pub fn failures(&self) -> u64 {
+        let bad: u64 = FilesVerdict::ALL[1..].iter().map(|&v| self.get(v)).sum();
+        bad - self.unpromised
+    }
+}
+
+/// One name as the directory walk found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Its size, bytes.
+    pub size: u64,
+    /// Its first bytes (all of them up to [`READ_CAP`]).
+    pub data: Vec<u8>,
+}
+
+/// Most bytes of one file the walk reads: more than any file of the run holds.
+pub const READ_CAP: u64 = 4 * schedule::MAX_BLOCKS * BLOCK;
+
+/// What the walk of the directory found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Walk {
+    /// Each file of the run present, by number.
+    pub names: BTreeMap<u32, Found>,
+    /// Each `NAME.tmp` present, by file number.
+    pub tmps: BTreeMap<u32, Found>,
+    /// Other entries of the directory (not the run's), by name.
+    pub foreign: Vec<String>,
+}
+
+/// What the verdict needs of the run besides its acks.
+#[derive(Clone, Debug)]
+pub struct FilesRun {
+    /// The run.
+    pub run: RunId,
+    /// Workers.
+    pub jobs: u32,
+    /// File names.
+    pub files: u32,
+    /// The schedule's seed.
+    pub seed: u64,
+    /// Skipped durability calls.
+    pub unsafe_steps: Unsafe,
+    /// Steps per worker that may have happened after its last one in the ledger
+    /// (0 when the run finished normally).
+    pub window: u64,
+}
+
+/// One finding: a name whose state is not one the ledger allows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FilesFinding {
+    /// The name (`w0-3`).
+    pub name: String,
+    /// The verdict.
+    pub verdict: FilesVerdict,
+    /// The seq of the name's last acknowledged step (0: none).
+    pub step_seq: u64,
+    /// That step's operation (`""`: none).
+    pub step: String,
+    /// Whether every acknowledged step of the name promised durability.
+    pub promised: bool,
+    /// Whether the name should exist.
+    pub expected_exists: bool,
+    /// Its promised size, bytes.
+    pub expected_size: u64,
+    /// The newest seq among its promised records (0: none).
+    pub expected_seq: u64,
+    /// Whether it exists.
+    pub found_exists: bool,
+    /// Its size found, bytes.
+    pub found_size: u64,
+    /// The newest seq among its valid records found (0: none).
+    pub found_seq: u64,
+    /// Seconds between the last acknowledged step of the name and the last of the run.
+    pub acked_secs_before_end: Option<f64>,
+    /// The evidence in words.
+    pub evidence: String,
+}
+
+/// The outcome of judging every name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilesOutcome {
+    /// Names per verdict.
+    pub counts: FilesCounts,
+    /// Names judged (with a step or found on disk).
+    pub checked: u64,
+    /// Names in a state only an in-flight step explains.
+    pub in_flight_survived: u64,
+    /// Every non-intact name, by file number.
+    pub findings: Vec<FilesFinding>,
+    /// Acknowledged steps in the ledger, and how many of them were unpromised.
+    pub acknowledged: (u64, u64),
+    /// Entries of the directory that are not the run's.
+    pub foreign: Vec<String>,
+}
+
+/// The history of one name from the replayed schedule.
+#[derive(Default)]
+struct History {
+    /// Acknowledged steps (up to the worker's `K`), each with the state after it.
+    acked: Vec<(Step, Option<Vec<u64>>)>,
+    /// Steps that may have been in flight, each with the state after it.
+    later: Vec<(Step, Option<Vec<u64>>)>,
+    /// Time of the last acknowledged step, ms after the run's start.
+    ms: Option<u32>,
+}
+
+/// Replays every worker's schedule over its acknowledged steps and the `window`
+/// after them, checking each ack against its step.
+///
+/// Errors: an ack names a seq, file or state its schedule does not.
+fn replay(r: &FilesRun, acks: &[FilesAck]) -> Result<BTreeMap<u32, History>, String> {
+    let jobs = u64::from(r.jobs.max(1));
+    let mut by_seq: BTreeMap<u64, &FilesAck> = BTreeMap::new();
+    let mut last_k = vec![None::<u64>; jobs as usize];
+    for a in acks {
+        if a.seq == 0 {
+            return Err("an acknowledged step has seq 0".into());
+        }
+        let (j, k) = (((a.seq - 1) % jobs) as usize, (a.seq - 1) / jobs);
+        last_k[j] = last_k[j].max(Some(k));
+        by_seq.insert(a.seq, a);
+    }
+    let mut out: BTreeMap<u32, History> = BTreeMap::new();
+    for (j, last) in last_k.iter().enumerate() {
+        let mut s = Schedule::new(r.seed, r.jobs, j as u32, r.files, r.unsafe_steps);
+        let end = last.map_or(0, |k| k + 1) + r.window;
+        for k in 0..end {
+            let Some(st) = s.next_step() else { break };
+            let state = s.state(st.file).map(<[u64]>::to_vec);
+            let h = out.entry(st.file).or_default();
+            if last.is_some_and(|l| k <= l) {
+                if let Some(a) = by_seq.get(&st.seq) {
+                    check_ack(a, &st, state.as_deref())?;
+                    h.ms = Some(a.ms);
+                }
+                h.acked.push((st, state));
+            } else {
+                h.later.push((st, state));
+            }
+        }
+    }
+    if let Some(a) = by_seq.values().find(|a| {
+        !out.values()
+            .any(|h| h.acked.iter().any(|(s, _)| s.seq == a.seq))
+    }) {
+        return Err(format!(
+            "acknowledged step seq {} is beyond every worker's schedule",
+            a.seq
+        ));
+    }
+    Ok(out)
+}
+
+/// Checks that ack `a` states what its scheduled step `st` leaves (`state`).
+fn check_ack(a: &FilesAck, st: &Step, state: Option<&[u64]>) -> Result<(), String> {
+    let size = state.map_or(0, |s| s.len() as u64 * BLOCK);
+    let top = state.and_then(|s| s.iter().max().copied()).unwrap_or(0);
+    if a.file != st.file
+        || a.exists != state.is_some()
+        || a.size != size
+        || a.content_seq != top
+        || a.promised != st.promised
+    {
+        return Err(format!(
+            "acknowledged step seq {} (file {}, exists {}, {} bytes, content seq {}) is not its scheduled step ({} of file {}: exists {}, {size} bytes, content seq {top}): the ledger and the manifest's schedule disagree",
+            a.seq, a.file, a.exists, a.size, a.content_seq, st.op.name(), st.file, state.is_some()
+        ));
+    }
+    Ok(())
+}
+
+/// Judges every name of the run from its acknowledged steps and what the walk found.
+///
+/// Errors: the acks do not match the run's schedule (the ledger is not this
+/// manifest's, or the agent is another version).
+pub fn judge(r: &FilesRun, acks: &[FilesAck], walk: &Walk) -> Result<FilesOutcome, String> {
+    let hist = replay(r, acks)?;
+    let end_ms = acks.iter().map(|a| a.ms).max().unwrap_or(0);
+    let mut counts = FilesCounts::new();
+    let (mut checked, mut in_flight) = (0, 0);
+    let mut findings = Vec::new();
+    let empty = History::default();
+    for f in 0..r.files {
+        let h = hist.get(&f).unwrap_or(&empty);
+        let found = walk.names.get(&f);
+        if h.acked.is_empty()
+            && h.later.is_empty()
+            && found.is_none()
+            && !walk.tmps.contains_key(&f)
+        {
+            continue;
+        }
+        checked += 1;
+        let (verdict, later, finding) =
+            judge_name(r, f, h, found, walk.tmps.contains_key(&f), end_ms);
+        *counts.by_verdict.entry(verdict.name().into()).or_default() += 1;
+        in_flight += later as u64;
+        if let Some(fi) = finding {
+            counts.unpromised += !fi.promised as u64;
+            findings.push(fi);
+        }
+    }
+    Ok(FilesOutcome {
+        counts,
+        checked,
+        in_flight_survived: in_flight,
+        findings,
+        acknowledged: (
+            acks.len() as u64,
+            acks.iter().filter(|a| !a.promised).count() as u64,
+        ),
+        foreign: walk.foreign.clone(),
+    })
+}
+
+/// One name: its verdict, whether only an in-flight step explains it, and the finding.
+fn judge_name(
+    r: &FilesRun,
+    f: u32,
+    h: &History,
+    found: Option<&Found>,
+    tmp: bool,
+    end_ms: u32,
+) -> (FilesVerdict, bool, Option<FilesFinding>) {
+    let s0 = h.acked.last().and_then(|(_, s)| s.as_deref());
+    let blocks = found.map(|fd| decode(r.run, f, fd));
+    let view = found.zip(blocks.as_deref()).map(|(fd, b)| (fd.size, b));
+    let exact = match view {
+        None => s0.is_none(),
+        Some((size, b)) => is_state(size, b, s0),
+    };
+    let mut prev = s0;
+    let mut by_later = false;
+    for (st, after) in &h.later {
+        by_later |= fits(prev, st, view);
+        prev = after.as_deref();
+    }
+    let tmp_ok = !tmp || h.later.iter().any(|(s, _)| s.op == Op::Replace);
+    if (exact || by_later) && tmp_ok {
+        return (FilesVerdict::Intact, !exact, None);
+    }
+    let verdict = classify(h, s0, view, exact);
+    let last = h.acked.last().map(|(s, _)| *s);
+    let mut evidence = match view {
+        None => "the name does not exist".to_string(),
+        Some((size, b)) => format!("{size} bytes: {}", describe(b)),
+    };
+    if tmp && !tmp_ok {
+        evidence.push_str(&format!(
+            "; {}.tmp exists, and no replace of it was in flight",
+            file_name(f, r.jobs)
+        ));
+    }
+    let finding = FilesFinding {
+        name: file_name(f, r.jobs),
+        verdict,
+        step_seq: last.map_or(0, |s| s.seq),
+        step: last.map_or("", |s| s.op.name()).to_string(),
+        promised: h.acked.iter().all(|(s, _)| s.promised),
+        expected_exists: s0.is_some(),
+        expected_size: s0.map_or(0, |s| s.len() as u64 * BLOCK),
+        expected_seq: s0.and_then(|s| s.iter().max().copied()).unwrap_or(0),
+        found_exists: found.is_some(),
+        found_size: found.map_or(0, |fd| fd.size),
+        found_seq: blocks.as_deref().map_or(0, newest),
+        acked_secs_before_end: h.ms.map(|ms| (end_ms - ms) as f64 / 1000.0),
+        evidence,
+    };
+    (verdict, false, Some(finding))
+}
+
+/// Rules 1–8 of the module doc for a name whose state no step explains.
+fn classify(
+    h: &History,
+    s0: Option<&[u64]>,
+    view: Option<(u64, &[Block])>,
+    exact: bool,
+) -> FilesVerdict {
+    let (exp, (size, b)) = match (s0, view) {
+        (Some(_), None) => return FilesVerdict::LostFile,
+        (None, Some(_)) => return FilesVerdict::Resurrected,
+        (None, None) => return FilesVerdict::StaleRename,
+        (Some(e), Some(v)) => (e, v),
+    };
+    if exact {
+        return FilesVerdict::StaleRename;
+    }
+    if size == 0 && !exp.is_empty() {
+        return FilesVerdict::ZeroLength;
+    }
+    if b.iter().any(|x| matches!(x, Block::Damaged(_))) {
+        return FilesVerdict::Corrupt;
+    }
+    let earlier = h
+        .acked
+        .iter()
+        .position(|(_, s)| is_state(size, b, s.as_deref()));
+    if let Some(i) = earlier {
+        if h.acked[i + 1..].iter().any(|(s, _)| s.op == Op::Replace) {
+            return FilesVerdict::StaleRename;
+        }
+    }
+    if size != exp.len() as u64 * BLOCK {
+        return FilesVerdict::WrongSize;
+    }
+    let good = b
+        .iter()
+        .zip(exp)
+        .filter(|(x, &e)| **x == Block::Seq(e))
+        .count();
+    if good == 0 {
+        FilesVerdict::Stale
+    } else {
+        FilesVerdict::Torn
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,169 @@
+//! The files workload on simfs, cut under load: honest mode passes; lying mode's
+//! findings are exactly the names whose acknowledged content the ground truth says
+//! was dropped. (Until the simfs metadata journal lands, simfs passes metadata
+//! straight through, so only content can be lost; the journal's own assertions —
+//! lost creates, renames and unlinks — are added with it.)
+
+use super::files_acks;
+use plugpull::verdict::files::schedule::{file_name, Schedule, Unsafe, BLOCK};
+use plugpull_tests::simfs::*;
+use plugpull_tests::*;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+const JOBS: u32 = 2;
+const FILES: u32 = 16;
+
+/// A files run on simfs in `mode`, SIGKILLed once `acks` steps are confirmed, then the
+/// power cut: the ground truth, the run's acks and `verify --json` on what survived.
+fn cut_run(
+    mode: &str,
+    seed: u64,
+    acks: u64,
+) -> (Truth, Vec<plugpull::ledger::FilesAck>, i32, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount(dir.path(), mode, seed);
+    let target = sim.mnt().join("d");
+    let seed_s = seed.to_string();
+    let mut w = Writer::spawn(&[
+        "write",
+        "files",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "-j",
+        "2",
+        "--files",
+        "16",
+        "-T",
+        "120s",
+        "-P",
+        "0.05",
+        "--seed",
+        &seed_s,
+        // A small in-flight window: at most 1 ack waits for the listener.
+        "--max-unconfirmed",
+        "1",
+    ]);
+    w.wait_acknowledged(acks);
+    sigkill(&mut w.child);
+    let truth = sim.cut();
+    sim.umount();
+    let backing = sim.backing().join("d");
+    let (code, v, err) = verify_json(
+        &l,
+        &["--run", &w.run, "--target", backing.to_str().unwrap()],
+    );
+    assert!(code == 0 || code == 1, "{err}");
+    (truth, files_acks(&l.ledger_path(&w.run)), code, v)
+}
+
+/// The names whose acknowledged content the ground truth says was lost: a write the
+/// application had fsynced that did not reach the backing store, the newest write
+/// cached at the cut over its block, inside the name's promised size.
+fn lost_by_truth(truth: &Truth, acks: &[plugpull::ledger::FilesAck]) -> BTreeSet<String> {
+    let mut promised: BTreeMap<String, u64> = BTreeMap::new();
+    for a in acks {
+        promised.insert(file_name(a.file, JOBS), if a.exists { a.size } else { 0 });
+    }
+    let mut newest: BTreeMap<(String, u64), &TruthWrite> = BTreeMap::new();
+    for t in &truth.writes {
+        let Some(name) = t.file.strip_prefix("d/") else {
+            continue;
+        };
+        for b in t.offset / BLOCK..(t.offset + t.len).div_ceil(BLOCK) {
+            newest.insert((name.to_string(), b), t);
+        }
+    }
+    newest
+        .into_iter()
+        .filter(|((name, b), t)| {
+            t.fsynced
+                && t.fate != Fate::Destaged
+                && promised.get(name).is_some_and(|&size| b * BLOCK < size)
+        })
+        .map(|((name, _), _)| name)
+        .collect()
+}
+
+/// The names a step after each worker's last acknowledged one may have touched (the
+/// verifier's in-flight window of 3 steps).
+fn in_window(acks: &[plugpull::ledger::FilesAck], seed: u64) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for j in 0..JOBS {
+        let last = acks
+            .iter()
+            .filter(|a| (a.seq - 1) % u64::from(JOBS) == u64::from(j))
+            .map(|a| (a.seq - 1) / u64::from(JOBS))
+            .max();
+        let mut s = Schedule::new(seed, JOBS, j, FILES, Unsafe::default());
+        let first = last.map_or(0, |k| k + 1);
+        for k in 0..first + 3 {
+            let st = s.next_step().unwrap();
+            if k >= first {
+                out.insert(file_name(st.file, JOBS));
+            }
+        }
+    }
+    out
+}
+
+fn finding_names(v: &Value) -> BTreeSet<String> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn an_honest_simfs_cut_under_load_passes() {
+    if skip_without_fuse("an_honest_simfs_cut_under_load_passes") {
+        return;
+    }
+    let (truth, acks, code, v) = cut_run("honest", 11, 200);
+    assert_eq!(
+        truth.summary.fsynced_at_cut, 0,
+        "honest: nothing fsynced is cached at the cut"
+    );
+    assert!(acks.len() >= 200);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["ok"], Value::Bool(true));
+    assert_eq!(v["findings"], serde_json::json!([]));
+}
+
+#[test]
+fn a_lying_simfs_cut_loses_exactly_the_names_the_ground_truth_dropped() {
+    if skip_without_fuse("a_lying_simfs_cut_loses_exactly_the_names_the_ground_truth_dropped") {
+        return;
+    }
+    for seed in [12, 13, 14] {
+        let (truth, acks, code, v) = cut_run("lying", seed, 300);
+        let lost = lost_by_truth(&truth, &acks);
+        let found = finding_names(&v);
+        assert!(
+            !lost.is_empty(),
+            "seed {seed}: the lying device dropped nothing acknowledged: {:?}",
+            truth.summary
+        );
+        assert_eq!(code, 1, "{v}");
+        // Every finding is a name whose acknowledged content the device dropped …
+        assert!(
+            found.is_subset(&lost),
+            "seed {seed}: findings {found:?} beyond the ground truth's {lost:?}"
+        );
+        // … and every such name is found, unless a step in flight at the cut may explain it.
+        let window = in_window(&acks, seed);
+        let missed: BTreeSet<_> = lost
+            .difference(&found)
+            .filter(|n| !window.contains(*n))
+            .collect();
+        assert!(
+            missed.is_empty(),
+            "seed {seed}: dropped by the device, not found: {missed:?} (findings {found:?})"
+        );
+    }
+}
