@@ -52,7 +52,7 @@ pub fn skip_without_fuse(test: &str) -> bool {
 
 /// The ground-truth types are simfs's own: one definition of the format for the
 /// writer and the tests.
-pub use plugpull_simfs::truth::{Fate, Truth, TruthSummary, TruthWrite};
+pub use plugpull_simfs::truth::{Fate, MetaFate, Truth, TruthMeta, TruthSummary, TruthWrite};
 
 /// A running `plugpull-simfs mount`; unmounted and killed on drop. The rig's
 /// [`SimMount`] with one ground truth per mount (`truth-N.jsonl`), panicking where
