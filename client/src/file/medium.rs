@@ -207,6 +207,11 @@ impl AlignedBuf {
         assert!(!ptr.is_null(), "out of memory");
         AlignedBuf { ptr, layout }
     }
+    /// The whole buffer, to read.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr is valid for layout.size() bytes; shared borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
+    }
     /// The whole buffer.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for layout.size() bytes and uniquely borrowed.

@@ -21,6 +21,7 @@
 pub mod atomic;
 pub mod medium;
 pub mod print;
+pub mod readahead;
 pub mod target;
 pub mod verify;
 pub(crate) mod worker;

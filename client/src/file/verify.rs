@@ -6,7 +6,8 @@
 //! this module is the I/O around it and the refusals (exit 2) that only the target can
 //! tell: wrong target, reused target, nothing of the run on it.
 
-use super::medium::{locate, open_target, read_full_at, AlignedBuf, Opened};
+use super::medium::{locate, open_target, Opened};
+use super::readahead::ReadAhead;
 use crate::target_id;
 use crate::verify::{device_error_rule, fetch, RunLedger, VerifyArgs};
 use crate::Error;
@@ -16,7 +17,6 @@ use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::units::human_bytes;
 use plugpull::verdict::{classify_block, AckTable, Tally};
 use plugpull::RunId;
-use std::fs::File;
 use std::path::PathBuf;
 
 /// What verifying a file run needs besides its ledger: where to read and whether to
@@ -353,62 +353,31 @@ fn read_blocks(
 ) -> Result<(&'static str, String), Error> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
-    let (mut mode, mut note) = (o.read_mode, o.read_note);
-    let mut f = o.file;
     let bar = progress_bar(blocks * bs as u64, bs as u64, quiet);
-    let per_read = ((4 << 20) / bs).max(1);
-    let mut storage = AlignedBuf::new(per_read * bs);
-    let buf = storage.bytes_mut();
-    let mut block = 0u64;
-    let mut eof = false;
-    while block < blocks {
-        let want = ((blocks - block) as usize).min(per_read) * bs;
-        let at = block * bs as u64;
-        let got = if eof {
-            0
-        } else {
-            match read_full_at(&f, &mut buf[..want], at) {
-                Err(e) if mode == "o_direct" && e.raw_os_error() == Some(libc::EINVAL) => {
-                    // O_DIRECT refused at read time (alignment, some FUSE): read buffered.
-                    let plain = File::open(&o.path).map_err(|e| {
-                        Error(format!("cannot read target {}: {e}", o.path.display()))
-                    })?;
-                    let n = if note.is_empty() { "" } else { "; " };
-                    note = format!("O_DIRECT read refused ({e}){n}{note}");
-                    mode = "buffered";
-                    f = plain;
-                    read_full_at(&f, &mut buf[..want], at)
-                }
-                r => r,
-            }
-            .map_err(|e| {
-                Error(format!(
-                    "reading target {} at byte {at}: {e}",
-                    o.path.display()
-                ))
-            })?
-        };
-        if got < want {
-            eof = true;
-        }
-        for i in 0..want / bs {
-            let b = block + i as u64;
-            let data = &buf[(i * bs).min(got)..((i + 1) * bs).min(got)];
+    // 4 MiB reads (whole blocks), up to two of them ahead of the one being decoded.
+    let per_read = ((4 << 20) / bs).max(1) * bs;
+    let mut reads = ReadAhead::start(o, blocks * bs as u64, per_read, 3);
+    while let Some(chunk) = reads.next_chunk() {
+        let chunk = chunk?;
+        let (first, data) = (chunk.at / bs as u64, chunk.bytes());
+        for i in 0..chunk.want / bs {
+            let b = first + i as u64;
+            let data = &data[(i * bs).min(chunk.got)..((i + 1) * bs).min(chunk.got)];
             if let Some(c) =
                 classify_block(l.run, b, bs, acks.seq[b as usize], data, fm.prior_foreign)
             {
                 tally.add(b, c, acks);
             }
         }
-        block += (want / bs) as u64;
         if let Some(bar) = &bar {
-            bar.set_position(block * bs as u64);
+            bar.set_position(chunk.at + chunk.want as u64);
         }
+        reads.recycle(chunk);
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    Ok((mode, note))
+    Ok(reads.finish())
 }
 
 /// The read's progress bar on stderr (bytes read of `total`, bytes and blocks of
