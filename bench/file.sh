@@ -1,37 +1,57 @@
 #!/usr/bin/env bash
 # Side by side, in one run: `plugpull write file` against a raw pwrite+fdatasync loop
-# (same file, block size and jobs; bench/src/raw_fsync_loop.rs), on the repository's
-# disk and on tmpfs. Alternates the two ROUNDS times and compares medians.
+# (same file, block size and jobs; bench/src/raw_fsync_loop.rs) and against fio
+# (`--rw=randwrite --bs=4k --fdatasync=1 --ioengine=psync`, without and with
+# `--verify=crc32c --do_verify=0`, a peer that also writes checksummed headers), on the
+# repository's disk and on tmpfs. Alternates the four ROUNDS times and compares
+# medians. Also prints the CPU time (user+sys) each side spent per write, from
+# getrusage of its children, which is steadier than writes/s on a shared machine.
 # Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/deps --bench
 secs=${1:-10}; jobs=${2:-4}; rounds=${3:-3}; size=256MiB
 cargo build --release --workspace -q
-work=$(mktemp -d "$PWD/target/bench-file.XXXX")
-shm=$(mktemp -d /dev/shm/plugpull-bench.XXXX)
-# The listener stands in for the witness host: its ledger lives on tmpfs so its own
-# fdatasyncs do not queue on the disk under test (on real hardware it is another host).
-target/release/plugpull-listener --listen 127.0.0.1:0 --data-dir "$shm/ledger" >"$work/l.out" 2>"$work/l.err" &
-lpid=$!
-trap 'kill $lpid 2>/dev/null; rm -rf "$work" "$shm"' EXIT
-for _ in $(seq 50); do grep -q listening "$work/l.out" && break; sleep 0.1; done
-addr=$(awk '/listening on/ {print $3}' "$work/l.out")
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+. bench/lib.sh file
+# The medians of the two columns "RATE CPU" on stdin, each taken on its own.
+median_pair() { python3 -c 'import sys, statistics as s; r = [l.split() for l in sys.stdin if l.strip()]
+print(s.median(float(x[0]) for x in r), s.median(float(x[1]) for x in r))'; }
 for place in "disk:$work" "tmpfs:$shm"; do
     name=${place%%:*}; dir=${place#*:}; t="$dir/target.dat"
-    : >"$dir/raw"; : >"$dir/pp"
+    : >"$dir/raw"; : >"$dir/pp"; : >"$dir/fio"; : >"$dir/fiov"
     # Written through once, so neither side pays for converting preallocated
     # (unwritten) extents on its first touch of a block; the order alternates.
     dd if=/dev/zero of="$t" bs=1M count=256 conv=fsync status=none
-    raw_run() { target/release/raw-fsync-loop --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" | awk '{print $3}' >>"$dir/raw"; }
+    # Each side runs under `bench/cpu.py`, which prints "RATE CPU_US_PER_WRITE".
+    raw_run() {
+        python3 bench/cpu.py raw target/release/raw-fsync-loop --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" >>"$dir/raw"
+    }
     pp_run() {
-        target/release/plugpull write file --listener "$addr" --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" --force --json \
-            | python3 -c 'import json,sys; print(json.load(sys.stdin)["writes_per_sec"])' >>"$dir/pp"
+        python3 bench/cpu.py plugpull target/release/plugpull write file --listener "$addr" --target "$t" --size $size \
+            --jobs "$jobs" --duration "${secs}s" --force --json >>"$dir/pp"
+    }
+    fio_run() { # $1: the output file; the rest: extra fio options
+        local out=$1; shift
+        python3 bench/cpu.py fio fio --name=bench --filename="$t" --size=$size --rw=randwrite --bs=4k \
+            --ioengine=psync --fdatasync=1 --numjobs="$jobs" --thread --runtime="$secs" --time_based \
+            --group_reporting --output-format=json "$@" >>"$dir/$out"
     }
     for r in $(seq "$rounds"); do
-        if [ $((r % 2)) -eq 1 ]; then raw_run; pp_run; else pp_run; raw_run; fi
+        if [ $((r % 2)) -eq 1 ]; then
+            raw_run; pp_run; fio_run fio; fio_run fiov --verify=crc32c --do_verify=0 --verify_state_save=0
+        else
+            fio_run fiov --verify=crc32c --do_verify=0 --verify_state_save=0; fio_run fio; pp_run; raw_run
+        fi
     done
-    raw=$(median <"$dir/raw"); pp=$(median <"$dir/pp")
-    printf '%-6s jobs=%s block=4096 %ss x %s rounds: raw fdatasync loop %10.1f writes/s | plugpull %10.1f writes/s | ratio %.3f\n' \
-        "$name" "$jobs" "$secs" "$rounds" "$raw" "$pp" "$(python3 -c "print($pp/$raw)")"
+    for side in raw pp fio fiov; do
+        read -r "${side}_rate" "${side}_cpu" < <(median_pair <"$dir/$side")
+    done
+    printf '%-6s jobs=%s block=4096 %ss x %s rounds (median writes/s, CPU us per write):\n' "$name" "$jobs" "$secs" "$rounds"
+    printf '  raw fdatasync loop  %10.1f  %6.1f us\n' "$raw_rate" "$raw_cpu"
+    printf '  fio                 %10.1f  %6.1f us\n' "$fio_rate" "$fio_cpu"
+    printf '  fio verify=crc32c   %10.1f  %6.1f us\n' "$fiov_rate" "$fiov_cpu"
+    printf '  plugpull write file %10.1f  %6.1f us\n' "$pp_rate" "$pp_cpu"
+    printf '  ratios: plugpull/raw %.3f  plugpull/fio %.3f  plugpull/fio-crc32c %.3f\n' \
+        "$(python3 -c "print($pp_rate/$raw_rate)")" "$(python3 -c "print($pp_rate/$fio_rate)")" \
+        "$(python3 -c "print($pp_rate/$fiov_rate)")"
 done

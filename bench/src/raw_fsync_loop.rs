@@ -1,7 +1,7 @@
 //! The baseline of `bench/file.sh`: the least a durability test can do per write.
 //! Each of `--jobs` threads owns every N-th block (as plugpull does), picks one at
 //! random, `pwrite`s a fixed random block there and calls `fdatasync`; no records,
-//! no checksums, no reporting. Prints `writes/s = X` at the end.
+//! no checksums, no reporting. Prints `writes/s = X` and `writes = N` at the end.
 
 use clap::Parser;
 use plugpull::units::{parse_duration, parse_size};
@@ -57,4 +57,5 @@ fn main() {
         .collect();
     let n: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     println!("writes/s = {:.1}", n as f64 / start.elapsed().as_secs_f64());
+    println!("writes = {n}");
 }
