@@ -219,7 +219,11 @@ impl Task {
             }
         }
         tokio::select! {
-            m = self.rx.recv(), if self.ending.is_none() && self.acks_open => {
+            // While a batch lingers the channel is not polled: acks still go into it
+            // the moment they are made, but no waker is registered, so handing one
+            // over costs the writer no wake-up of this task (a futex call and a
+            // context switch per ack otherwise); the linger's end takes them all.
+            m = self.rx.recv(), if self.ending.is_none() && self.acks_open && self.linger_until.is_none() => {
                 match m {
                     Some(m) => self.gathered(m, w).await?,
                     None => self.acks_open = false,
@@ -228,6 +232,7 @@ impl Task {
             }
             _ = tokio::time::sleep_until(self.linger_until.unwrap_or_else(tokio::time::Instant::now)), if self.linger_until.is_some() => {
                 self.linger_until = None;
+                self.drain();
                 self.seal();
                 send_unsent(&mut self.outbox, self.run, w).await?;
                 w.flush().await?;
@@ -354,15 +359,29 @@ impl Task {
         }
     }
 
+    /// Gathers every ack queued in the channel now, sealing each full batch.
+    fn drain(&mut self) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(m) => {
+                    self.outbox.add(m);
+                    if self.outbox.gathered() >= BATCH_MAX {
+                        self.seal();
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.acks_open = false;
+                    return;
+                }
+            }
+        }
+    }
+
     /// The request that ends the run, after sealing every ack handed over before it.
     fn ending_of(&mut self, c: Ctrl) -> (Request, Reply) {
         // Every ack handed over before the end goes into the ledger first.
-        while let Ok(m) = self.rx.try_recv() {
-            self.outbox.add(m);
-            if self.outbox.gathered() >= BATCH_MAX {
-                self.seal();
-            }
-        }
+        self.drain();
         self.seal();
         // The counters after the last ack: the run's flush count ends here.
         let flushes = self.flush_clock.due(true);
