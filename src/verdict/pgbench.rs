@@ -18,13 +18,15 @@
 //! | phantoms | a tag of this run with `seq < 1`, `seq > B_c`, or a client the run did not have |
 //! | malformed tags | a `filler` starting with the run's prefix that is not a valid tag |
 //!
-//! The scan of the tags gives per-client [`Counts`]; [`tally`] turns them and the
+//! The scan of the tags gives per-client [`Counts`] ([`tags::TagCounter`]); [`tally`] turns them and the
 //! merged acknowledgements ([`merge_acks`]) into the run's counts; [`Failures`] weighs
 //! those (and the damage found) into problems, and [`judge`] says pass, fail or not
 //! measured.
 
 use crate::ledger::{AckBatch, Acks};
 use std::collections::BTreeMap;
+
+pub mod tags;
 
 /// A range of one client's acknowledged seqs, `first..=last`, all acknowledged in one
 /// batch or merged from several with the same promise flag.

@@ -10,7 +10,7 @@
 //! * [`schema`] — `pgbench -i` compatible tables and the balance sums.
 //! * [`tag`] — the 22-character tag in `pgbench_history.filler`: run, client, seq.
 //! * [`run`] — the clients and their transaction; `summary` — what `write` prints after.
-//! * [`verify`](mod@verify) — the verifier: set-based SQL over the tags, the
+//! * [`verify`](mod@verify) — the verifier: one scan of the tags, SQL for the findings, the
 //!   balance invariant, amcheck, damaged pages and checksum failures, gathered for
 //!   the rules of `plugpull::verdict::pgbench` into a `PgReport`
 //!   (`plugpull::report::pgbench`); with [`ready`] (waiting for PostgreSQL after the

@@ -1,5 +1,5 @@
-//! Unit tests of the pgbench rules, without PostgreSQL: [`scan`] stands in for the
-//! client's counting query (one row per client that has tags).
+//! Unit tests of the pgbench rules, without PostgreSQL: [`scan`] counts the tags as
+//! the verifier does ([`tags::TagCounter`]).
 
 use super::*;
 use crate::ledger::PgAckRange;
@@ -34,36 +34,18 @@ fn range(first: u64, last: u64, promised: bool, ms: u32) -> AckRange {
     }
 }
 
-/// What the counting query answers for the tags `(client, seq)` found (a tag listed
-/// twice was found twice).
+/// The counts of a scan that found `tags` (client, seq), by the verifier's own
+/// counter.
 fn scan(
     tags: &[(u32, u64)],
     acks: &BTreeMap<u32, ClientAcks>,
     bounds: &[u64],
 ) -> BTreeMap<u32, Counts> {
-    let mut found: BTreeMap<(u32, u64), u64> = BTreeMap::new();
-    for &t in tags {
-        *found.entry(t).or_default() += 1;
+    let mut t = tags::TagCounter::new();
+    for &(c, s) in tags {
+        t.add_parsed(c, s);
     }
-    let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
-    for (&(c, s), &n) in &found {
-        let k = counts.entry(c).or_default();
-        let bound = bounds.get(c as usize).copied();
-        if bound.is_some_and(|b| (1..=b).contains(&s)) {
-            k.inbound += 1;
-            k.top = k.top.max(s);
-        } else {
-            k.phantoms += 1;
-        }
-        k.dups += n - 1;
-        let acked = acks
-            .get(&c)
-            .and_then(|a| a.ranges.iter().find(|r| r.first <= s && s <= r.last));
-        if let Some(r) = acked {
-            k.acked_present[usize::from(r.promised)] += 1;
-        }
-    }
-    counts
+    t.counts(bounds, acks).0
 }
 
 /// Tallies a finished run (unless `max_unconfirmed` > 0: then cut short) of

@@ -7,7 +7,7 @@
 //! The flow of [`verify`]:
 //! 1. connect, waiting for crash recovery ([`ready`]); a server that stopped is a
 //!    finding, and the report ends there;
-//! 2. count the run's tags with one set-based scan of `pgbench_history` ([`sql`]),
+//! 2. count the run's tags, streamed out of `pgbench_history` by one `COPY` ([`sql`]),
 //!    and read the balance sums on a second connection at the same time; a damaged
 //!    page met on the way is named, and the commits are counted again without it;
 //! 3. judge the counts and list the first findings of each kind ([`sql`]);
@@ -136,7 +136,7 @@ pub async fn verify(
     // Commits and the invariant, concurrently on two connections.
     let t_commits = Instant::now();
     let bounds = rules::bounds(&acks, clients, finished, pg.max_unconfirmed, tag::MAX_SEQ);
-    let mut scan = Scan::new(format!("{}%", tag::prefix(run)), &bounds, &acks);
+    let mut scan = Scan::new(&tag::prefix(run), &bounds, &acks);
     let mut pages: Vec<Page> = Vec::new();
     let mut scanned = false;
     let mut counts = BTreeMap::new();
@@ -146,6 +146,8 @@ pub async fn verify(
             cfg: &cfg,
             conninfo: &conninfo,
             start_sums: pg.start_sums,
+            bounds: &bounds,
+            acks: &acks,
         };
         (counts, scanned) = c.count(&mut scan, &mut rep, &mut pages).await?;
     }
@@ -234,6 +236,10 @@ struct Counting<'a> {
     cfg: &'a Config,
     conninfo: &'a str,
     start_sums: [i64; 4],
+    /// `B_c` of each client.
+    bounds: &'a [u64],
+    /// The merged acknowledgements.
+    acks: &'a BTreeMap<u32, ClientAcks>,
 }
 
 impl Counting<'_> {
@@ -262,7 +268,10 @@ impl Counting<'_> {
                 describe(&e)
             ))
         })?;
-        let (rows, sums) = tokio::join!(scan.count(client), schema::sums(&client2));
+        let (rows, sums) = tokio::join!(
+            scan.count(client, self.bounds, self.acks),
+            schema::sums(&client2)
+        );
         let page_errors: Vec<&tokio_postgres::Error> = [rows.as_ref().err(), sums.as_ref().err()]
             .into_iter()
             .flatten()
@@ -282,7 +291,7 @@ impl Counting<'_> {
             scanned = true;
             (self.recount(scan, rep, pages).await?, None)
         };
-        let (counts, malformed) = sql::counts(rows);
+        let (counts, malformed) = rows;
         rep.malformed_tags = malformed;
         if let Some(sums) = sums {
             let i = &mut rep.invariant;
@@ -301,7 +310,7 @@ impl Counting<'_> {
         scan: &mut Scan,
         rep: &mut PgReport,
         pages: &mut Vec<Page>,
-    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+    ) -> Result<(BTreeMap<u32, Counts>, u64), Error> {
         let client = self.client;
         let skip: Vec<u64> = pages
             .iter()
@@ -310,7 +319,7 @@ impl Counting<'_> {
             .collect::<std::collections::BTreeSet<u64>>()
             .into_iter()
             .collect();
-        scan.tags = sql::tags_cte(&skip);
+        scan.skip(skip.clone());
         client
             .batch_execute("SET enable_seqscan = off")
             .await
@@ -318,7 +327,7 @@ impl Counting<'_> {
         rep.notes.push(
             "the balance invariant was not checked: a page of the pgbench tables is damaged".into(),
         );
-        match scan.count(client).await {
+        match scan.count(client, self.bounds, self.acks).await {
             Ok(r) => {
                 rep.skipped_history_blocks = skip;
                 Ok(r)
@@ -330,7 +339,7 @@ impl Counting<'_> {
                     describe(&e)
                 ));
                 rep.commits_checked = false;
-                Ok(Vec::new())
+                Ok((BTreeMap::new(), 0))
             }
             Err(e) => Err(q("cannot count the run's commits")(e)),
         }
