@@ -3,8 +3,10 @@
 #
 #  1. throughput: alternates `pgbench -M prepared -c C -j J -T $T` and
 #     `plugpull write pgbench --protocol prepared` with the same C, J and scale,
-#     at C=1 and C=8, $ROUNDS rounds each; prints each tps and the ratio
-#     plugpull/pgbench of the means; then the same with the transaction pipelined
+#     at C=1 and C=8, $ROUNDS rounds each; prints each tps, the ratio
+#     plugpull/pgbench of the means, and each client process's CPU time (user+sys,
+#     from wait4's rusage: bench/cpu.py) per transaction, which is far steadier
+#     than tps on a shared machine; then the same with the transaction pipelined
 #     on both sides (a pgbench script between \startpipeline and \endpipeline vs
 #     `plugpull write pgbench --pipeline`);
 #  2. verification time: a run of $MILLION acknowledged commits (fsync=off and
@@ -15,7 +17,9 @@
 # Needs the release binaries (`cargo build --release --workspace`) and PostgreSQL's
 # server binaries (PGBIN, default: the newest /usr/lib/postgresql/*/bin).
 # Environment knobs: SCALE (10), T (seconds per run, 20), ROUNDS (2), MILLION
-# (1000000), KEEP=1 keeps the work directory.
+# (1000000), PARTS ("throughput verify": which parts to run), BASELINE (another
+# plugpull binary, e.g. an older build, whose verify is timed beside this one's),
+# KEEP=1 keeps the work directory.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -27,6 +31,7 @@ SCALE=${SCALE:-10}
 T=${T:-20}
 ROUNDS=${ROUNDS:-2}
 MILLION=${MILLION:-1000000}
+PARTS=${PARTS:-throughput verify}
 
 for f in "$PLUGPULL" "$LISTENER" "$PGBIN/initdb" "$PGBIN/pgbench"; do
     [ -x "$f" ] || { echo "missing $f (build with cargo build --release --workspace; set PGBIN)" >&2; exit 2; }
@@ -94,26 +99,37 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :a
 END;
 SQL
 
+# Column 1 of bench/cpu.py's "RATE CPU_US" lines, or column 2.
+col() { awk -v k="$1" '{print $k}'; }
+if [[ " $PARTS " == *" throughput "* ]]; then
 for mode in builtin pipelined; do
     if [ "$mode" = builtin ]; then PGARGS=(); PPARGS=(); else PGARGS=(-f "$WORK/tpcb-pipelined.sql"); PPARGS=(--pipeline); fi
     echo "== throughput ($mode transaction): pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
-    printf '%-4s %-3s %-28s %-28s %s\n' C J "pgbench tps" "plugpull tps" "plugpull/pgbench"
+    printf '%-4s %-3s %-26s %-26s %-8s %-18s %-18s %s\n' C J "pgbench tps" "plugpull tps" "tps ratio" \
+        "pgbench CPU/tx" "plugpull CPU/tx" "CPU ratio"
     for C in 1 8; do
         J=$([ "$C" = 1 ] && echo 1 || echo 2)
-        PG=()
-        PP=()
-        for _ in $(seq "$ROUNDS"); do
-            PG+=("$("$PGBIN/pgbench" -M prepared "${PGARGS[@]}" -c "$C" -j "$J" -T "$T" bench 2>/dev/null | tps_of)")
-            PP+=("$("$PLUGPULL" write pgbench --listener "$ADDR" --protocol prepared "${PPARGS[@]}" \
-                --clients "$C" --jobs "$J" --duration "${T}s" 2>/dev/null | tps_of)")
+        : >"$WORK/pg.$C"; : >"$WORK/pp.$C"
+        for r in $(seq "$ROUNDS"); do
+            # The order alternates, so neither side always runs on a warmer cache.
+            pg_side() { python3 bench/cpu.py pgbench "$PGBIN/pgbench" -M prepared "${PGARGS[@]}" \
+                -c "$C" -j "$J" -T "$T" bench >>"$WORK/pg.$C"; }
+            pp_side() { python3 bench/cpu.py pgbench "$PLUGPULL" write pgbench --listener "$ADDR" \
+                --protocol prepared "${PPARGS[@]}" --clients "$C" --jobs "$J" --duration "${T}s" >>"$WORK/pp.$C"; }
+            if [ $((r % 2)) -eq 1 ]; then pg_side; pp_side; else pp_side; pg_side; fi
         done
-        PGM=$(printf '%s\n' "${PG[@]}" | mean)
-        PPM=$(printf '%s\n' "${PP[@]}" | mean)
-        printf '%-4s %-3s %-28s %-28s %s\n' "$C" "$J" "${PG[*]} (mean $PGM)" "${PP[*]} (mean $PPM)" \
-            "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')"
+        PGM=$(col 1 <"$WORK/pg.$C" | mean); PPM=$(col 1 <"$WORK/pp.$C" | mean)
+        PGC=$(col 2 <"$WORK/pg.$C" | mean); PPC=$(col 2 <"$WORK/pp.$C" | mean)
+        printf '%-4s %-3s %-26s %-26s %-8s %-18s %-18s %s\n' "$C" "$J" \
+            "$(col 1 <"$WORK/pg.$C" | tr '\n' ' ')(mean $PGM)" "$(col 1 <"$WORK/pp.$C" | tr '\n' ' ')(mean $PPM)" \
+            "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')" \
+            "$(col 2 <"$WORK/pg.$C" | tr '\n' ' ')us" "$(col 2 <"$WORK/pp.$C" | tr '\n' ' ')us" \
+            "$(awk -v a="$PPC" -v b="$PGC" 'BEGIN {printf "%.3f", a / b}')"
     done
 done
+fi
 
+[[ " $PARTS " == *" verify "* ]] || exit 0
 echo "== verification of $MILLION acknowledged commits (fsync=off, synchronous_commit=off)"
 "$PGBIN/psql" -X -q -d postgres -c "ALTER SYSTEM SET fsync = off" \
     -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
@@ -125,10 +141,20 @@ END=$(date +%s.%N)
 RUN=$(sed -n 's/^run id: //p' "$WORK/million.out")
 echo "run $RUN: $(sed -n 's/^acknowledged by listener: //p' "$WORK/million.out") acknowledged in $(awk -v a="$START" -v b="$END" 'BEGIN {printf "%.1f", b - a}') s ($(tps_of <"$WORK/million.out") tps)"
 echo "history rows: $("$PGBIN/psql" -X -A -t -c "SELECT count(*) FROM pgbench_history")"
+# Each verify twice, in alternating order with BASELINE's when it is set, so the
+# second of each pair does not always find PostgreSQL's buffers warm.
+BINS=("$PLUGPULL")
+[ -n "${BASELINE:-}" ] && BINS+=("$BASELINE")
+for round in 1 2; do
 for opt in --no-amcheck ""; do
+    [ "$round" = 2 ] && [ -z "$opt" ] && continue # amcheck's time is PostgreSQL's, measured once
+    ORDER=("${BINS[@]}")
+    [ "$round" = 2 ] && [ ${#BINS[@]} = 2 ] && ORDER=("${BINS[1]}" "${BINS[0]}")
+    for bin in "${ORDER[@]}"; do
     START=$(date +%s.%N)
-    "$PLUGPULL" verify --listener "$ADDR" --run "$RUN" --json $opt >"$WORK/verify.json" || true
+    "$bin" verify --listener "$ADDR" --run "$RUN" --json $opt >"$WORK/verify.json" 2>/dev/null || true
     END=$(date +%s.%N)
+    echo "$bin:"
     python3 - "$WORK/verify.json" "$START" "$END" "${opt:-with amcheck}" <<'EOF'
 import json, sys
 v = json.load(open(sys.argv[1]))
@@ -139,4 +165,6 @@ print(f"verify ({sys.argv[4]}): wall {wall:.2f} s; commits+sums {t['commits_ms']
       f"acknowledged {v['acknowledged_commits']}, present {v['present_commits']}, ok {v['ok']}")
 print("  " + v["summary"])
 EOF
+    done
+done
 done
