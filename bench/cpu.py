@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Runs one side of a benchmark and prints "RATE CPU_US_PER_UNIT" on one line.
+"""Runs one side of a benchmark and prints "RATE CPU_US_PER_UNIT [STEADY_CPU_US]".
 
-Usage: bench/cpu.py KIND COMMAND [ARG...], KIND one of:
+Usage: bench/cpu.py [--steady] KIND COMMAND [ARG...], KIND one of:
   raw       bench/src/raw_fsync_loop.rs: "writes/s = R" and "writes = N" lines
   plugpull  `plugpull write file|files --json`: writes_per_sec, writes_issued
   fio       `fio --output-format=json --group_reporting`: jobs[0].write.iops, total_ios
@@ -10,13 +10,22 @@ Usage: bench/cpu.py KIND COMMAND [ARG...], KIND one of:
 
 The CPU time is the command's user+sys time from wait4(2) (its rusage, which
 includes its threads and any children it waited for), divided by the units it
-counted (writes, transactions), in microseconds.
+counted (writes, transactions), in microseconds. It includes start-up: connecting,
+the probe of the stack, preparing statements.
+
+--steady (for a command run with `-P 1`, whose stderr has pgbench's "progress: T s,
+R tps" lines) adds a third figure without start-up and shut-down: the process's
+user+sys time (/proc/PID/stat, all threads) between its first and its last
+progress line, divided by the units those lines count between them.
 """
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+
+PROGRESS = re.compile(r"^progress: ([0-9.]+) s, ([0-9.]+) (?:tps|writes/s)")
 
 
 def parse(kind, out):
@@ -37,12 +46,46 @@ def parse(kind, out):
     return rate, n
 
 
+def cpu_ticks(pid):
+    """utime + stime of process `pid` (all its threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def steady(samples):
+    """CPU us per unit between the first and the last progress line, or None."""
+    if len(samples) < 3:
+        return None
+    units = sum(rate * (t - samples[i][0]) for i, (t, rate, _) in enumerate(samples[1:]))
+    cpu = (samples[-1][2] - samples[0][2]) / os.sysconf("SC_CLK_TCK")
+    return cpu / max(units, 1) * 1e6
+
+
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    want_steady = bool(args) and args[0] == "--steady"
+    if want_steady:
+        args = args[1:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    kind, cmd = sys.argv[1], sys.argv[2:]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    kind, cmd = args[0], args[1:]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    samples = []  # (seconds, rate, CPU ticks) at each progress line
+
+    def watch():
+        for line in p.stderr:
+            m = PROGRESS.match(line)
+            if m:
+                try:
+                    samples.append((float(m.group(1)), float(m.group(2)), cpu_ticks(p.pid)))
+                except OSError:
+                    pass
+
+    w = threading.Thread(target=watch)
+    w.start()
     out = p.stdout.read()
+    w.join()
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     try:
@@ -50,7 +93,11 @@ def main():
     except (AttributeError, KeyError, ValueError) as e:
         sys.exit(f"bench/cpu.py: {cmd[0]} exited {p.returncode}; cannot read its output ({e}):\n{out}")
     cpu = ru.ru_utime + ru.ru_stime
-    print(f"{rate:.1f} {cpu / max(n, 1) * 1e6:.2f}")
+    line = f"{rate:.1f} {cpu / max(n, 1) * 1e6:.2f}"
+    if want_steady:
+        s = steady(samples)
+        line += f" {s:.2f}" if s is not None else " nan"
+    print(line)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@
 #  1. throughput: alternates `pgbench -M prepared -c C -j J -T $T` and
 #     `plugpull write pgbench --protocol prepared` with the same C, J and scale,
 #     at C=1 and C=8, $ROUNDS rounds each; prints each tps, the ratio
-#     plugpull/pgbench of the means, and each client process's CPU time (user+sys,
-#     from wait4's rusage: bench/cpu.py) per transaction, which is far steadier
-#     than tps on a shared machine; then the same with the transaction pipelined
+#     plugpull/pgbench of the means, and each client process's CPU time (user+sys)
+#     per transaction: over the whole run (wait4's rusage, start-up included) and
+#     in the steady state between its first and last `-P 1` progress line
+#     (/proc/PID/stat; bench/cpu.py --steady), which is far steadier than tps on
+#     a shared machine; then the same with the transaction pipelined
 #     on both sides (a pgbench script between \startpipeline and \endpipeline vs
 #     `plugpull write pgbench --pipeline`);
 #  2. verification time: a run of $MILLION acknowledged commits (fsync=off and
@@ -99,32 +101,34 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :a
 END;
 SQL
 
-# Column 1 of bench/cpu.py's "RATE CPU_US" lines, or column 2.
+# Column K of bench/cpu.py's "RATE CPU_US STEADY_CPU_US" lines.
 col() { awk -v k="$1" '{print $k}'; }
 if [[ " $PARTS " == *" throughput "* ]]; then
 for mode in builtin pipelined; do
     if [ "$mode" = builtin ]; then PGARGS=(); PPARGS=(); else PGARGS=(-f "$WORK/tpcb-pipelined.sql"); PPARGS=(--pipeline); fi
     echo "== throughput ($mode transaction): pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
-    printf '%-4s %-3s %-26s %-26s %-8s %-18s %-18s %s\n' C J "pgbench tps" "plugpull tps" "tps ratio" \
-        "pgbench CPU/tx" "plugpull CPU/tx" "CPU ratio"
+    printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %s\n' C J "pgbench tps" "plugpull tps" "tps ratio" \
+        "pgbench CPU/tx all|steady" "plugpull CPU/tx all|steady" "CPU ratio all|steady"
     for C in 1 8; do
         J=$([ "$C" = 1 ] && echo 1 || echo 2)
         : >"$WORK/pg.$C"; : >"$WORK/pp.$C"
         for r in $(seq "$ROUNDS"); do
             # The order alternates, so neither side always runs on a warmer cache.
-            pg_side() { python3 bench/cpu.py pgbench "$PGBIN/pgbench" -M prepared "${PGARGS[@]}" \
+            pg_side() { python3 bench/cpu.py --steady pgbench "$PGBIN/pgbench" -M prepared -P 1 "${PGARGS[@]}" \
                 -c "$C" -j "$J" -T "$T" bench >>"$WORK/pg.$C"; }
-            pp_side() { python3 bench/cpu.py pgbench "$PLUGPULL" write pgbench --listener "$ADDR" \
+            pp_side() { python3 bench/cpu.py --steady pgbench "$PLUGPULL" write pgbench --listener "$ADDR" -P 1 \
                 --protocol prepared "${PPARGS[@]}" --clients "$C" --jobs "$J" --duration "${T}s" >>"$WORK/pp.$C"; }
             if [ $((r % 2)) -eq 1 ]; then pg_side; pp_side; else pp_side; pg_side; fi
         done
         PGM=$(col 1 <"$WORK/pg.$C" | mean); PPM=$(col 1 <"$WORK/pp.$C" | mean)
         PGC=$(col 2 <"$WORK/pg.$C" | mean); PPC=$(col 2 <"$WORK/pp.$C" | mean)
-        printf '%-4s %-3s %-26s %-26s %-8s %-18s %-18s %s\n' "$C" "$J" \
+        PGS=$(col 3 <"$WORK/pg.$C" | mean); PPS=$(col 3 <"$WORK/pp.$C" | mean)
+        printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %s\n' "$C" "$J" \
             "$(col 1 <"$WORK/pg.$C" | tr '\n' ' ')(mean $PGM)" "$(col 1 <"$WORK/pp.$C" | tr '\n' ' ')(mean $PPM)" \
             "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')" \
-            "$(col 2 <"$WORK/pg.$C" | tr '\n' ' ')us" "$(col 2 <"$WORK/pp.$C" | tr '\n' ' ')us" \
-            "$(awk -v a="$PPC" -v b="$PGC" 'BEGIN {printf "%.3f", a / b}')"
+            "$(paste -d'|' <(col 2 <"$WORK/pg.$C") <(col 3 <"$WORK/pg.$C") | tr '\n' ' ')us" \
+            "$(paste -d'|' <(col 2 <"$WORK/pp.$C") <(col 3 <"$WORK/pp.$C") | tr '\n' ' ')us" \
+            "$(awk -v a="$PPC" -v b="$PGC" -v c="$PPS" -v d="$PGS" 'BEGIN {printf "%.3f|%.3f", a / b, c / d}')"
     done
 done
 fi
