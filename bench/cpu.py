@@ -72,10 +72,13 @@ def main():
     kind, cmd = args[0], args[1:]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples = []  # (seconds, rate, CPU ticks) at each progress line
+    errors = []  # the other stderr lines, shown when the command fails
 
     def watch():
         for line in p.stderr:
             m = PROGRESS.match(line)
+            if not m:
+                errors.append(line)
             if m:
                 try:
                     samples.append((float(m.group(1)), float(m.group(2)), cpu_ticks(p.pid)))
@@ -88,15 +91,21 @@ def main():
     w.join()
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
+    why = "" if p.returncode == 0 else f"{cmd[0]} exited {p.returncode}"
     try:
         rate, n = parse(kind, out)
     except (AttributeError, KeyError, ValueError) as e:
-        sys.exit(f"bench/cpu.py: {cmd[0]} exited {p.returncode}; cannot read its output ({e}):\n{out}")
+        why = why or f"cannot read the output of {cmd[0]} ({e})"
+    if why:
+        sys.exit(f"bench/cpu.py: {why}:\n{out}{''.join(errors[-20:])}")
     cpu = ru.ru_utime + ru.ru_stime
     line = f"{rate:.1f} {cpu / max(n, 1) * 1e6:.2f}"
     if want_steady:
         s = steady(samples)
-        line += f" {s:.2f}" if s is not None else " nan"
+        if s is None:
+            sys.exit(f"bench/cpu.py: --steady needs at least 3 progress lines from {cmd[0]}, "
+                     f"got {len(samples)} (run it with -P 1 for 3 s or more)")
+        line += f" {s:.2f}"
     print(line)
 
 

@@ -9,7 +9,7 @@
 # Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps --bench
+command -v fio >/dev/null 2>&1 || scripts/deps --bench # fio, for the benchmark only
 secs=${1:-10}; jobs=${2:-4}; rounds=${3:-3}; size=256MiB
 cargo build --release --workspace -q
 . bench/lib.sh file
