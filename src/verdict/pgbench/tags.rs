@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 pub struct TagCounter {
     seqs: BTreeMap<u32, Vec<u64>>,
     malformed: u64,
+    /// The start of a line [`TagCounter::feed`] has not seen the end of yet.
+    partial: Vec<u8>,
 }
 
 impl TagCounter {
@@ -35,6 +37,26 @@ impl TagCounter {
             Some((client, seq)) => self.seqs.entry(client).or_default().push(seq),
             None => self.malformed += 1,
         }
+    }
+
+    /// Some bytes of `COPY … TO STDOUT`'s text output: one `filler` per line, ended
+    /// by `\n`, the lines split anywhere between calls (PostgreSQL sends a row per
+    /// `CopyData` message, but nothing here depends on that). A last line without
+    /// its `\n` is counted by [`TagCounter::counts`].
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
+            if self.partial.is_empty() {
+                self.add(&bytes[..nl]);
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&bytes[..nl]);
+                self.add(&line);
+                line.clear();
+                self.partial = line;
+            }
+            bytes = &bytes[nl + 1..];
+        }
+        self.partial.extend_from_slice(bytes);
     }
 
     /// Adds a valid tag's fields directly (client, seq).
@@ -55,6 +77,10 @@ impl TagCounter {
         bounds: &[u64],
         acks: &BTreeMap<u32, ClientAcks>,
     ) -> (BTreeMap<u32, Counts>, u64) {
+        if !self.partial.is_empty() {
+            let last = std::mem::take(&mut self.partial);
+            self.add(&last);
+        }
         let empty = ClientAcks::default();
         let mut out = BTreeMap::new();
         for (&c, seqs) in self.seqs.iter_mut() {
@@ -171,5 +197,86 @@ mod tests {
             }
         );
         assert_eq!(counts.len(), 2);
+    }
+
+    /// The counts by their definition, one distinct `(client, seq)` at a time with
+    /// a linear search of the ranges: the model the counter must agree with.
+    fn model(
+        tags: &[(u32, u64)],
+        bounds: &[u64],
+        acks: &BTreeMap<u32, ClientAcks>,
+    ) -> BTreeMap<u32, Counts> {
+        let mut found: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+        for &t in tags {
+            *found.entry(t).or_default() += 1;
+        }
+        let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
+        for (&(c, s), &n) in &found {
+            let k = counts.entry(c).or_default();
+            if bounds.get(c as usize).is_some_and(|&b| 1 <= s && s <= b) {
+                k.inbound += 1;
+                k.top = k.top.max(s);
+            } else {
+                k.phantoms += 1;
+            }
+            k.dups += n - 1;
+            let hit = acks
+                .get(&c)
+                .and_then(|a| a.ranges.iter().find(|r| r.first <= s && s <= r.last));
+            if let Some(r) = hit {
+                k.acked_present[usize::from(r.promised)] += 1;
+            }
+        }
+        counts
+    }
+
+    proptest::proptest! {
+        /// The counter agrees with the model on random tags, bounds and ranges
+        /// (sorted, not overlapping, as `merge_acks` makes them), with seq 0,
+        /// seqs beyond the bound and clients beyond the bounds among them.
+        #[test]
+        fn the_counter_agrees_with_the_definition(
+            tags in proptest::collection::vec((0u32..4, 0u64..40), 0..200),
+            bounds in proptest::collection::vec(0u64..40, 0..4),
+            spans in proptest::collection::vec(
+                (0u32..3, proptest::collection::vec((0u64..5, 0u64..6, proptest::bool::ANY), 0..6)),
+                0..3,
+            ),
+            cuts in proptest::collection::vec(0usize..5000, 0..8),
+        ) {
+            let mut a: BTreeMap<u32, ClientAcks> = BTreeMap::new();
+            for (c, v) in spans {
+                let mut next = 1;
+                let ranges = v
+                    .into_iter()
+                    .map(|(gap, len, promised)| {
+                        let first = next + gap;
+                        next = first + len + 1;
+                        AckRange { first, last: first + len, promised, ms: 0 }
+                    })
+                    .collect();
+                a.insert(c, ClientAcks { ranges });
+            }
+            // The lines of a COPY, fed in pieces cut at `cuts` (the last line
+            // without its newline).
+            let text: Vec<u8> = tags
+                .iter()
+                .map(|(c, s)| format!("a1b2c3d4{c:04}{s:010}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .into_bytes();
+            let mut at: Vec<usize> = cuts.iter().map(|&x| x % (text.len() + 1)).collect();
+            at.push(0);
+            at.push(text.len());
+            at.sort_unstable();
+            let mut t = TagCounter::new();
+            for w in at.windows(2) {
+                t.feed(&text[w[0]..w[1]]);
+            }
+            proptest::prop_assert_eq!(t.rows(), tags.len() as u64 - u64::from(!tags.is_empty()));
+            let (counts, malformed) = t.counts(&bounds, &a);
+            proptest::prop_assert_eq!(malformed, 0);
+            proptest::prop_assert_eq!(counts, model(&tags, &bounds, &a));
+        }
     }
 }

@@ -150,26 +150,8 @@ impl Scan {
         let stream = client.copy_out(sql.as_str()).await?;
         futures_util::pin_mut!(stream);
         let mut tags = TagCounter::new();
-        // PostgreSQL sends a row per CopyData message; a line split across two is
-        // still put together, so nothing depends on that.
-        let mut partial: Vec<u8> = Vec::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
-            let mut rest: &[u8] = &chunk;
-            while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-                if partial.is_empty() {
-                    tags.add(&rest[..nl]);
-                } else {
-                    partial.extend_from_slice(&rest[..nl]);
-                    tags.add(&partial);
-                    partial.clear();
-                }
-                rest = &rest[nl + 1..];
-            }
-            partial.extend_from_slice(rest);
-        }
-        if !partial.is_empty() {
-            tags.add(&partial);
+            tags.feed(&chunk?);
         }
         Ok(tags.counts(bounds, acks))
     }
