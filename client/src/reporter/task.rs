@@ -139,6 +139,13 @@ impl Task {
                         conn = Some(c);
                         lost_since = None;
                         self.ending_sent = false;
+                        // What the listener does not hold goes out at once: waiting
+                        // for the next ack would wait forever once the writers have
+                        // paused for want of confirmations.
+                        if self.outbox.next_unsent().is_some() {
+                            self.linger_until
+                                .get_or_insert_with(tokio::time::Instant::now);
+                        }
                     }
                     Err(e) => {
                         let e = match step_of(e) {
