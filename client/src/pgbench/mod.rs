@@ -194,8 +194,6 @@ fn check_args(args: &WriteArgs) -> Result<(), Error> {
 struct Server {
     /// Connection settings for the clients.
     cfg: tokio_postgres::Config,
-    /// Whether `pgbench_accounts.aid` is `bigint`.
-    aid_big: bool,
     /// What the ledger records of the run.
     manifest: PgManifest,
     /// The storage under the data directory.
@@ -223,7 +221,7 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
         ))
     })?;
     let promised = check_promised(args, &settings)?;
-    let (scale, aid_big) = tables(args, &client).await?;
+    let scale = tables(args, &client).await?;
     let start_sums = schema::sums(&client).await.map_err(|e| {
         Error(format!(
             "cannot read the balance sums: {}",
@@ -262,7 +260,6 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
     };
     Ok(Server {
         cfg,
-        aid_big,
         manifest,
         storage,
         probe,
@@ -317,34 +314,21 @@ pub const FPW_OFF_LABEL: &str = "full_page_writes=off (allowed by --allow-unsafe
      evidence (docs/atomic.md)";
 
 /// Creates (`--init`) or checks the pgbench tables and vacuums the small ones;
-/// returns the scale and whether `aid` is `bigint`.
-async fn tables(args: &WriteArgs, client: &tokio_postgres::Client) -> Result<(u32, bool), Error> {
+/// returns the scale. (Whether `aid` is `bigint` does not matter: the clients send
+/// their values as text and the server types them by the column.)
+async fn tables(args: &WriteArgs, client: &tokio_postgres::Client) -> Result<u32, Error> {
     let scale = if args.init {
         schema::init(client, args.scale).await
     } else {
         schema::check(client).await
     }
     .map_err(Error)?;
-    let aid_big: bool = client
-        .query_one(
-            "SELECT atttypid = 'int8'::regtype FROM pg_attribute \
-             WHERE attrelid = 'pgbench_accounts'::regclass AND attname = 'aid'",
-            &[],
-        )
-        .await
-        .map_err(|e| {
-            Error(format!(
-                "cannot read pgbench_accounts: {}",
-                conn::describe(&e)
-            ))
-        })?
-        .get(0);
     // Like pgbench: vacuum the small tables (but never truncate the history, which
     // may hold the tags of runs not yet verified).
     schema::vacuum(client, &["pgbench_branches", "pgbench_tellers"], false)
         .await
         .map_err(Error)?;
-    Ok((scale, aid_big))
+    Ok(scale)
 }
 
 /// What the clients need, from the options and the server.
@@ -365,7 +349,6 @@ fn params(args: &WriteArgs, server: &Server) -> run::Params {
         progress: args.progress.map(Duration::from_secs),
         max_unconfirmed: args.reporter.max_unconfirmed_or(PG_MAX_UNCONFIRMED),
         seed: args.random_seed.unwrap_or_else(rand::random),
-        aid_big: server.aid_big,
     }
 }
 

@@ -53,6 +53,15 @@ fn tag(run: &str, client: u32, seq: u64) -> String {
     format!("{}{client:04}{seq:010}", &run[8..])
 }
 
+/// How many `pgbench_history` rows of database `bench` carry `run`'s tag prefix.
+fn tagged_rows(pg: &PgCluster, run: &str) -> String {
+    let sql = format!(
+        "SELECT count(*) FROM pgbench_history WHERE filler LIKE '{}%'",
+        &run[8..]
+    );
+    pg.psql_in("bench", &sql)
+}
+
 /// Copies database `bench` to `name`, retrying while a closing session still uses it.
 fn copy_db(pg: &PgCluster, name: &str) {
     let sql = format!("CREATE DATABASE {name} TEMPLATE bench");
@@ -330,5 +339,128 @@ fn the_json_summary_counts_what_was_acknowledged() {
     let (code, r, err) = verify(&l, run, &dsn, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(r["acknowledged_commits"], json!(80));
+    assert_eq!(counts(&r), expect(&[]));
+}
+
+/// The clients' own connections (client/src/pgbench/run/wire.rs) authenticate as
+/// libpq does: SCRAM-SHA-256, MD5 and a cleartext password over TCP, each with both
+/// protocols; every transaction is acknowledged and in the table with its tag.
+#[test]
+fn the_clients_authenticate_with_scram_md5_and_password() {
+    let test = "the_clients_authenticate_with_scram_md5_and_password";
+    let Some((_dir, mut pg, l)) = setup(test) else {
+        return;
+    };
+    let o = write(
+        &l,
+        &pg.conninfo_db("bench"),
+        &["--init", "--transactions", "1"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    pg.psql("CREATE ROLE scramuser LOGIN SUPERUSER PASSWORD 'pw-scram'");
+    pg.psql(
+        "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN SUPERUSER PASSWORD 'pw-md5'",
+    );
+    pg.psql("CREATE ROLE clearuser LOGIN SUPERUSER PASSWORD 'pw-clear'");
+    pg.prepend_hba("host all scramuser 127.0.0.1/32 scram-sha-256");
+    pg.prepend_hba("host all md5user 127.0.0.1/32 md5");
+    pg.prepend_hba("host all clearuser 127.0.0.1/32 password");
+    for (user, pw) in [
+        ("scramuser", "pw-scram"),
+        ("md5user", "pw-md5"),
+        ("clearuser", "pw-clear"),
+    ] {
+        for protocol in ["simple", "prepared"] {
+            let dsn = pg
+                .tcp_conninfo(user, pw)
+                .replace("dbname=postgres", "dbname=bench");
+            let o = write(
+                &l,
+                &dsn,
+                &[
+                    "--clients",
+                    "2",
+                    "--transactions",
+                    "5",
+                    "--protocol",
+                    protocol,
+                    "--json",
+                ],
+            );
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{user} {protocol}: {}",
+                stderr(&o)
+            );
+            let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+            assert_eq!(v["acknowledged"], json!(10), "{user} {protocol}");
+            let run = v["run_id"].as_str().unwrap();
+            let rows = tagged_rows(&pg, run);
+            assert_eq!(rows, "10", "{user} {protocol}");
+        }
+    }
+    // A wrong password is refused by the server (the run's first connection says so).
+    let dsn = pg
+        .tcp_conninfo("md5user", "wrong")
+        .replace("dbname=postgres", "dbname=bench");
+    let o = write(&l, &dsn, &["--transactions", "5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("password authentication failed for user \"md5user\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Serialization failures (SQLSTATE 40001) are rolled back, counted as failed and
+/// retried with the same seq, as pgbench's `--max-tries` does: at scale 1 every
+/// transaction updates the one branch row, so under REPEATABLE READ concurrent
+/// clients fail each other. Every attempt is either acknowledged or failed, and
+/// verify finds exactly the acknowledged commits.
+#[test]
+fn serialization_failures_are_rolled_back_counted_and_retried() {
+    let test = "serialization_failures_are_rolled_back_counted_and_retried";
+    let Some((_dir, pg, l)) = setup(test) else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let o = write(&l, &dsn, &["--init", "--scale", "1", "--transactions", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    pg.psql("ALTER DATABASE bench SET default_transaction_isolation = 'repeatable read'");
+    let o = write(
+        &l,
+        &dsn,
+        &[
+            "--clients",
+            "4",
+            "--jobs",
+            "2",
+            "--transactions",
+            "50",
+            "--protocol",
+            "prepared",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    let (committed, failed) = (
+        v["transactions"].as_u64().unwrap(),
+        v["failed"].as_u64().unwrap(),
+    );
+    assert_eq!(committed + failed, 200, "{v}");
+    assert!(
+        failed > 0,
+        "4 clients on one branch row never conflicted: {v}"
+    );
+    assert_eq!(v["acknowledged"], json!(committed));
+    assert_eq!(v["clients_lost"], json!(0));
+    let run = v["run_id"].as_str().unwrap();
+    let rows = tagged_rows(&pg, run);
+    assert_eq!(rows, committed.to_string());
+    let (code, r, err) = verify(&l, run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["acknowledged_commits"], json!(committed));
     assert_eq!(counts(&r), expect(&[]));
 }

@@ -1,19 +1,22 @@
-//! One client's loop: draw the values, tag the transaction with the client's next
-//! sequence number, run it, and acknowledge it when `COMMIT` succeeded; stay within
-//! `max_unconfirmed` acknowledgements of the listener; stop when the run's limit is
-//! reached, on SIGINT, on a witness fault, or when the client is lost or aborted
-//! (see the parent module for what happens to a transaction).
+//! One job's clients, driven by one `poll` loop as pgbench drives its clients: each
+//! client draws its values, tags the transaction with its next sequence number,
+//! runs it, and acknowledges it when `COMMIT` succeeded; stays within
+//! `max_unconfirmed` acknowledgements of the listener; stops when the run's limit is
+//! reached, on SIGINT, on a witness fault, or when it is lost or aborted (see the
+//! parent module for what happens to a transaction).
 
-use super::session::{Session, TxError, Values};
+use super::session::{Session, Step, TxError, Values};
 use super::{Go, Limit, Params, Shared};
 use crate::latency::LatencyStats;
-use crate::pgbench::conn::{describe, is_connection_error};
 use crate::pgbench::tag;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-use tokio_postgres::error::SqlState;
+use std::time::Instant;
+
+/// SQLSTATEs after which pgbench retries the transaction: serialization failure
+/// and deadlock detected.
+const RETRYABLE: [&str; 2] = ["40001", "40P01"];
 
 /// What one client did.
 pub(super) struct ClientResult {
@@ -39,157 +42,266 @@ pub(super) enum ClientEnd {
     Aborted,
 }
 
-/// Runs client `c` on its session `s` until it stops.
-pub(super) async fn client_loop(
+/// Where a client is.
+enum State {
+    /// Between transactions.
+    Idle,
+    /// Running transaction `seq`.
+    InTx,
+    /// Rolling back; then stop with `Some(end)` or go on with `None`.
+    RollingBack(Option<ClientEnd>),
+    /// Stopped.
+    Stopped,
+}
+
+/// One client of the job.
+struct Client {
     c: u32,
     s: Session,
+    rng: SmallRng,
+    seq: u64,
+    t0: Instant,
+    state: State,
+    r: ClientResult,
+}
+
+/// What an idle client does next.
+enum Next {
+    Start,
+    /// Wait for the listener's confirmations (or the reporter's pause) to leave room.
+    Wait,
+    Stop,
+}
+
+/// Runs a job's clients until every one of them stopped; their results in the
+/// order given.
+pub(super) fn run_job(
+    sessions: Vec<(u32, Session)>,
     p: &Params,
     go: &Go,
     shared: &Shared,
-) -> ClientResult {
-    let mut r = ClientResult {
-        stats: LatencyStats::new(),
-        attempts: 0,
-        committed: 0,
-        failed: 0,
-        end: ClientEnd::Done,
-    };
-    let mut rng = SmallRng::seed_from_u64(p.seed.wrapping_add(c as u64));
-    let mut seq: u64 = 1;
+) -> Vec<ClientResult> {
+    let mut clients: Vec<Client> = sessions
+        .into_iter()
+        .map(|(c, s)| Client {
+            c,
+            s,
+            rng: SmallRng::seed_from_u64(p.seed.wrapping_add(c as u64)),
+            seq: 1,
+            t0: Instant::now(),
+            state: State::Idle,
+            r: ClientResult {
+                stats: LatencyStats::new(),
+                attempts: 0,
+                committed: 0,
+                failed: 0,
+                end: ClientEnd::Done,
+            },
+        })
+        .collect();
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(clients.len());
+    let mut polled: Vec<usize> = Vec::with_capacity(clients.len());
     loop {
-        if shared.stop.load(Ordering::Relaxed) || go.sink.failed() {
-            break;
-        }
-        match p.limit {
-            Limit::Transactions(n) if r.attempts >= n => break,
-            _ => {}
-        }
-        if go.deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
-        if !wait_for_room(p, go, shared).await {
-            break;
-        }
-        if seq > tag::MAX_SEQ {
-            eprintln!("client {c} stopped: sequence numbers exhausted");
-            break;
-        }
-        let v = Values::draw(&mut rng, p.scale as i64);
-        let t = tag::encode(go.run, c, seq);
-        r.attempts += 1;
-        let t0 = Instant::now();
-        match s.transaction(&v, &t, p.aid_big, p.pipeline).await {
-            Ok(()) => {
-                go.sink.pg_ack(c, seq);
-                shared.acked.fetch_add(1, Ordering::SeqCst);
-                let lat = t0.elapsed();
-                r.stats.record(lat);
-                r.committed += 1;
-                seq += 1;
-                shared
-                    .interval
-                    .lock()
-                    .unwrap()
-                    .commit(lat.as_secs_f64() * 1000.0);
-            }
-            Err(e) => {
-                if let Some(end) = after_failure(c, seq, &s, e, &mut r, shared).await {
-                    r.end = end;
-                    break;
+        let mut waiting = false;
+        for cl in clients.iter_mut() {
+            if matches!(cl.state, State::Idle) {
+                match next(cl, p, go, shared) {
+                    Next::Start => {
+                        let v = Values::draw(&mut cl.rng, p.scale as i64);
+                        let t = tag::encode(go.run, cl.c, cl.seq);
+                        cl.r.attempts += 1;
+                        cl.t0 = Instant::now();
+                        cl.state = State::InTx;
+                        let step = cl.s.start(v, &t);
+                        handle(cl, step, shared, go);
+                    }
+                    Next::Wait => waiting = true,
+                    Next::Stop => cl.state = State::Stopped,
                 }
             }
         }
+        fds.clear();
+        polled.clear();
+        for (i, cl) in clients.iter().enumerate() {
+            if matches!(cl.state, State::InTx | State::RollingBack(_)) {
+                let mut events = libc::POLLIN;
+                if cl.s.wants_write() {
+                    events |= libc::POLLOUT;
+                }
+                fds.push(libc::pollfd {
+                    fd: cl.s.fd(),
+                    events,
+                    revents: 0,
+                });
+                polled.push(i);
+            }
+        }
+        if fds.is_empty() && !waiting {
+            // Nobody runs a transaction or waits for room (a client idle after
+            // `handle` starts one on the next round).
+            if clients.iter().all(|cl| matches!(cl.state, State::Stopped)) {
+                break;
+            }
+            continue;
+        }
+        // Waiting for room: look again in 1 ms, as before.
+        let timeout = if waiting { 1 } else { -1 };
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // poll itself failed (EINVAL/ENOMEM): no client can go on.
+            eprintln!("pgbench job: poll failed: {e}; stopping its clients");
+            break;
+        }
+        for (f, &i) in fds.iter().zip(&polled) {
+            if f.revents == 0 {
+                continue;
+            }
+            let readable = f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            let writable = f.revents & libc::POLLOUT != 0;
+            let cl = &mut clients[i];
+            let step = cl.s.on_ready(readable, writable);
+            handle(cl, step, shared, go);
+        }
     }
-    r
+    clients.into_iter().map(|cl| cl.r).collect()
 }
 
-/// Waits while the client would run `max_unconfirmed` acknowledgements (of all
-/// clients) ahead of the listener, or the reporter says to pause (its time bound; a
-/// witness fault). False when the run ends meanwhile.
-async fn wait_for_room(p: &Params, go: &Go, shared: &Shared) -> bool {
-    while shared
+/// Whether idle client `cl` starts a transaction, waits, or stops.
+fn next(cl: &mut Client, p: &Params, go: &Go, shared: &Shared) -> Next {
+    let stop = shared.stop.load(Ordering::Relaxed)
+        || go.sink.failed()
+        || matches!(p.limit, Limit::Transactions(n) if cl.r.attempts >= n)
+        || go.deadline.is_some_and(|d| Instant::now() >= d);
+    if stop {
+        return Next::Stop;
+    }
+    if cl.seq > tag::MAX_SEQ {
+        eprintln!("client {} stopped: sequence numbers exhausted", cl.c);
+        return Next::Stop;
+    }
+    // Not more than `max_unconfirmed` acknowledgements (of all clients) ahead of
+    // the listener, and not while the reporter says to pause (its time bound; a
+    // witness fault).
+    if shared
         .acked
         .load(Ordering::SeqCst)
         .saturating_sub(go.sink.confirmed())
         >= p.max_unconfirmed
         || go.sink.paused()
     {
-        if shared.stop.load(Ordering::Relaxed)
-            || go.sink.failed()
-            || go.deadline.is_some_and(|d| Instant::now() >= d)
-        {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        return Next::Wait;
     }
-    true
+    Next::Start
 }
 
-/// What transaction `seq` of client `c`, which did not commit, does to the client:
-/// `Some(end)` when the client stops; `None` when it goes on with the same `seq`
-/// (a serialization failure or deadlock, rolled back and counted as failed).
-async fn after_failure(
-    c: u32,
-    seq: u64,
-    s: &Session,
-    e: TxError,
-    r: &mut ClientResult,
-    shared: &Shared,
-) -> Option<ClientEnd> {
+/// Acts on what a client's session came to.
+fn handle(cl: &mut Client, step: Step, shared: &Shared, go: &Go) {
+    match step {
+        Step::Pending => {}
+        Step::Committed => {
+            go.sink.pg_ack(cl.c, cl.seq);
+            shared.acked.fetch_add(1, Ordering::SeqCst);
+            let lat = cl.t0.elapsed();
+            cl.r.stats.record(lat);
+            cl.r.committed += 1;
+            cl.seq += 1;
+            shared
+                .interval
+                .lock()
+                .unwrap()
+                .commit(lat.as_secs_f64() * 1000.0);
+            cl.state = State::Idle;
+        }
+        Step::Failed(e) => after_failure(cl, e, shared),
+        Step::RolledBack(r) => {
+            let then = match std::mem::replace(&mut cl.state, State::Idle) {
+                State::RollingBack(then) => then,
+                _ => None,
+            };
+            match r {
+                Err(e) if e.is_connection_error() => {
+                    eprintln!("client {} lost its connection: {e}", cl.c);
+                    stop(cl, ClientEnd::Lost { in_flight: false });
+                }
+                // Other ROLLBACK errors are ignored: the client's next step decides.
+                _ => match then {
+                    Some(end) => stop(cl, end),
+                    None => cl.state = State::Idle,
+                },
+            }
+        }
+    }
+}
+
+/// Stops client `cl` as `end`.
+fn stop(cl: &mut Client, end: ClientEnd) {
+    cl.r.end = end;
+    cl.state = State::Stopped;
+}
+
+/// What a transaction that did not commit does to the client: it stops (lost or
+/// aborted), or, after a serialization failure or deadlock, it is counted as failed
+/// and goes on with the same `seq`. A transaction that failed before COMMIT is
+/// rolled back first.
+fn after_failure(cl: &mut Client, e: TxError, shared: &Shared) {
+    let (c, seq) = (cl.c, cl.seq);
     match e {
         TxError::Rows(why) => {
-            if let Some(lost) = rollback(c, s).await {
-                return Some(lost);
-            }
             eprintln!("client {c} aborted in transaction {seq}: {why}");
-            Some(ClientEnd::Aborted)
+            rollback_then(cl, Some(ClientEnd::Aborted));
         }
-        TxError::Db(at_commit, e) if is_connection_error(&e) => {
+        TxError::Db(at_commit, e) if e.is_connection_error() => {
             if at_commit {
                 eprintln!(
-                    "client {c} lost its connection during COMMIT of seq {seq} (in flight: it may or may not have committed): {}",
-                    describe(&e)
+                    "client {c} lost its connection during COMMIT of seq {seq} (in flight: it may or may not have committed): {e}"
                 );
             } else {
-                eprintln!("client {c} lost its connection: {}", describe(&e));
+                eprintln!("client {c} lost its connection: {e}");
             }
-            Some(ClientEnd::Lost {
-                in_flight: at_commit,
-            })
+            stop(
+                cl,
+                ClientEnd::Lost {
+                    in_flight: at_commit,
+                },
+            );
         }
         TxError::Db(at_commit, e) => {
-            let retryable = e.code().is_some_and(|code| {
-                *code == SqlState::T_R_SERIALIZATION_FAILURE
-                    || *code == SqlState::T_R_DEADLOCK_DETECTED
-            });
-            if !at_commit {
-                if let Some(lost) = rollback(c, s).await {
-                    return Some(lost);
-                }
-            }
-            if retryable {
-                r.failed += 1;
+            let retryable = e.code().is_some_and(|code| RETRYABLE.contains(&code));
+            let then = if retryable {
+                cl.r.failed += 1;
                 shared.interval.lock().unwrap().fail();
                 None
             } else {
                 eprintln!(
-                    "client {c} aborted in transaction {seq}{}: {}",
+                    "client {c} aborted in transaction {seq}{}: {e}",
                     if at_commit { " at COMMIT" } else { "" },
-                    describe(&e)
                 );
                 Some(ClientEnd::Aborted)
+            };
+            if at_commit {
+                // A failed COMMIT ended the transaction on the server already.
+                match then {
+                    Some(end) => stop(cl, end),
+                    None => cl.state = State::Idle,
+                }
+            } else {
+                rollback_then(cl, then);
             }
         }
     }
 }
 
-/// Rolls back the open transaction; `Some(Lost)` when the connection broke meanwhile
-/// (other ROLLBACK errors are ignored: the client's next step decides).
-async fn rollback(c: u32, s: &Session) -> Option<ClientEnd> {
-    let e2 = s.client.simple_query("ROLLBACK").await.err()?;
-    if !is_connection_error(&e2) {
-        return None;
+/// Sends ROLLBACK; then `then` (stop as it says, or go on).
+fn rollback_then(cl: &mut Client, then: Option<ClientEnd>) {
+    cl.state = State::RollingBack(then);
+    let step = cl.s.start_rollback();
+    if let Step::RolledBack(Err(e)) = step {
+        eprintln!("client {} lost its connection: {e}", cl.c);
+        stop(cl, ClientEnd::Lost { in_flight: false });
     }
-    eprintln!("client {c} lost its connection: {}", describe(&e2));
-    Some(ClientEnd::Lost { in_flight: false })
 }

@@ -1,6 +1,6 @@
 //! The clients: pgbench's built-in "TPC-B (sort of)" script, one connection per
-//! client, the clients spread over `jobs` OS threads (each with its own
-//! single-threaded tokio runtime), like `pgbench -c C -j J`.
+//! client, the clients spread over `jobs` OS threads (each with one `poll` loop
+//! over its clients' sockets), like `pgbench -c C -j J`.
 //!
 //! One transaction, with pgbench's distributions (uniform integers, inclusive):
 //! `aid` in 1..=100000·scale, `bid` in 1..=scale, `tid` in 1..=10·scale, `delta` in
@@ -37,25 +37,29 @@
 //!
 //! * this module — the run's parameters and totals, starting the threads, the start
 //!   signal, SIGINT.
-//! * `session` — one client's connection and its transaction, per protocol.
-//! * `client` — one client's loop: tag, run, acknowledge, handle failures.
+//! * `wire` — one client's PostgreSQL connection: a plain socket, messages framed by
+//!   `postgres-protocol`, authentication.
+//! * `session` — one client's transaction on it, per protocol, as a state machine.
+//! * `client` — a job's poll loop: tag, run, acknowledge, handle failures.
 //! * `interval` — the figures between two `-P` progress lines, and their printer.
 
 mod client;
 mod interval;
 mod session;
+mod wire;
 
 use super::Protocol;
 use crate::latency::LatencyStats;
 use crate::reporter::AckSink;
-use client::{client_loop, ClientEnd, ClientResult};
+use client::{run_job, ClientEnd, ClientResult};
 use interval::Interval;
 use plugpull::RunId;
 use session::Session;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio_postgres::Config;
 
 /// When the clients stop.
@@ -88,8 +92,6 @@ pub struct Params {
     pub max_unconfirmed: u64,
     /// Seed of the random values; client `c` uses `seed + c`.
     pub seed: u64,
-    /// Whether `pgbench_accounts.aid` is `bigint` (scale ≥ 20000).
-    pub aid_big: bool,
     /// Send BEGIN and the five statements without waiting for each answer
     /// (prepared protocol only); COMMIT still goes alone.
     pub pipeline: bool,
@@ -142,7 +144,8 @@ struct Go {
 /// Clients connected and waiting for the start signal.
 pub struct Prepared {
     threads: Vec<std::thread::JoinHandle<Vec<ClientResult>>>,
-    go: watch::Sender<Option<Arc<Go>>>,
+    /// One per thread: the start signal (dropped unsent: the run is called off).
+    go: Vec<mpsc::Sender<Arc<Go>>>,
     shared: Arc<Shared>,
     conn_time: Duration,
     params: Params,
@@ -157,7 +160,7 @@ pub async fn prepare(params: &Params) -> Result<Prepared, String> {
         stop: AtomicBool::new(false),
         interval: Mutex::new(Interval::default()),
     });
-    let (go_tx, go_rx) = watch::channel(None);
+    let mut go_txs = Vec::new();
     let mut threads = Vec::new();
     let mut readies = Vec::new();
     for job in 0..params.jobs {
@@ -169,7 +172,8 @@ pub async fn prepare(params: &Params) -> Result<Prepared, String> {
         readies.push(ready_rx);
         let p = params.clone();
         let sh = shared.clone();
-        let rx = go_rx.clone();
+        let (go_tx, rx) = mpsc::channel();
+        go_txs.push(go_tx);
         let handle = std::thread::Builder::new()
             .name(format!("pgbench-job-{job}"))
             .spawn(move || thread_main(p, clients, sh, ready_tx, rx))
@@ -190,13 +194,13 @@ pub async fn prepare(params: &Params) -> Result<Prepared, String> {
         }
     }
     if let Some(e) = first_err {
-        drop(go_tx);
+        drop(go_txs);
         join_all(threads).await;
         return Err(e);
     }
     Ok(Prepared {
         threads,
-        go: go_tx,
+        go: go_txs,
         shared,
         conn_time: conn_total / params.clients.max(1),
         params: params.clone(),
@@ -226,11 +230,14 @@ impl Prepared {
             Limit::Duration(d) => Some(start + d),
             Limit::Transactions(_) => None,
         };
-        let _ = self.go.send(Some(Arc::new(Go {
+        let go = Arc::new(Go {
             run,
             sink: sink.clone(),
             deadline,
-        })));
+        });
+        for tx in &self.go {
+            let _ = tx.send(go.clone());
+        }
         let progress = self
             .params
             .progress
@@ -308,60 +315,30 @@ impl RunStats {
 }
 
 /// One OS thread: connects its clients, reports readiness, waits for the start
-/// signal, runs its clients concurrently on a single-threaded runtime.
+/// signal, runs its clients with one poll loop.
 fn thread_main(
     p: Params,
     clients: Vec<u32>,
     shared: Arc<Shared>,
     ready: oneshot::Sender<Result<Duration, String>>,
-    mut go_rx: watch::Receiver<Option<Arc<Go>>>,
+    go_rx: mpsc::Receiver<Arc<Go>>,
 ) -> Vec<ClientResult> {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = ready.send(Err(format!("cannot start a runtime: {e}")));
-            return Vec::new();
+    let t0 = Instant::now();
+    let mut sessions = Vec::new();
+    for &c in &clients {
+        match Session::open(&p, c) {
+            Ok(s) => sessions.push((c, s)),
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return Vec::new();
+            }
         }
+    }
+    let _ = ready.send(Ok(t0.elapsed()));
+    let Ok(go) = go_rx.recv() else {
+        return Vec::new(); // called off before the start
     };
-    rt.block_on(async move {
-        let t0 = Instant::now();
-        let mut sessions = Vec::new();
-        for &c in &clients {
-            match Session::open(&p, c).await {
-                Ok(s) => sessions.push((c, s)),
-                Err(e) => {
-                    let _ = ready.send(Err(e));
-                    return Vec::new();
-                }
-            }
-        }
-        let _ = ready.send(Ok(t0.elapsed()));
-        let go = loop {
-            if let Some(go) = go_rx.borrow_and_update().clone() {
-                break go;
-            }
-            if go_rx.changed().await.is_err() {
-                return Vec::new(); // aborted before the start
-            }
-        };
-        let mut set = tokio::task::JoinSet::new();
-        for (c, s) in sessions {
-            let go = go.clone();
-            let shared = shared.clone();
-            let p = p.clone();
-            set.spawn(async move { client_loop(c, s, &p, &go, &shared).await });
-        }
-        let mut out = Vec::new();
-        while let Some(r) = set.join_next().await {
-            if let Ok(r) = r {
-                out.push(r);
-            }
-        }
-        out
-    })
+    run_job(sessions, &p, &go, &shared)
 }
 
 #[cfg(test)]
