@@ -428,39 +428,40 @@ fn serialization_failures_are_rolled_back_counted_and_retried() {
     let o = write(&l, &dsn, &["--init", "--scale", "1", "--transactions", "1"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     pg.psql("ALTER DATABASE bench SET default_transaction_isolation = 'repeatable read'");
-    let o = write(
-        &l,
-        &dsn,
-        &[
+    for mode in [
+        &["--protocol", "prepared"][..],
+        &["--protocol", "prepared", "--pipeline"],
+        &["--protocol", "simple"],
+    ] {
+        let mut args = vec![
             "--clients",
             "4",
             "--jobs",
             "2",
             "--transactions",
             "50",
-            "--protocol",
-            "prepared",
             "--json",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
-    let (committed, failed) = (
-        v["transactions"].as_u64().unwrap(),
-        v["failed"].as_u64().unwrap(),
-    );
-    assert_eq!(committed + failed, 200, "{v}");
-    assert!(
-        failed > 0,
-        "4 clients on one branch row never conflicted: {v}"
-    );
-    assert_eq!(v["acknowledged"], json!(committed));
-    assert_eq!(v["clients_lost"], json!(0));
-    let run = v["run_id"].as_str().unwrap();
-    let rows = tagged_rows(&pg, run);
-    assert_eq!(rows, committed.to_string());
-    let (code, r, err) = verify(&l, run, &dsn, &[]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(r["acknowledged_commits"], json!(committed));
-    assert_eq!(counts(&r), expect(&[]));
+        ];
+        args.extend_from_slice(mode);
+        let o = write(&l, &dsn, &args);
+        assert_eq!(o.status.code(), Some(0), "{mode:?}: {}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+        let (committed, failed) = (
+            v["transactions"].as_u64().unwrap(),
+            v["failed"].as_u64().unwrap(),
+        );
+        assert_eq!(committed + failed, 200, "{mode:?}: {v}");
+        assert!(
+            failed > 0,
+            "{mode:?}: 4 clients on one branch row never conflicted: {v}"
+        );
+        assert_eq!(v["acknowledged"], json!(committed), "{mode:?}");
+        assert_eq!(v["clients_lost"], json!(0), "{mode:?}");
+        let run = v["run_id"].as_str().unwrap();
+        assert_eq!(tagged_rows(&pg, run), committed.to_string(), "{mode:?}");
+        let (code, r, err) = verify(&l, run, &dsn, &[]);
+        assert_eq!(code, 0, "{mode:?}: {err}");
+        assert_eq!(r["acknowledged_commits"], json!(committed), "{mode:?}");
+        assert_eq!(counts(&r), expect(&[]), "{mode:?}");
+    }
 }

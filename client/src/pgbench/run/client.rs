@@ -46,10 +46,10 @@ pub(super) enum ClientEnd {
 enum State {
     /// Between transactions.
     Idle,
-    /// Running transaction `seq`.
+    /// Running a transaction (the client's `seq`).
     InTx,
-    /// Rolling back; then stop with `Some(end)` or go on with `None`.
-    RollingBack(Option<ClientEnd>),
+    /// Rolling back; then as [`After`] says.
+    RollingBack(After),
     /// Stopped.
     Stopped,
 }
@@ -63,6 +63,15 @@ struct Client {
     t0: Instant,
     state: State,
     r: ClientResult,
+}
+
+/// What a client does once its ROLLBACK was answered.
+enum After {
+    /// A serialization failure or deadlock: count it as failed and go on with the
+    /// same seq.
+    Retry,
+    /// Stop as this says.
+    Stop(ClientEnd),
 }
 
 /// What an idle client does next.
@@ -153,15 +162,29 @@ pub(super) fn run_job(
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            // poll itself failed (EINVAL/ENOMEM): no client can go on.
+            // poll itself failed (EINVAL/ENOMEM): no client can go on; a COMMIT
+            // out is in flight.
             eprintln!("pgbench job: poll failed: {e}; stopping its clients");
+            for cl in clients.iter_mut() {
+                let end = match cl.state {
+                    State::InTx => ClientEnd::Lost {
+                        in_flight: cl.s.commit_in_flight(),
+                    },
+                    State::RollingBack(_) => ClientEnd::Lost { in_flight: false },
+                    _ => continue,
+                };
+                stop(cl, end);
+            }
             break;
         }
         for (f, &i) in fds.iter().zip(&polled) {
             if f.revents == 0 {
                 continue;
             }
-            let readable = f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            // An error or hang-up (or a descriptor poll refuses) is read, and the
+            // read says what happened.
+            let readable =
+                f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0;
             let writable = f.revents & libc::POLLOUT != 0;
             let cl = &mut clients[i];
             let step = cl.s.on_ready(readable, writable);
@@ -221,7 +244,7 @@ fn handle(cl: &mut Client, step: Step, shared: &Shared, go: &Go) {
         Step::RolledBack(r) => {
             let then = match std::mem::replace(&mut cl.state, State::Idle) {
                 State::RollingBack(then) => then,
-                _ => None,
+                _ => After::Retry,
             };
             match r {
                 Err(e) if e.is_connection_error() => {
@@ -230,18 +253,23 @@ fn handle(cl: &mut Client, step: Step, shared: &Shared, go: &Go) {
                 }
                 // Other ROLLBACK errors are ignored: the client's next step decides.
                 _ => match then {
-                    Some(end) => stop(cl, end),
-                    None => cl.state = State::Idle,
+                    After::Stop(end) => stop(cl, end),
+                    After::Retry => {
+                        cl.r.failed += 1;
+                        shared.interval.lock().unwrap().fail();
+                        cl.state = State::Idle;
+                    }
                 },
             }
         }
     }
 }
 
-/// Stops client `cl` as `end`.
+/// Stops client `cl` as `end` and ends its session.
 fn stop(cl: &mut Client, end: ClientEnd) {
     cl.r.end = end;
     cl.state = State::Stopped;
+    cl.s.close();
 }
 
 /// What a transaction that did not commit does to the client: it stops (lost or
@@ -253,7 +281,7 @@ fn after_failure(cl: &mut Client, e: TxError, shared: &Shared) {
     match e {
         TxError::Rows(why) => {
             eprintln!("client {c} aborted in transaction {seq}: {why}");
-            rollback_then(cl, Some(ClientEnd::Aborted));
+            rollback_then(cl, After::Stop(ClientEnd::Aborted));
         }
         TxError::Db(at_commit, e) if e.is_connection_error() => {
             if at_commit {
@@ -272,32 +300,30 @@ fn after_failure(cl: &mut Client, e: TxError, shared: &Shared) {
         }
         TxError::Db(at_commit, e) => {
             let retryable = e.code().is_some_and(|code| RETRYABLE.contains(&code));
-            let then = if retryable {
-                cl.r.failed += 1;
-                shared.interval.lock().unwrap().fail();
-                None
-            } else {
+            if !retryable {
                 eprintln!(
                     "client {c} aborted in transaction {seq}{}: {e}",
                     if at_commit { " at COMMIT" } else { "" },
                 );
-                Some(ClientEnd::Aborted)
-            };
-            if at_commit {
+            }
+            match (at_commit, retryable) {
                 // A failed COMMIT ended the transaction on the server already.
-                match then {
-                    Some(end) => stop(cl, end),
-                    None => cl.state = State::Idle,
+                (true, true) => {
+                    cl.r.failed += 1;
+                    shared.interval.lock().unwrap().fail();
+                    cl.state = State::Idle;
                 }
-            } else {
-                rollback_then(cl, then);
+                (true, false) => stop(cl, ClientEnd::Aborted),
+                // Counted as failed once the ROLLBACK is answered.
+                (false, true) => rollback_then(cl, After::Retry),
+                (false, false) => rollback_then(cl, After::Stop(ClientEnd::Aborted)),
             }
         }
     }
 }
 
-/// Sends ROLLBACK; then `then` (stop as it says, or go on).
-fn rollback_then(cl: &mut Client, then: Option<ClientEnd>) {
+/// Sends ROLLBACK; then as `then` says.
+fn rollback_then(cl: &mut Client, then: After) {
     cl.state = State::RollingBack(then);
     let step = cl.s.start_rollback();
     if let Step::RolledBack(Err(e)) = step {

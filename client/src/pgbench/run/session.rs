@@ -5,8 +5,9 @@
 //!
 //! A session is driven by its job's poll loop: [`Session::start`] sends the first
 //! statement, [`Session::on_ready`] reads what arrived and sends the next one, until
-//! it returns [`Step::Committed`] or [`Step::Failed`]. A failed transaction says
-//! whether it failed at COMMIT, the one place where it may or may not have committed.
+//! it returns [`Step::Committed`] or [`Step::Failed`] ([`Step::RolledBack`] after
+//! [`Session::start_rollback`]). A failed transaction says whether it failed at
+//! COMMIT, the one place where it may or may not have committed.
 
 use super::wire::{Conn, PgError};
 use super::Params;
@@ -37,7 +38,8 @@ const END: usize = 6;
 pub(super) enum Step {
     /// Still waiting for answers.
     Pending,
-    /// END answered COMMIT.
+    /// END's answer was the command tag `COMMIT` and then ReadyForQuery with the
+    /// session idle (`I`): the transaction committed.
     Committed,
     /// The transaction did not commit.
     Failed(TxError),
@@ -65,8 +67,11 @@ pub(super) struct Session {
     sent: usize,
     /// Of those, statements answered (ReadyForQuery received).
     done: usize,
-    /// The current statement's command tag, once its CommandComplete arrived.
+    /// The row count of the current statement's command tag, once its
+    /// CommandComplete arrived.
     tag_rows: Option<Result<u64, String>>,
+    /// END's command tag was `COMMIT`.
+    commit_tag: bool,
     /// The transaction's first failure.
     failure: Option<TxError>,
     /// A ROLLBACK is out instead of a transaction.
@@ -105,6 +110,7 @@ impl Session {
             sent: 0,
             done: 0,
             tag_rows: None,
+            commit_tag: false,
             failure: None,
             rolling_back: false,
             v: Values::default(),
@@ -116,6 +122,17 @@ impl Session {
     /// The socket, for `poll`.
     pub(super) fn fd(&self) -> std::os::fd::RawFd {
         self.conn.fd()
+    }
+
+    /// Whether END was sent and not answered: a COMMIT in flight.
+    pub(super) fn commit_in_flight(&self) -> bool {
+        !self.rolling_back && self.sent > END && self.done <= END
+    }
+
+    /// Ends the session (Terminate, then the socket shut down): a stopped client's
+    /// backend must not hold locks the others wait for.
+    pub(super) fn close(&mut self) {
+        self.conn.close();
     }
 
     /// Whether the socket has bytes to take (poll for writing too).
@@ -132,6 +149,7 @@ impl Session {
         self.sent = 0;
         self.done = 0;
         self.tag_rows = None;
+        self.commit_tag = false;
         self.failure = None;
         self.rolling_back = false;
         let first = if self.pipeline { END } else { 1 };
@@ -169,8 +187,7 @@ impl Session {
         if self.rolling_back {
             return Step::RolledBack(Err(e));
         }
-        let at_commit = self.sent > END && self.done <= END;
-        Step::Failed(TxError::Db(at_commit, e))
+        Step::Failed(TxError::Db(self.commit_in_flight(), e))
     }
 
     /// Queues statement `k` of the transaction with the current values.
@@ -271,7 +288,8 @@ impl Session {
                     });
                     if self.done == END && !self.rolling_back {
                         // END's tag is COMMIT, or ROLLBACK for an aborted transaction.
-                        if b.tag().ok() != Some("COMMIT") {
+                        self.commit_tag = b.tag().ok() == Some("COMMIT");
+                        if !self.commit_tag {
                             self.failure.get_or_insert(TxError::Rows(format!(
                                 "END answered {:?}, not COMMIT: the transaction did not commit",
                                 b.tag().unwrap_or("?")
@@ -289,8 +307,8 @@ impl Session {
                         self.failure.get_or_insert(TxError::Db(at_commit, e));
                     }
                 }
-                Message::ReadyForQuery(_) => {
-                    if let Some(step) = self.answered() {
+                Message::ReadyForQuery(b) => {
+                    if let Some(step) = self.answered(b.status()) {
                         return step;
                     }
                 }
@@ -310,9 +328,10 @@ impl Session {
         }
     }
 
-    /// A statement was answered (its ReadyForQuery came): checks its row count, sends
-    /// the next one, or says how the transaction ended.
-    fn answered(&mut self) -> Option<Step> {
+    /// A statement was answered (its ReadyForQuery came, with transaction status
+    /// `status`): checks its row count, sends the next one, or says how the
+    /// transaction ended.
+    fn answered(&mut self, status: u8) -> Option<Step> {
         let k = self.done;
         self.done += 1;
         let rows = self.tag_rows.take();
@@ -323,6 +342,14 @@ impl Session {
         }
         if self.rolling_back {
             return Some(Step::RolledBack(Ok(())));
+        }
+        if k == END && self.failure.is_none() && !(self.commit_tag && status == b'I') {
+            // Only a COMMIT tag and an idle session say the transaction committed.
+            self.failure = Some(TxError::Rows(format!(
+                "END was answered without the COMMIT tag and an idle session (tag seen: {}, \
+                 status {:?}): the transaction is not acknowledged",
+                self.commit_tag, status as char
+            )));
         }
         if self.failure.is_none() {
             if let Some(check) = ROW_CHECKS[k] {

@@ -22,7 +22,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::Config;
 
 /// Bytes asked of the socket per read: a transaction's answers are a few hundred.
@@ -65,9 +65,9 @@ impl PgError {
     }
 
     /// Whether the connection is gone: a socket error, the server closed it, a
-    /// FATAL or PANIC, a connection-class SQLSTATE (`08…`, `57P…`), or a protocol
-    /// violation (no later answer can be trusted). The same rule as
-    /// [`crate::pgbench::conn::is_connection_error`].
+    /// FATAL or PANIC (the unlocalized severity, field `V`), a connection-class
+    /// SQLSTATE (`08…`, `57P…`), or a protocol violation (no later answer can be
+    /// trusted). The rule of [`crate::pgbench::conn::is_connection_error`].
     pub(crate) fn is_connection_error(&self) -> bool {
         match self {
             PgError::Server(e) => {
@@ -184,8 +184,62 @@ fn candidates(cfg: &Config) -> Vec<(Host, Option<IpAddr>, u16)> {
         .collect()
 }
 
+/// Sets an integer socket option.
+fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: `v` lives across the call and its size is passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// TCP keepalive and `TCP_USER_TIMEOUT` as `cfg` says, with tokio-postgres's
+/// defaults (keepalives on, idle 2 h, the kernel's interval and count), so a client
+/// whose server host lost power mid-COMMIT ends as lost (in flight) rather than
+/// waiting forever.
+fn keepalive(s: &TcpStream, cfg: &Config) -> io::Result<()> {
+    let fd = s.as_raw_fd();
+    let secs = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    if cfg.get_keepalives() {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+        setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_KEEPIDLE,
+            secs(cfg.get_keepalives_idle()),
+        )?;
+        if let Some(i) = cfg.get_keepalives_interval() {
+            setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(i))?;
+        }
+        if let Some(n) = cfg.get_keepalives_retries() {
+            setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_KEEPCNT,
+                n.min(i32::MAX as u32) as libc::c_int,
+            )?;
+        }
+    }
+    if let Some(t) = cfg.get_tcp_user_timeout() {
+        let ms = t.as_millis().min(i32::MAX as u128) as libc::c_int;
+        setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)?;
+    }
+    Ok(())
+}
+
 /// Opens the socket to one candidate; TCP gets `TCP_NODELAY`, as libpq sets it.
-fn open(host: &Host, addr: Option<IpAddr>, port: u16, timeout: Duration) -> io::Result<Stream> {
+fn open(host: &Host, addr: Option<IpAddr>, port: u16, cfg: &Config) -> io::Result<Stream> {
+    let timeout = connect_timeout(cfg);
     match host {
         Host::Unix(dir) => Ok(Stream::Unix(UnixStream::connect(
             dir.join(format!(".s.PGSQL.{port}")),
@@ -200,6 +254,7 @@ fn open(host: &Host, addr: Option<IpAddr>, port: u16, timeout: Duration) -> io::
                 match TcpStream::connect_timeout(&a, timeout) {
                     Ok(s) => {
                         s.set_nodelay(true)?;
+                        keepalive(&s, cfg)?;
                         return Ok(Stream::Tcp(s));
                     }
                     Err(e) => last = e,
@@ -220,44 +275,101 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Connects as `cfg` says (hosts in order, the first that accepts), sends the
-    /// startup message and authenticates; returns when the server is ready for
-    /// queries. Blocks for at most `cfg`'s connect timeout (10 s when unset) per
-    /// socket connect and per answer.
+    /// Connects as `cfg` says: the hosts in order (shuffled with
+    /// `load_balance_hosts=random`), the first where the socket connects, the server
+    /// accepts the session and, with `target_session_attrs=read-write` or
+    /// `read-only`, `transaction_read_only` is `off` or `on` (as libpq and
+    /// tokio-postgres choose). TCP sockets have a read and write timeout of `cfg`'s
+    /// connect timeout (10 s when unset) during the setup; a Unix socket has none
+    /// (the server is local).
     ///
-    /// Errors: no host accepted the connection (the last host's error), the server
+    /// Errors: no host did (the last host's error): the socket failed, the server
     /// refused the session (an ErrorResponse, e.g. a wrong password or a missing
-    /// database), a password is needed but none was given, or an authentication
-    /// method this client does not speak (GSSAPI, SSPI, Kerberos).
+    /// database), a password is needed but none was given, an authentication method
+    /// this client does not speak (GSSAPI, SSPI, Kerberos), or no host had the
+    /// session attributes asked for.
     pub(crate) fn connect(cfg: &Config) -> Result<Conn, PgError> {
-        let timeout = cfg
-            .get_connect_timeout()
-            .copied()
-            .unwrap_or(Duration::from_secs(10));
         let mut last = PgError::Protocol("no host to connect to".into());
-        for (host, addr, port) in candidates(cfg) {
-            let stream = match open(&host, addr, port, timeout) {
-                Ok(s) => s,
-                Err(e) => {
-                    last = PgError::Io(e);
-                    continue;
-                }
-            };
-            let mut conn = Conn {
-                stream,
-                rbuf: BytesMut::with_capacity(READ_CHUNK),
-                wbuf: BytesMut::with_capacity(1024),
-            };
-            if let Stream::Tcp(s) = &conn.stream {
-                s.set_read_timeout(Some(timeout))?;
+        let mut hosts = candidates(cfg);
+        if cfg.get_load_balance_hosts() == LoadBalanceHosts::Random {
+            use rand::seq::SliceRandom;
+            hosts.shuffle(&mut rand::rng());
+        }
+        for (host, addr, port) in hosts {
+            match Conn::connect_to(&host, addr, port, cfg) {
+                Ok(conn) => return Ok(conn),
+                Err(e) => last = e,
             }
-            conn.startup(cfg)?;
-            if let Stream::Tcp(s) = &conn.stream {
-                s.set_read_timeout(None)?;
-            }
-            return Ok(conn);
         }
         Err(last)
+    }
+
+    /// One candidate of [`Conn::connect`].
+    fn connect_to(
+        host: &Host,
+        addr: Option<IpAddr>,
+        port: u16,
+        cfg: &Config,
+    ) -> Result<Conn, PgError> {
+        let stream = open(host, addr, port, cfg)?;
+        let mut conn = Conn {
+            stream,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: BytesMut::with_capacity(1024),
+        };
+        let timeout = connect_timeout(cfg);
+        if let Stream::Tcp(s) = &conn.stream {
+            s.set_read_timeout(Some(timeout))?;
+            s.set_write_timeout(Some(timeout))?;
+        }
+        conn.startup(cfg)?;
+        let want_read_only = match cfg.get_target_session_attrs() {
+            TargetSessionAttrs::ReadWrite => Some(false),
+            TargetSessionAttrs::ReadOnly => Some(true),
+            _ => None,
+        };
+        if let Some(want) = want_read_only {
+            let read_only = conn.show("transaction_read_only")? == "on";
+            if read_only != want {
+                return Err(PgError::Protocol(format!(
+                    "the server at {} is {}, and target_session_attrs asks for a {} session",
+                    match host {
+                        Host::Tcp(h) => format!("{h}:{port}"),
+                        Host::Unix(d) => d.display().to_string(),
+                    },
+                    if read_only { "read-only" } else { "read-write" },
+                    if want { "read-only" } else { "read-write" },
+                )));
+            }
+        }
+        // The timeouts stay for the statements' preparation; the run's
+        // non-blocking socket has no use for them.
+        Ok(conn)
+    }
+
+    /// The value of `SHOW name` (setup only).
+    fn show(&mut self, name: &str) -> Result<String, PgError> {
+        frontend::query(&format!("SHOW {name}"), &mut self.wbuf)?;
+        self.flush_blocking()?;
+        let mut value = None;
+        let mut err = None;
+        loop {
+            match self.recv_blocking()? {
+                Message::DataRow(row) => {
+                    let mut r = row.ranges();
+                    if let Some(Some(range)) = r.next()? {
+                        value = Some(String::from_utf8_lossy(&row.buffer()[range]).into_owned());
+                    }
+                }
+                Message::ErrorResponse(b) => err = Some(server_error(&b)),
+                Message::ReadyForQuery(_) => break,
+                _ => {}
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        value.ok_or_else(|| PgError::Protocol(format!("SHOW {name} answered no row")))
     }
 
     /// The startup message and the authentication exchange, until ReadyForQuery.
@@ -284,9 +396,15 @@ impl Conn {
                 )
             })
         };
-        let mut scram: Option<ScramSha256> = None;
+        // The SCRAM exchange, and whether its final message was checked.
+        let mut scram: Option<(ScramSha256, bool)> = None;
         loop {
             match self.recv_blocking()? {
+                // With SCRAM, the server must have proved it knows the password
+                // (SASLFinal) before it says Ok.
+                Message::AuthenticationOk if scram.as_ref().is_some_and(|s| !s.1) => {
+                    return Err(out_of_place("AuthenticationOk before SASLFinal"))
+                }
                 Message::AuthenticationOk => {}
                 Message::AuthenticationCleartextPassword => {
                     frontend::password_message(password()?, &mut self.wbuf)?;
@@ -316,17 +434,18 @@ impl Conn {
                     let s = ScramSha256::new(password()?, ChannelBinding::unsupported());
                     frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut self.wbuf)?;
                     self.flush_blocking()?;
-                    scram = Some(s);
+                    scram = Some((s, false));
                 }
                 Message::AuthenticationSaslContinue(b) => {
-                    let s = scram.as_mut().ok_or_else(|| out_of_place("SASLContinue"))?;
+                    let (s, _) = scram.as_mut().ok_or_else(|| out_of_place("SASLContinue"))?;
                     s.update(b.data())?;
                     frontend::sasl_response(s.message(), &mut self.wbuf)?;
                     self.flush_blocking()?;
                 }
                 Message::AuthenticationSaslFinal(b) => {
-                    let s = scram.as_mut().ok_or_else(|| out_of_place("SASLFinal"))?;
+                    let (s, done) = scram.as_mut().ok_or_else(|| out_of_place("SASLFinal"))?;
                     s.finish(b.data())?;
+                    *done = true;
                 }
                 Message::AuthenticationGss
                 | Message::AuthenticationKerberosV5
@@ -377,6 +496,17 @@ impl Conn {
     /// The socket, for `poll`.
     pub(crate) fn fd(&self) -> RawFd {
         self.stream.fd()
+    }
+
+    /// Ends the session: sends Terminate (as far as the socket takes it) and shuts
+    /// the socket down, so the server ends the backend and releases what an open
+    /// transaction holds (row locks other clients wait for). Later reads see EOF.
+    pub(crate) fn close(&mut self) {
+        self.wbuf.clear();
+        frontend::terminate(&mut self.wbuf);
+        let _ = self.flush();
+        // SAFETY: shutdown on our own descriptor; it stays open until drop.
+        unsafe { libc::shutdown(self.stream.fd(), libc::SHUT_RDWR) };
     }
 
     /// Queues a simple-protocol Query.
@@ -489,6 +619,13 @@ impl Conn {
             }
         }
     }
+}
+
+/// `cfg`'s connect timeout, 10 s when unset.
+fn connect_timeout(cfg: &Config) -> Duration {
+    cfg.get_connect_timeout()
+        .copied()
+        .unwrap_or(Duration::from_secs(10))
 }
 
 fn out_of_place(what: &str) -> PgError {
