@@ -174,6 +174,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let sh = Arc::new(Shared::new(
         args.writes,
         duration.and_then(|d| start.checked_add(d)),
+        args.jobs as usize,
     ));
     let plan = Plan {
         jobs: args.jobs as u64,

@@ -4,7 +4,7 @@
 //!
 //! Worker `j` of `N` owns the blocks `b ≡ j (mod N)`, so each block is written by one
 //! worker at a time. Sequence numbers are assigned at issue from one run-wide counter
-//! ([`Shared::next_seq`]); each write carries the acknowledged [`Watermark`] at its
+//! ([`Watermark::issue`]); each write carries the acknowledged [`Watermark`] at its
 //! issue. After the first failed write or durability call no worker hands over an
 //! acknowledgement (fsyncgate: a later success cannot be trusted).
 
@@ -16,7 +16,6 @@ use crate::Error;
 use plugpull::ledger::FileAck;
 use plugpull::record::Encoder;
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -25,32 +24,58 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// The acknowledged watermark: the highest `w` with every seq `≤ w` acknowledged.
-#[derive(Default)]
+/// The acknowledged watermark: the highest `w` with every seq `≤ w` acknowledged
+/// (its durability call returned), computed from what each worker has in flight, with
+/// no lock.
+///
+/// Each worker has one slot: 0 when it has no write in flight, else a lower bound of
+/// the seq of the write it has in flight. [`Watermark::issue`] publishes the bound
+/// before it takes a seq from the run's counter, so a reader that loads the counter
+/// first and the slots after sees every seq at or below the counter that is not
+/// acknowledged yet (through its slot) and answers below it. A write that failed, or
+/// whose success is not trusted, keeps its slot: the watermark never passes it.
 pub struct Watermark {
-    state: Mutex<(u64, BTreeSet<u64>)>,
-    value: AtomicU64,
+    /// The last seq issued (the next write takes one more).
+    next: AtomicU64,
+    /// One per worker.
+    slots: Box<[AtomicU64]>,
 }
 
 impl Watermark {
-    /// Marks `seq` acknowledged, advancing the watermark over every seq now contiguous.
-    pub fn complete(&self, seq: u64) {
-        let mut g = self.state.lock().unwrap();
-        let (wm, done) = &mut *g;
-        if seq == *wm + 1 {
-            *wm = seq;
-            while done.remove(&(*wm + 1)) {
-                *wm += 1;
-            }
-            self.value.store(*wm, Ordering::Release);
-        } else {
-            done.insert(seq);
+    /// The watermark of a run with `jobs` workers, before any write.
+    pub fn new(jobs: usize) -> Self {
+        Watermark {
+            next: AtomicU64::new(0),
+            slots: (0..jobs).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Worker `id` takes the next seq (from 1); it is in flight until
+    /// [`Watermark::complete`].
+    ///
+    /// Panics if `id` is not below the `jobs` of [`Watermark::new`].
+    pub fn issue(&self, id: usize) -> u64 {
+        let slot = &self.slots[id];
+        slot.store(self.next.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
+        let seq = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        slot.store(seq, Ordering::SeqCst);
+        seq
+    }
+
+    /// Worker `id`'s write in flight is acknowledged.
+    pub fn complete(&self, id: usize) {
+        self.slots[id].store(0, Ordering::SeqCst);
     }
 
     /// The current watermark (0 before the first seq is acknowledged).
     pub fn get(&self) -> u64 {
-        self.value.load(Ordering::Acquire)
+        let issued = self.next.load(Ordering::SeqCst);
+        self.slots
+            .iter()
+            .map(|s| s.load(Ordering::SeqCst))
+            .filter(|&s| s != 0)
+            .min()
+            .map_or(issued, |s| (s - 1).min(issued))
     }
 }
 
@@ -61,15 +86,13 @@ pub type FirstError = (String, Instant, bool);
 /// What the workers of one run share: the seq counter, the stop conditions, the
 /// watermark, the first error and the counters the progress line and summary read.
 pub struct Shared {
-    /// The last seq issued (the next write takes one more).
-    pub next_seq: AtomicU64,
     /// `--writes`: no seq above it is issued.
     pub limit: Option<u64>,
     /// The end of `--duration`.
     pub deadline: Option<Instant>,
     /// Set to stop every worker after its write in flight.
     pub stop: AtomicBool,
-    /// The acknowledged watermark each write carries.
+    /// The seq counter and the acknowledged watermark each write carries.
     pub watermark: Watermark,
     /// Set (SeqCst) the moment a write or durability call failed: from then on no
     /// worker hands over an ack (fsyncgate: a later success cannot be trusted).
@@ -89,14 +112,14 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// A run that stops after `limit` writes or at `deadline` (or both, or neither).
-    pub fn new(limit: Option<u64>, deadline: Option<Instant>) -> Self {
+    /// A run of `jobs` workers that stops after `limit` writes or at `deadline` (or
+    /// both, or neither).
+    pub fn new(limit: Option<u64>, deadline: Option<Instant>, jobs: usize) -> Self {
         Shared {
-            next_seq: AtomicU64::new(0),
             limit,
             deadline,
             stop: AtomicBool::new(false),
-            watermark: Watermark::default(),
+            watermark: Watermark::new(jobs),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             last_seq: AtomicU64::new(0),
@@ -276,14 +299,18 @@ fn worker(
         rand::rngs::StdRng::seed_from_u64(plan.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut buf = AlignedBuf::new(plan.bs);
     let mut next = 0u64;
+    // The end of the last durability call: the deadline is checked against it (one
+    // clock read fewer per write).
+    let mut now = Instant::now();
     while own > 0 && !sh.stop.load(Ordering::Relaxed) && !sink.failed() {
-        if sh.deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
         if sink.paused() {
             sink.wait_while_paused(&sh.stop);
+            now = Instant::now();
         }
-        let seq = sh.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if sh.deadline.is_some_and(|d| now >= d) || sh.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let seq = sh.watermark.issue(id as usize);
         if sh.limit.is_some_and(|l| seq > l) {
             break;
         }
@@ -306,12 +333,13 @@ fn worker(
             break;
         }
         let t1 = Instant::now();
+        now = t1;
         // After another worker's failed call, this success is not trusted: no ack.
         if sh.failed.load(Ordering::SeqCst) {
             break;
         }
         let lat = t1 - t0;
-        sh.watermark.complete(seq);
+        sh.watermark.complete(id as usize);
         // Handed over the moment the durability call returned: batching is the reporter's job.
         sink.file_ack(FileAck {
             seq,
@@ -333,18 +361,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_watermark_waits_for_the_gap_then_jumps_over_every_seq_done_behind_it() {
-        let w = Watermark::default();
+    fn the_watermark_waits_for_the_write_in_flight_then_jumps_over_every_seq_done_behind_it() {
+        let w = Watermark::new(3);
         assert_eq!(w.get(), 0);
+        assert_eq!((w.issue(0), w.issue(1), w.issue(2)), (1, 2, 3));
+        w.complete(1);
         w.complete(2);
-        w.complete(3);
         assert_eq!(w.get(), 0);
+        w.complete(0);
+        assert_eq!(w.get(), 3);
+        assert_eq!((w.issue(0), w.issue(1)), (4, 5));
         w.complete(1);
         assert_eq!(w.get(), 3);
-        w.complete(5);
-        assert_eq!(w.get(), 3);
-        w.complete(4);
+        w.complete(0);
         assert_eq!(w.get(), 5);
+        // A write that never completes (failed) holds the watermark below it.
+        assert_eq!((w.issue(2), w.issue(0)), (6, 7));
+        w.complete(0);
+        assert_eq!(w.get(), 5);
+    }
+
+    #[test]
+    fn under_concurrent_workers_the_watermark_never_passes_a_seq_in_flight() {
+        const N: u64 = 200_000;
+        let w = Watermark::new(4);
+        let done: Vec<AtomicBool> = (0..=N + 8).map(|_| AtomicBool::new(false)).collect();
+        let late = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for id in 0..4 {
+                let (w, done, late) = (&w, &done, &late);
+                s.spawn(move || loop {
+                    let seq = w.issue(id);
+                    if seq > N {
+                        w.complete(id);
+                        break;
+                    }
+                    let mark = w.get();
+                    assert!(mark < seq, "watermark {mark} at the issue of {seq}");
+                    // Every seq at or below the watermark had completed.
+                    let lo = mark.saturating_sub(64).max(1);
+                    for x in lo..=mark {
+                        if !done[x as usize].load(Ordering::SeqCst) {
+                            late.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    done[seq as usize].store(true, Ordering::SeqCst);
+                    w.complete(id);
+                });
+            }
+        });
+        assert_eq!(late.load(Ordering::SeqCst), 0);
+        assert_eq!(w.get(), N + 4);
     }
 
     #[test]

@@ -156,6 +156,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let sh = Arc::new(Shared::new(
         args.steps,
         duration.and_then(|d| start.checked_add(d)),
+        args.jobs as usize,
     ));
     let plan = worker::Plan {
         dir: dir.clone(),
