@@ -7,6 +7,8 @@
 # medians. Also prints the CPU time (user+sys) each side spent per write, from
 # getrusage of its children, which is steadier than writes/s on a shared machine.
 # Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=3]
+# Environment: PLACES ("disk tmpfs": where to run), BASELINE (another plugpull
+# binary, e.g. an older build, whose `write file` runs beside this one's each round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v fio >/dev/null 2>&1 || scripts/deps --bench # fio, for the benchmark only
@@ -16,9 +18,12 @@ cargo build --release --workspace -q
 # The medians of the two columns "RATE CPU" on stdin, each taken on its own.
 median_pair() { python3 -c 'import sys, statistics as s; r = [l.split() for l in sys.stdin if l.strip()]
 print(s.median(float(x[0]) for x in r), s.median(float(x[1]) for x in r))'; }
-for place in "disk:$work" "tmpfs:$shm"; do
-    name=${place%%:*}; dir=${place#*:}; t="$dir/target.dat"
-    : >"$dir/raw"; : >"$dir/pp"; : >"$dir/fio"; : >"$dir/fiov"
+places=${PLACES:-disk tmpfs}
+sides="raw pp fio fiov${BASELINE:+ base}"
+for name in $places; do
+    case $name in disk) dir=$work ;; tmpfs) dir=$shm ;; *) echo "PLACES: disk or tmpfs, not $name" >&2; exit 2 ;; esac
+    t="$dir/target.dat"
+    for side in $sides; do : >"$dir/$side"; done
     # Written through once, so neither side pays for converting preallocated
     # (unwritten) extents on its first touch of a block; the order alternates.
     dd if=/dev/zero of="$t" bs=1M count=256 conv=fsync status=none
@@ -26,10 +31,11 @@ for place in "disk:$work" "tmpfs:$shm"; do
     raw_run() {
         python3 bench/cpu.py raw target/release/raw-fsync-loop --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" >>"$dir/raw"
     }
-    pp_run() {
-        python3 bench/cpu.py plugpull target/release/plugpull write file --listener "$addr" --target "$t" --size $size \
-            --jobs "$jobs" --duration "${secs}s" --force --json >>"$dir/pp"
+    pp_run() { # $1: the binary (default this build's), $2: the output file (pp)
+        python3 bench/cpu.py plugpull "${1:-target/release/plugpull}" write file --listener "$addr" --target "$t" --size $size \
+            --jobs "$jobs" --duration "${secs}s" --force --json >>"$dir/${2:-pp}"
     }
+    base_run() { if [ -n "${BASELINE:-}" ]; then pp_run "$BASELINE" base; fi; }
     fio_run() { # $1: the output file; the rest: extra fio options
         local out=$1; shift
         python3 bench/cpu.py fio fio --name=bench --filename="$t" --size=$size --rw=randwrite --bs=4k \
@@ -38,12 +44,12 @@ for place in "disk:$work" "tmpfs:$shm"; do
     }
     for r in $(seq "$rounds"); do
         if [ $((r % 2)) -eq 1 ]; then
-            raw_run; pp_run; fio_run fio; fio_run fiov --verify=crc32c --do_verify=0 --verify_state_save=0
+            raw_run; pp_run; base_run; fio_run fio; fio_run fiov --verify=crc32c --do_verify=0 --verify_state_save=0
         else
-            fio_run fiov --verify=crc32c --do_verify=0 --verify_state_save=0; fio_run fio; pp_run; raw_run
+            fio_run fiov --verify=crc32c --do_verify=0 --verify_state_save=0; fio_run fio; base_run; pp_run; raw_run
         fi
     done
-    for side in raw pp fio fiov; do
+    for side in $sides; do
         read -r "${side}_rate" "${side}_cpu" < <(median_pair <"$dir/$side")
     done
     printf '%-6s jobs=%s block=4096 %ss x %s rounds (median writes/s, CPU us per write):\n' "$name" "$jobs" "$secs" "$rounds"
@@ -51,6 +57,10 @@ for place in "disk:$work" "tmpfs:$shm"; do
     printf '  fio                 %10.1f  %6.1f us\n' "$fio_rate" "$fio_cpu"
     printf '  fio verify=crc32c   %10.1f  %6.1f us\n' "$fiov_rate" "$fiov_cpu"
     printf '  plugpull write file %10.1f  %6.1f us\n' "$pp_rate" "$pp_cpu"
+    if [ -n "${BASELINE:-}" ]; then
+        printf '  baseline (%s) %10.1f  %6.1f us  (this build / baseline: %.3f)\n' "$BASELINE" "$base_rate" "$base_cpu" \
+            "$(python3 -c "print($pp_rate/$base_rate)")"
+    fi
     printf '  ratios: plugpull/raw %.3f  plugpull/fio %.3f  plugpull/fio-crc32c %.3f\n' \
         "$(python3 -c "print($pp_rate/$raw_rate)")" "$(python3 -c "print($pp_rate/$fio_rate)")" \
         "$(python3 -c "print($pp_rate/$fiov_rate)")"

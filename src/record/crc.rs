@@ -9,7 +9,9 @@
 //!
 //! * `header ‖ 0⁴⁵⁶`: the CRC of the 52 header bytes, advanced over 456 zero bytes
 //!   by a precomputed 32×32 matrix (the zero-extension of zlib's `crc32_combine`,
-//!   applied here with four byte tables);
+//!   applied here with four byte tables); the sectors of one block differ only in
+//!   the sector index, whose effect is another such matrix, so a block needs the CRC
+//!   of one header;
 //! * `0⁵² ‖ pool[start..start+57]`: one precomputed CRC per start offset;
 //! * `0⁵² ‖ key repeated`: linear in the key's 64 bits, eight byte tables.
 //!
@@ -18,6 +20,9 @@
 //! every sector against `crc32fast::hash` of its bytes.
 
 use super::{CRC_OFFSET, PAYLOAD_OFFSET, PAYLOAD_WORDS};
+
+/// Offset of the sector index in the header.
+const SECTOR_FIELD: usize = 24;
 
 /// The reflected CRC-32 polynomial (IEEE 802.3).
 const POLY: u32 = 0xEDB8_8320;
@@ -63,6 +68,10 @@ impl Linear {
 pub(super) struct SectorCrc {
     /// The register advanced over the payload's 456 bytes as zeros.
     zero_ext: Linear,
+    /// `crc(d) ⊕ crc(0⁵⁰⁸)` for the 508-byte message `d` that is zero but for the
+    /// sector index field (bytes 24..28): what changing a header's sector index by
+    /// XOR does to its CRC.
+    sector: Linear,
     /// `crc(0⁵² ‖ key repeated) ⊕ crc(0⁵⁰⁸)` for a key with only byte `j` set to `b`:
     /// `key[j][b]`.
     key: [[u32; 256]; 8],
@@ -107,20 +116,38 @@ impl SectorCrc {
             .collect();
         let zero_ext =
             Linear::of(|r| (0..CRC_OFFSET - PAYLOAD_OFFSET).fold(r, |r, _| zero_byte(r)));
+        let sector = Linear::of(|i| {
+            let mut d = [0u8; CRC_OFFSET];
+            d[SECTOR_FIELD..SECTOR_FIELD + 4].copy_from_slice(&i.to_le_bytes());
+            crc32fast::hash(&d) ^ c0
+        });
         SectorCrc {
             zero_ext,
+            sector,
             key,
             pool,
         }
     }
 
-    /// `crc32fast::hash(header ‖ payload)` where the payload's 57 words are
-    /// `pool[start + i] ^ key`, little-endian.
+    /// `crc(header ‖ 0⁴⁵⁶)`, the header's part of a sector's CRC.
+    pub(super) fn head(&self, header: &[u8; PAYLOAD_OFFSET]) -> u32 {
+        // crc(H ‖ 0⁴⁵⁶) = A⁴⁵⁶(crc(H) ⊕ !0) ⊕ !0, A the zero-byte step.
+        self.zero_ext.apply(crc32fast::hash(header) ^ !0) ^ !0
+    }
+
+    /// The [`SectorCrc::head`] of a header whose sector index is `a ^ b`, from the
+    /// head of the same header with sector index `a`: the other sectors of a block
+    /// need no CRC of their headers.
+    pub(super) fn head_for_sector(&self, head: u32, a: u32, b: u32) -> u32 {
+        head ^ self.sector.apply(a ^ b)
+    }
+
+    /// `crc32fast::hash(header ‖ payload)`, from `head` = [`SectorCrc::head`] of the
+    /// header, where the payload's 57 words are `pool[start + i] ^ key`,
+    /// little-endian.
     ///
     /// Panics if `start` is not below `pool.len() - 57`.
-    pub(super) fn crc(&self, header: &[u8; PAYLOAD_OFFSET], start: usize, key: u64) -> u32 {
-        // crc(H ‖ 0⁴⁵⁶) = A⁴⁵⁶(crc(H) ⊕ !0) ⊕ !0, A the zero-byte step.
-        let head = self.zero_ext.apply(crc32fast::hash(header) ^ !0) ^ !0;
+    pub(super) fn crc(&self, head: u32, start: usize, key: u64) -> u32 {
         let k = key.to_le_bytes();
         let mut x = head ^ self.pool[start];
         for (j, b) in k.iter().enumerate() {
@@ -159,10 +186,20 @@ mod tests {
                 dst.copy_from_slice(&(w ^ key).to_le_bytes());
             }
             let header: &[u8; PAYLOAD_OFFSET] = msg[..PAYLOAD_OFFSET].try_into().unwrap();
+            let head = crc.head(header);
             assert_eq!(
-                crc.crc(header, start, key),
+                crc.crc(head, start, key),
                 crc32fast::hash(&msg),
                 "start {start}, key {key:#x}"
+            );
+            // Another sector index, from the head of this one.
+            let was = u32::from_le_bytes(msg[SECTOR_FIELD..SECTOR_FIELD + 4].try_into().unwrap());
+            let other = (start as u32).wrapping_mul(0x9E37_79B9);
+            msg[SECTOR_FIELD..SECTOR_FIELD + 4].copy_from_slice(&other.to_le_bytes());
+            assert_eq!(
+                crc.crc(crc.head_for_sector(head, was, other), start, key),
+                crc32fast::hash(&msg),
+                "start {start}, sector {other}"
             );
         }
     }

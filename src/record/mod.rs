@@ -117,6 +117,7 @@ impl Encoder {
             "block must be a multiple of 512 bytes"
         );
         let spb = (buf.len() / SECTOR) as u32;
+        let mut head0 = None;
         for (i, sector) in buf.chunks_exact_mut(SECTOR).enumerate() {
             let h = SectorHeader {
                 run: self.run,
@@ -126,13 +127,28 @@ impl Encoder {
                 seq,
                 watermark,
             };
-            self.encode_sector(sector.try_into().unwrap(), &h);
+            let s: &mut [u8; SECTOR] = sector.try_into().unwrap();
+            self.write_header(s, &h);
+            // Sector 0's header CRC serves every sector of the block: they differ
+            // only in the sector index.
+            let head = match head0 {
+                None => *head0.insert(self.crc.head(s[..PAYLOAD_OFFSET].try_into().unwrap())),
+                Some(head) => self.crc.head_for_sector(head, 0, i as u32),
+            };
+            self.fill(s, &h, head);
         }
     }
 
     /// Writes one sector with header `h` (its `run` must be this encoder's run).
     pub fn encode_sector(&self, s: &mut [u8; SECTOR], h: &SectorHeader) {
         debug_assert_eq!(h.run, self.run);
+        self.write_header(s, h);
+        let head = self.crc.head(s[..PAYLOAD_OFFSET].try_into().unwrap());
+        self.fill(s, h, head);
+    }
+
+    /// Bytes 0..52 of a sector with header `h`.
+    fn write_header(&self, s: &mut [u8; SECTOR], h: &SectorHeader) {
         s[0..8].copy_from_slice(&MAGIC);
         s[8..16].copy_from_slice(&h.run.0.to_le_bytes());
         s[16..24].copy_from_slice(&h.block.to_le_bytes());
@@ -141,6 +157,11 @@ impl Encoder {
         s[32..40].copy_from_slice(&h.seq.to_le_bytes());
         s[40..48].copy_from_slice(&h.watermark.to_le_bytes());
         s[48..52].copy_from_slice(&[0; 4]);
+    }
+
+    /// The payload and CRC of a sector whose header `h` is written and whose
+    /// header part of the CRC is `head` (`crc::SectorCrc::head`).
+    fn fill(&self, s: &mut [u8; SECTOR], h: &SectorHeader, head: u32) {
         let mut key_state = h.seq.wrapping_mul(0xA24B_AED4_963E_E407)
             ^ (h.sector as u64)
             ^ self.run.0.rotate_left(17);
@@ -150,11 +171,9 @@ impl Encoder {
         for (dst, w) in s[PAYLOAD_OFFSET..CRC_OFFSET].chunks_exact_mut(8).zip(src) {
             dst.copy_from_slice(&(w ^ key).to_le_bytes());
         }
-        // The same value as `crc32fast::hash(&s[..CRC_OFFSET])`, from the header's
-        // 52 bytes and precomputed parts (`crc`).
-        let crc = self
-            .crc
-            .crc(s[..PAYLOAD_OFFSET].try_into().unwrap(), start, key);
+        // The same value as `crc32fast::hash(&s[..CRC_OFFSET])`, from precomputed
+        // parts (`crc`).
+        let crc = self.crc.crc(head, start, key);
         s[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
     }
 }
@@ -221,6 +240,18 @@ mod tests {
             decode_sector(block[..].try_into().unwrap()),
             Sector::Invalid(InvalidReason::BadCrc)
         );
+    }
+
+    #[test]
+    fn every_sector_of_a_block_carries_the_crc_of_its_bytes() {
+        let enc = Encoder::new(RunId(0xabc));
+        for bs in [512usize, 4096, 65536] {
+            let mut block = vec![0u8; bs];
+            enc.encode_block(&mut block, 9, 1234, 1200);
+            for s in block.chunks_exact(SECTOR) {
+                assert_eq!(u32_at(s, CRC_OFFSET), crc32fast::hash(&s[..CRC_OFFSET]));
+            }
+        }
     }
 
     proptest::proptest! {

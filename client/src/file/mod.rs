@@ -289,11 +289,7 @@ impl ProgressMeter {
     fn line(&mut self, sh: &Shared, start: Instant, sink: &AckSink) -> crate::progress::Progress {
         let now = Instant::now();
         let flushes = sink.flush_sample();
-        let (n, s1, s2) = (
-            sh.done.load(Ordering::Relaxed),
-            sh.lat_us.load(Ordering::Relaxed),
-            sh.lat_us2.load(Ordering::Relaxed),
-        );
+        let (n, s1, s2) = sh.acked();
         let dn = (n - self.done) as f64;
         let (mean, sd) = if dn > 0.0 {
             let m = (s1 - self.lat_us) as f64 / dn;
@@ -393,7 +389,7 @@ pub(crate) async fn end_run(
     outs: &[WorkerOut],
     elapsed: Duration,
 ) -> Result<RunEnd, Error> {
-    let issued = sh.issued.load(Ordering::Relaxed);
+    let issued = sh.issued();
     let mut hist = LatencyStats::new();
     let mut covered = 0;
     for o in outs {
@@ -406,7 +402,7 @@ pub(crate) async fn end_run(
         ms: reporter.sink().ms_at(at) as u64,
         issued,
         acknowledged: local_acks,
-        last_seq: sh.last_seq.load(Ordering::Relaxed),
+        last_seq: sh.last_seq(),
         device,
         flushes: None,
     });

@@ -99,16 +99,25 @@ pub struct Shared {
     failed: AtomicBool,
     /// The first error.
     error: Mutex<Option<FirstError>>,
+    /// Per worker: what the progress line and the summary add up. One cache line
+    /// each, so the workers do not contend for them.
+    counters: Box<[Counters]>,
+}
+
+/// One worker's counters.
+#[derive(Default)]
+#[repr(align(128))]
+struct Counters {
     /// Highest seq handed over as an ack.
-    pub last_seq: AtomicU64,
+    last_seq: AtomicU64,
     /// Writes issued.
-    pub issued: AtomicU64,
+    issued: AtomicU64,
     /// Writes acknowledged.
-    pub done: AtomicU64,
+    done: AtomicU64,
     /// Sum of the acknowledged writes' latencies, µs.
-    pub lat_us: AtomicU64,
+    lat_us: AtomicU64,
     /// Sum of their squares, µs².
-    pub lat_us2: AtomicU64,
+    lat_us2: AtomicU64,
 }
 
 impl Shared {
@@ -122,11 +131,7 @@ impl Shared {
             watermark: Watermark::new(jobs),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
-            last_seq: AtomicU64::new(0),
-            issued: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            lat_us: AtomicU64::new(0),
-            lat_us2: AtomicU64::new(0),
+            counters: (0..jobs.max(1)).map(|_| Counters::default()).collect(),
         }
     }
 
@@ -138,14 +143,60 @@ impl Shared {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Counts one acknowledgement with seq `seq` whose durability call took `lat`
-    /// (the `-P` line's rate and latency figures).
-    pub(crate) fn count_ack(&self, seq: u64, lat: std::time::Duration) {
-        self.last_seq.fetch_max(seq, Ordering::Relaxed);
+    /// Counts one write issued by worker `id`.
+    ///
+    /// Panics if `id` is not below the run's `jobs`.
+    pub(crate) fn count_issue(&self, id: usize) {
+        let c = &self.counters[id];
+        // Only worker `id` writes its counters: a load and a store, no locked RMW.
+        c.issued
+            .store(c.issued.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Counts worker `id`'s acknowledgement with seq `seq` whose durability call
+    /// took `lat` (the `-P` line's rate and latency figures).
+    pub(crate) fn count_ack(&self, id: usize, seq: u64, lat: std::time::Duration) {
+        let c = &self.counters[id];
         let us = lat.as_micros() as u64;
-        self.done.fetch_add(1, Ordering::Relaxed);
-        self.lat_us.fetch_add(us, Ordering::Relaxed);
-        self.lat_us2.fetch_add(us * us, Ordering::Relaxed);
+        let add = |a: &AtomicU64, v: u64| a.store(a.load(Ordering::Relaxed) + v, Ordering::Relaxed);
+        c.last_seq.store(
+            c.last_seq.load(Ordering::Relaxed).max(seq),
+            Ordering::Relaxed,
+        );
+        add(&c.lat_us, us);
+        add(&c.lat_us2, us * us);
+        add(&c.done, 1);
+    }
+
+    /// Writes issued, all workers.
+    pub fn issued(&self) -> u64 {
+        self.sum(|c| &c.issued)
+    }
+
+    /// Writes acknowledged, the sum of their latencies (µs) and of their squares
+    /// (µs²), all workers.
+    pub fn acked(&self) -> (u64, u64, u64) {
+        (
+            self.sum(|c| &c.done),
+            self.sum(|c| &c.lat_us),
+            self.sum(|c| &c.lat_us2),
+        )
+    }
+
+    /// Highest seq handed over as an ack (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| c.last_seq.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn sum(&self, f: impl Fn(&Counters) -> &AtomicU64) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| f(c).load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Whether a call failed: from then on no worker hands over an ack.
@@ -324,7 +375,7 @@ fn worker(
         };
         let block = idx * plan.jobs + id;
         enc.encode_block(buf.bytes_mut(), block, seq, sh.watermark.get());
-        sh.issued.fetch_add(1, Ordering::Relaxed);
+        sh.count_issue(id as usize);
         let t0 = Instant::now();
         if let Err((e, device)) =
             durable_write(&file, buf.bytes_mut(), block, plan.sync, plan.rwf_atomic)
@@ -346,7 +397,7 @@ fn worker(
             block,
             ms: sink.ms_at(t1),
         });
-        sh.count_ack(seq, lat);
+        sh.count_ack(id as usize, seq, lat);
         hist.record(lat);
         written[idx as usize] = true;
     }

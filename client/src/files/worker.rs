@@ -164,7 +164,7 @@ fn worker(
         if sh.limit.is_some_and(|l| st.seq > l) {
             break;
         }
-        sh.issued.fetch_add(1, Ordering::Relaxed);
+        sh.count_issue(j as usize);
         let t0 = Instant::now();
         if let Err((e, device)) = do_step(plan, dirfd, enc, &st) {
             sh.fail(e, device);
@@ -185,7 +185,7 @@ fn worker(
             ms: sink.ms_at(t1),
         });
         let lat = t1 - t0;
-        sh.count_ack(st.seq, lat);
+        sh.count_ack(j as usize, st.seq, lat);
         hist.record(lat);
         touched.insert(st.file);
     }
