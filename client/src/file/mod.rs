@@ -24,6 +24,7 @@ pub mod print;
 pub mod readahead;
 pub mod target;
 pub mod verify;
+pub(crate) mod watermark;
 pub(crate) mod worker;
 
 use crate::latency::LatencyStats;

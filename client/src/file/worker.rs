@@ -9,6 +9,7 @@
 //! acknowledgement (fsyncgate: a later success cannot be trusted).
 
 use super::medium::AlignedBuf;
+use super::watermark::Watermark;
 use super::{Pattern, SyncMode};
 use crate::latency::LatencyStats;
 use crate::reporter::AckSink;
@@ -23,61 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
-
-/// The acknowledged watermark: the highest `w` with every seq `≤ w` acknowledged
-/// (its durability call returned), computed from what each worker has in flight, with
-/// no lock.
-///
-/// Each worker has one slot: 0 when it has no write in flight, else a lower bound of
-/// the seq of the write it has in flight. [`Watermark::issue`] publishes the bound
-/// before it takes a seq from the run's counter, so a reader that loads the counter
-/// first and the slots after sees every seq at or below the counter that is not
-/// acknowledged yet (through its slot) and answers below it. A write that failed, or
-/// whose success is not trusted, keeps its slot: the watermark never passes it.
-pub struct Watermark {
-    /// The last seq issued (the next write takes one more).
-    next: AtomicU64,
-    /// One per worker.
-    slots: Box<[AtomicU64]>,
-}
-
-impl Watermark {
-    /// The watermark of a run with `jobs` workers, before any write.
-    pub fn new(jobs: usize) -> Self {
-        Watermark {
-            next: AtomicU64::new(0),
-            slots: (0..jobs).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    /// Worker `id` takes the next seq (from 1); it is in flight until
-    /// [`Watermark::complete`].
-    ///
-    /// Panics if `id` is not below the `jobs` of [`Watermark::new`].
-    pub fn issue(&self, id: usize) -> u64 {
-        let slot = &self.slots[id];
-        slot.store(self.next.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
-        let seq = self.next.fetch_add(1, Ordering::SeqCst) + 1;
-        slot.store(seq, Ordering::SeqCst);
-        seq
-    }
-
-    /// Worker `id`'s write in flight is acknowledged.
-    pub fn complete(&self, id: usize) {
-        self.slots[id].store(0, Ordering::SeqCst);
-    }
-
-    /// The current watermark (0 before the first seq is acknowledged).
-    pub fn get(&self) -> u64 {
-        let issued = self.next.load(Ordering::SeqCst);
-        self.slots
-            .iter()
-            .map(|s| s.load(Ordering::SeqCst))
-            .filter(|&s| s != 0)
-            .min()
-            .map_or(issued, |s| (s - 1).min(issued))
-    }
-}
 
 /// The first failed call of a run: its message, when it returned, and whether it is a
 /// device error ([`plugpull::ledger::is_device_errno`]).
@@ -410,60 +356,6 @@ fn worker(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_watermark_waits_for_the_write_in_flight_then_jumps_over_every_seq_done_behind_it() {
-        let w = Watermark::new(3);
-        assert_eq!(w.get(), 0);
-        assert_eq!((w.issue(0), w.issue(1), w.issue(2)), (1, 2, 3));
-        w.complete(1);
-        w.complete(2);
-        assert_eq!(w.get(), 0);
-        w.complete(0);
-        assert_eq!(w.get(), 3);
-        assert_eq!((w.issue(0), w.issue(1)), (4, 5));
-        w.complete(1);
-        assert_eq!(w.get(), 3);
-        w.complete(0);
-        assert_eq!(w.get(), 5);
-        // A write that never completes (failed) holds the watermark below it.
-        assert_eq!((w.issue(2), w.issue(0)), (6, 7));
-        w.complete(0);
-        assert_eq!(w.get(), 5);
-    }
-
-    #[test]
-    fn under_concurrent_workers_the_watermark_never_passes_a_seq_in_flight() {
-        const N: u64 = 200_000;
-        let w = Watermark::new(4);
-        let done: Vec<AtomicBool> = (0..=N + 8).map(|_| AtomicBool::new(false)).collect();
-        let late = AtomicU64::new(0);
-        std::thread::scope(|s| {
-            for id in 0..4 {
-                let (w, done, late) = (&w, &done, &late);
-                s.spawn(move || loop {
-                    let seq = w.issue(id);
-                    if seq > N {
-                        w.complete(id);
-                        break;
-                    }
-                    let mark = w.get();
-                    assert!(mark < seq, "watermark {mark} at the issue of {seq}");
-                    // Every seq at or below the watermark had completed.
-                    let lo = mark.saturating_sub(64).max(1);
-                    for x in lo..=mark {
-                        if !done[x as usize].load(Ordering::SeqCst) {
-                            late.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    done[seq as usize].store(true, Ordering::SeqCst);
-                    w.complete(id);
-                });
-            }
-        });
-        assert_eq!(late.load(Ordering::SeqCst), 0);
-        assert_eq!(w.get(), N + 4);
-    }
 
     #[test]
     fn each_worker_owns_every_jobs_th_block_and_a_worker_beyond_the_blocks_none() {

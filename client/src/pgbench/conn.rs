@@ -194,6 +194,13 @@ fn quote(v: &str) -> String {
     format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// The text that tells one server instance from another: its postmaster's start
+/// time (to the microsecond) and port. The run's clients must reach the server the
+/// setup checked (its settings, its tables): with several hosts in the DSN, a client
+/// could otherwise land on another one (a standby, a server with `fsync=off`).
+pub const SERVER_IDENTITY_SQL: &str =
+    "SELECT pg_postmaster_start_time()::text || ' port ' || current_setting('port')";
+
 /// Opens one connection; the connection task runs on the current tokio runtime.
 pub async fn connect(cfg: &Config) -> Result<Client, tokio_postgres::Error> {
     let (client, connection) = cfg.connect(NoTls).await?;

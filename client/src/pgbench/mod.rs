@@ -138,9 +138,9 @@ pub struct WriteArgs {
 ///
 /// Errors (exit 2): bad options, the server unreachable or refusing us, missing
 /// tables without `--init`, an unsafe configuration without `--allow-unsafe-config`,
-/// the listener unreachable. A server crash during the run is not an error: the run
-/// ends, the acknowledgements made stay valid, and the summary says how many clients
-/// were lost.
+/// the listener unreachable, a client aborted (after the summary, as pgbench). A
+/// server crash during the run is not an error: the run ends, the acknowledgements
+/// made stay valid, and the summary says how many clients were lost.
 pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<(), Error> {
     check_args(args)?;
     let server = setup(args).await?;
@@ -172,6 +172,15 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     summary::print(
         args.json, run_id, &params, &settings, &out, confirmed, &warnings,
     );
+    if out.aborted_clients > 0 {
+        // As pgbench: a run with an aborted client is incomplete (exit 2). Its
+        // acknowledgements stay valid: verify checks them.
+        return Err(Error(format!(
+            "{} of {} clients aborted (their errors are above): the run is incomplete; \
+             its {} acknowledged commits stay valid for verify",
+            out.aborted_clients, params.clients, out.committed
+        )));
+    }
     Ok(())
 }
 
@@ -194,6 +203,8 @@ fn check_args(args: &WriteArgs) -> Result<(), Error> {
 struct Server {
     /// Connection settings for the clients.
     cfg: tokio_postgres::Config,
+    /// The server's [`conn::SERVER_IDENTITY_SQL`]: every client must reach it.
+    identity: String,
     /// What the ledger records of the run.
     manifest: PgManifest,
     /// The storage under the data directory.
@@ -221,6 +232,16 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
         ))
     })?;
     let promised = check_promised(args, &settings)?;
+    let identity: String = client
+        .query_one(conn::SERVER_IDENTITY_SQL, &[])
+        .await
+        .map_err(|e| {
+            Error(format!(
+                "cannot identify the server: {}",
+                conn::describe(&e)
+            ))
+        })?
+        .get(0);
     let scale = tables(args, &client).await?;
     let start_sums = schema::sums(&client).await.map_err(|e| {
         Error(format!(
@@ -260,6 +281,7 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
     };
     Ok(Server {
         cfg,
+        identity,
         manifest,
         storage,
         probe,
@@ -340,6 +362,7 @@ fn params(args: &WriteArgs, server: &Server) -> run::Params {
     };
     run::Params {
         cfg: server.cfg.clone(),
+        server: server.identity.clone(),
         scale: server.manifest.scale,
         clients: args.clients,
         jobs: args.jobs,

@@ -80,6 +80,29 @@ pub async fn check(client: &Client) -> Result<u32, String> {
             ty.unwrap_or_else(|| "missing".into())
         ));
     }
+    let unlogged: Vec<String> = client
+        .query(
+            "SELECT c.relname::text FROM pg_class c WHERE c.relpersistence = 'u' AND c.oid IN \
+             ('pgbench_accounts'::regclass, 'pgbench_branches'::regclass, \
+              'pgbench_tellers'::regclass, 'pgbench_history'::regclass) ORDER BY 1",
+            &[],
+        )
+        .await
+        .map_err(|e| err("cannot read the pgbench tables' persistence", e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !unlogged.is_empty() {
+        return Err(format!(
+            "{} {} UNLOGGED (pgbench -i --unlogged-tables): crash recovery empties an unlogged \
+             table, so no commit to it survives a cut; make {} logged (ALTER TABLE … SET LOGGED) \
+             or drop {} and run with --init",
+            unlogged.join(", "),
+            if unlogged.len() == 1 { "is" } else { "are" },
+            if unlogged.len() == 1 { "it" } else { "them" },
+            if unlogged.len() == 1 { "it" } else { "them" },
+        ));
+    }
     let n: i64 = client
         .query_one("SELECT count(*) FROM pgbench_branches", &[])
         .await

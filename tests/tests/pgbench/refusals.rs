@@ -222,3 +222,119 @@ fn full_page_writes_off_is_refused_then_labelled_as_an_atomic_write_test() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).lines().any(|x| x == label), "{}", stdout(&o));
 }
+
+/// Unlogged pgbench tables (`pgbench -i --unlogged-tables`) are emptied by crash
+/// recovery: no commit to them can survive a cut, so the run is refused, naming them.
+#[test]
+fn unlogged_tables_are_refused_naming_them() {
+    let Some((_dir, pg, l)) = setup("unlogged_tables_are_refused_naming_them") else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let o = write(&l, &dsn, &["--init", "--transactions", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    pg.psql_in(
+        "bench",
+        "ALTER TABLE pgbench_history SET UNLOGGED; ALTER TABLE pgbench_tellers SET UNLOGGED",
+    );
+    let o = write(&l, &dsn, &["--transactions", "5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "pgbench_history, pgbench_tellers are UNLOGGED (pgbench -i --unlogged-tables): \
+             crash recovery empties an unlogged table"
+        ),
+        "{err}"
+    );
+    assert!(stdout(&o).is_empty(), "no run may start: {}", stdout(&o));
+}
+
+/// A client that aborts (here: every statement refused in a read-only session) makes
+/// the run incomplete: exit 2 after the summary, as pgbench.
+#[test]
+fn a_run_whose_clients_aborted_exits_2_after_its_summary() {
+    let Some((_dir, pg, l)) = setup("a_run_whose_clients_aborted_exits_2_after_its_summary") else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let o = write(&l, &dsn, &["--init", "--transactions", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let ro = format!("{dsn} options='-c default_transaction_read_only=on'");
+    let o = write(&l, &ro, &["--clients", "2", "--transactions", "5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("clients aborted: 2 of 2"),
+        "{}",
+        stdout(&o)
+    );
+    let err = stderr(&o);
+    assert!(err.contains("(SQLSTATE 25006)"), "{err}");
+    assert!(
+        err.contains(
+            "2 of 2 clients aborted (their errors are above): the run is incomplete; \
+             its 0 acknowledged commits stay valid for verify"
+        ),
+        "{err}"
+    );
+}
+
+/// With several hosts in the DSN, every client must reach the server the setup
+/// checked: here the first server lets the role open 2 connections, so the third
+/// client would land on the second server (another cluster); it refuses to, and the
+/// run does not start.
+#[test]
+fn clients_never_land_on_another_server_than_the_one_checked() {
+    let test = "clients_never_land_on_another_server_than_the_one_checked";
+    let Some((_dir, a, l)) = setup(test) else {
+        return;
+    };
+    let b = PgCluster::start_new();
+    b.psql("CREATE DATABASE bench");
+    for pg in [&a, &b] {
+        let o = write(
+            &l,
+            &pg.conninfo_db("bench"),
+            &["--init", "--transactions", "1"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        pg.psql("CREATE ROLE limited LOGIN");
+        pg.psql_in(
+            "bench",
+            "GRANT ALL ON ALL TABLES IN SCHEMA public TO limited",
+        );
+    }
+    a.psql("ALTER ROLE limited CONNECTION LIMIT 2");
+    let dsn = format!(
+        "host={},{} port={},{} user=limited dbname=bench",
+        a.sock.display(),
+        b.sock.display(),
+        a.port,
+        b.port
+    );
+    let o = write(
+        &l,
+        &dsn,
+        &["--clients", "3", "--jobs", "1", "--transactions", "5"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = stderr(&o);
+    // The setup's own connection is closed by then: clients 0 and 1 take the two.
+    assert!(
+        err.contains("client 2: cannot connect to PostgreSQL at"),
+        "{err}"
+    );
+    assert!(
+        err.contains("too many connections for role \"limited\" (SQLSTATE 53300)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("is not the one the run's setup checked"),
+        "{err}"
+    );
+    assert_eq!(
+        b.psql_in("bench", "SELECT count(*) FROM pgbench_history"),
+        "1",
+        "nothing may be written on the second server"
+    );
+}

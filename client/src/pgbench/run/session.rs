@@ -34,6 +34,12 @@ const SQL: [&str; 7] = [
 /// Index of END in [`SQL`]: its answer is the commit.
 const END: usize = 6;
 
+/// The first word of each statement's command tag, by index in [`SQL`] (protocol
+/// docs, CommandComplete): END's is COMMIT (ROLLBACK when it did not commit).
+const TAGS: [&str; 7] = [
+    "BEGIN", "UPDATE", "SELECT", "UPDATE", "UPDATE", "INSERT", "COMMIT",
+];
+
 /// What a session's transaction (or ROLLBACK) came to, so far.
 pub(super) enum Step {
     /// Still waiting for answers.
@@ -89,7 +95,7 @@ impl Session {
     ///
     /// Errors: the connection or a preparation failed (the message names the client).
     pub(super) fn open(p: &Params, c: u32) -> Result<Session, String> {
-        let mut conn = Conn::connect(&p.cfg).map_err(|e| {
+        let mut conn = Conn::connect(&p.cfg, &p.server).map_err(|e| {
             format!(
                 "client {c}: cannot connect to PostgreSQL at {}: {e}",
                 crate::pgbench::conn::redacted(&p.cfg),
@@ -282,6 +288,22 @@ impl Session {
             };
             match m {
                 Message::CommandComplete(b) => {
+                    // The tag must be the one of the statement answered (an answer out
+                    // of step would pair every later answer with the wrong statement).
+                    let word = b.tag().ok().and_then(|t| t.split(' ').next());
+                    let want = if self.rolling_back {
+                        "ROLLBACK"
+                    } else {
+                        TAGS.get(self.done).copied().unwrap_or("(none)")
+                    };
+                    let rollback_at_end = self.done == END && word == Some("ROLLBACK");
+                    if self.done >= self.sent || (word != Some(want) && !rollback_at_end) {
+                        return self.broken(PgError::Protocol(format!(
+                            "the command tag {:?} does not answer the statement sent ({want} \
+                             expected): the answers are out of step",
+                            b.tag().unwrap_or("?")
+                        )));
+                    }
                     self.tag_rows = Some(match b.tag() {
                         Ok(t) => Ok(command_rows(t)),
                         Err(e) => Err(format!("a command tag that is not text: {e}")),

@@ -1,167 +1,20 @@
-//! One client's PostgreSQL connection, driven the way pgbench drives libpq: a plain
-//! socket, one `send` per statement, `poll` for the answer, one `recv`. No runtime
-//! and no task in between, so a statement costs the three system calls it costs
-//! pgbench (the tokio-postgres connection task cost 1.4–1.7× pgbench's client CPU
-//! per transaction; see `docs/pgbench.md` → Performance).
-//!
-//! Messages are framed and parsed by `postgres-protocol` (the crate tokio-postgres
-//! is built on), after PostgreSQL's "Frontend/Backend Protocol" chapter (docs,
-//! chapter 55 in 15): StartupMessage, then the authentication exchange (trust,
-//! cleartext, MD5 and SCRAM-SHA-256 without channel binding, RFC 5802/7677), then
-//! ReadyForQuery. No TLS, as the rest of plugpull's connections.
-//!
-//! Setup (connect, authenticate, prepare) blocks; during the run the socket is
-//! non-blocking and the caller polls [`Conn::fd`].
+//! Opening a client connection: the hosts and ports `cfg` names, the socket options,
+//! the startup message and authentication, the session attributes asked for, and
+//! the statements' preparation. All of it blocks (with timeouts on TCP).
 
+use super::error::server_error;
+use super::{Conn, PgError, Stream, READ_CHUNK};
 use bytes::BytesMut;
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::{backend::Message, frontend};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::Config;
-
-/// Bytes asked of the socket per read: a transaction's answers are a few hundred.
-const READ_CHUNK: usize = 8192;
-
-/// An error of a client connection.
-#[derive(Debug)]
-pub(crate) enum PgError {
-    /// The socket failed (reset, refused, timed out).
-    Io(io::Error),
-    /// The server closed the connection.
-    Closed,
-    /// The server answered with an ErrorResponse.
-    Server(ServerError),
-    /// The server sent something the protocol does not allow here.
-    Protocol(String),
-}
-
-/// The fields of a server's ErrorResponse that plugpull uses (protocol docs,
-/// "Error and Notice Message Fields").
-#[derive(Debug, Default)]
-pub(crate) struct ServerError {
-    /// `S`/`V`: ERROR, FATAL or PANIC.
-    pub(crate) severity: String,
-    /// `C`: the SQLSTATE, e.g. `40001`.
-    pub(crate) code: String,
-    /// `M`: the primary message.
-    pub(crate) message: String,
-    /// `D`: the detail, if any.
-    pub(crate) detail: Option<String>,
-}
-
-impl PgError {
-    /// The SQLSTATE of a server error.
-    pub(crate) fn code(&self) -> Option<&str> {
-        match self {
-            PgError::Server(e) => Some(&e.code),
-            _ => None,
-        }
-    }
-
-    /// Whether the connection is gone: a socket error, the server closed it, a
-    /// FATAL or PANIC (the unlocalized severity, field `V`), a connection-class
-    /// SQLSTATE (`08…`, `57P…`), or a protocol violation (no later answer can be
-    /// trusted). The rule of [`crate::pgbench::conn::is_connection_error`].
-    pub(crate) fn is_connection_error(&self) -> bool {
-        match self {
-            PgError::Server(e) => {
-                matches!(e.severity.as_str(), "FATAL" | "PANIC")
-                    || e.code.starts_with("08")
-                    || e.code.starts_with("57P")
-            }
-            _ => true,
-        }
-    }
-}
-
-impl std::fmt::Display for PgError {
-    /// One line: `SEVERITY: message (SQLSTATE code); detail` for a server error, as
-    /// [`crate::pgbench::conn::describe`] prints it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PgError::Io(e) => write!(f, "connection error: {e}"),
-            PgError::Closed => write!(f, "the server closed the connection unexpectedly"),
-            PgError::Protocol(s) => write!(f, "protocol error: {s}"),
-            PgError::Server(e) => {
-                write!(f, "{}: {} (SQLSTATE {})", e.severity, e.message, e.code)?;
-                if let Some(d) = &e.detail {
-                    write!(f, "; {d}")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl From<io::Error> for PgError {
-    fn from(e: io::Error) -> PgError {
-        PgError::Io(e)
-    }
-}
-
-/// Parses an ErrorResponse's fields.
-pub(crate) fn server_error(
-    body: &postgres_protocol::message::backend::ErrorResponseBody,
-) -> PgError {
-    let mut e = ServerError::default();
-    let mut fields = body.fields();
-    loop {
-        match fields.next() {
-            Ok(Some(f)) => {
-                let v = String::from_utf8_lossy(f.value_bytes()).into_owned();
-                match f.type_() {
-                    b'V' => e.severity = v,
-                    b'S' if e.severity.is_empty() => e.severity = v,
-                    b'C' => e.code = v,
-                    b'M' => e.message = v,
-                    b'D' => e.detail = Some(v),
-                    _ => {}
-                }
-            }
-            Ok(None) => break,
-            Err(err) => return PgError::Protocol(format!("malformed ErrorResponse: {err}")),
-        }
-    }
-    PgError::Server(e)
-}
-
-/// The socket under a connection.
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    fn inner(&mut self) -> &mut dyn ReadWrite {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-
-    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_nonblocking(on),
-            Stream::Unix(s) => s.set_nonblocking(on),
-        }
-    }
-
-    fn fd(&self) -> RawFd {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-}
-
-trait ReadWrite: Read + Write {}
-impl<T: Read + Write> ReadWrite for T {}
 
 /// The socket paths and addresses `cfg` names, in the order to try them: per host,
 /// its port (or the only port, or 5432); a hostaddr replaces the host's lookup.
@@ -265,41 +118,47 @@ fn open(host: &Host, addr: Option<IpAddr>, port: u16, cfg: &Config) -> io::Resul
     }
 }
 
-/// One client connection.
-pub(crate) struct Conn {
-    stream: Stream,
-    /// Bytes received and not yet parsed.
-    rbuf: BytesMut,
-    /// Bytes queued and not yet sent.
-    wbuf: BytesMut,
-}
-
 impl Conn {
     /// Connects as `cfg` says: the hosts in order (shuffled with
     /// `load_balance_hosts=random`), the first where the socket connects, the server
-    /// accepts the session and, with `target_session_attrs=read-write` or
-    /// `read-only`, `transaction_read_only` is `off` or `on` (as libpq and
+    /// accepts the session, is `server` (its `SERVER_IDENTITY_SQL`: the one the
+    /// run's setup checked) and, with `target_session_attrs=read-write` or
+    /// `read-only`, has `transaction_read_only` `off` or `on` (as libpq and
     /// tokio-postgres choose). TCP sockets have a read and write timeout of `cfg`'s
     /// connect timeout (10 s when unset) during the setup; a Unix socket has none
     /// (the server is local).
     ///
-    /// Errors: no host did (the last host's error): the socket failed, the server
+    /// Errors: no host did (each host's error, when there were several): the socket failed, the server
     /// refused the session (an ErrorResponse, e.g. a wrong password or a missing
     /// database), a password is needed but none was given, an authentication method
     /// this client does not speak (GSSAPI, SSPI, Kerberos), or no host had the
-    /// session attributes asked for.
-    pub(crate) fn connect(cfg: &Config) -> Result<Conn, PgError> {
+    /// session attributes asked for, or none was the run's server.
+    pub(crate) fn connect(cfg: &Config, server: &str) -> Result<Conn, PgError> {
         let mut last = PgError::Protocol("no host to connect to".into());
         let mut hosts = candidates(cfg);
         if cfg.get_load_balance_hosts() == LoadBalanceHosts::Random {
             use rand::seq::SliceRandom;
             hosts.shuffle(&mut rand::rng());
         }
+        let several = hosts.len() > 1;
+        let mut earlier = Vec::new();
         for (host, addr, port) in hosts {
-            match Conn::connect_to(&host, addr, port, cfg) {
+            match Conn::connect_to(&host, addr, port, cfg, server) {
                 Ok(conn) => return Ok(conn),
-                Err(e) => last = e,
+                Err(e) => {
+                    if several {
+                        earlier.push(format!("{}: {e}", where_(&host, port)));
+                    }
+                    last = e;
+                }
             }
+        }
+        if earlier.len() > 1 {
+            // Every host's reason, not only the last one's.
+            return Err(PgError::Protocol(format!(
+                "no host would do: {}",
+                earlier.join("; ")
+            )));
         }
         Err(last)
     }
@@ -310,11 +169,13 @@ impl Conn {
         addr: Option<IpAddr>,
         port: u16,
         cfg: &Config,
+        server: &str,
     ) -> Result<Conn, PgError> {
         let stream = open(host, addr, port, cfg)?;
         let mut conn = Conn {
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
+            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             wbuf: BytesMut::with_capacity(1024),
         };
         let timeout = connect_timeout(cfg);
@@ -328,15 +189,19 @@ impl Conn {
             TargetSessionAttrs::ReadOnly => Some(true),
             _ => None,
         };
+        let here = conn.query_value(crate::pgbench::conn::SERVER_IDENTITY_SQL)?;
+        if here != server {
+            return Err(PgError::Protocol(format!(
+                "the server at {} ({here}) is not the one the run's setup checked ({server})",
+                where_(host, port)
+            )));
+        }
         if let Some(want) = want_read_only {
-            let read_only = conn.show("transaction_read_only")? == "on";
+            let read_only = conn.query_value("SHOW transaction_read_only")? == "on";
             if read_only != want {
                 return Err(PgError::Protocol(format!(
                     "the server at {} is {}, and target_session_attrs asks for a {} session",
-                    match host {
-                        Host::Tcp(h) => format!("{h}:{port}"),
-                        Host::Unix(d) => d.display().to_string(),
-                    },
+                    where_(host, port),
                     if read_only { "read-only" } else { "read-write" },
                     if want { "read-only" } else { "read-write" },
                 )));
@@ -347,9 +212,9 @@ impl Conn {
         Ok(conn)
     }
 
-    /// The value of `SHOW name` (setup only).
-    fn show(&mut self, name: &str) -> Result<String, PgError> {
-        frontend::query(&format!("SHOW {name}"), &mut self.wbuf)?;
+    /// The first column of the first row `sql` returns, as text (setup only).
+    fn query_value(&mut self, sql: &str) -> Result<String, PgError> {
+        frontend::query(sql, &mut self.wbuf)?;
         self.flush_blocking()?;
         let mut value = None;
         let mut err = None;
@@ -369,7 +234,7 @@ impl Conn {
         if let Some(e) = err {
             return Err(e);
         }
-        value.ok_or_else(|| PgError::Protocol(format!("SHOW {name} answered no row")))
+        value.ok_or_else(|| PgError::Protocol(format!("{sql:?} answered no row")))
     }
 
     /// The startup message and the authentication exchange, until ReadyForQuery.
@@ -487,137 +352,13 @@ impl Conn {
             }
         }
     }
+}
 
-    /// From now on reads and writes do not block: the caller polls [`Conn::fd`].
-    pub(crate) fn set_nonblocking(&mut self) -> Result<(), PgError> {
-        Ok(self.stream.set_nonblocking(true)?)
-    }
-
-    /// The socket, for `poll`.
-    pub(crate) fn fd(&self) -> RawFd {
-        self.stream.fd()
-    }
-
-    /// Ends the session: sends Terminate (as far as the socket takes it) and shuts
-    /// the socket down, so the server ends the backend and releases what an open
-    /// transaction holds (row locks other clients wait for). Later reads see EOF.
-    pub(crate) fn close(&mut self) {
-        self.wbuf.clear();
-        frontend::terminate(&mut self.wbuf);
-        let _ = self.flush();
-        // SAFETY: shutdown on our own descriptor; it stays open until drop.
-        unsafe { libc::shutdown(self.stream.fd(), libc::SHUT_RDWR) };
-    }
-
-    /// Queues a simple-protocol Query.
-    pub(crate) fn queue_query(&mut self, sql: &str) {
-        // Fails only for a NUL byte in `sql`, which the callers never put there.
-        frontend::query(sql, &mut self.wbuf).expect("a query without NUL bytes");
-    }
-
-    /// Queues Bind (text parameters, text results), Execute and Sync of the
-    /// prepared statement `name`.
-    pub(crate) fn queue_execute(&mut self, name: &str, params: &[&[u8]]) {
-        let r = frontend::bind(
-            "",
-            name,
-            std::iter::empty(),
-            params.iter(),
-            |v, buf| {
-                buf.extend_from_slice(v);
-                Ok(postgres_protocol::IsNull::No)
-            },
-            std::iter::empty(),
-            &mut self.wbuf,
-        );
-        // Our serializer never fails, and Bind fails otherwise only past 2^15 values.
-        assert!(r.is_ok(), "Bind of {} parameters", params.len());
-        frontend::execute("", 0, &mut self.wbuf).expect("an unnamed portal");
-        frontend::sync(&mut self.wbuf);
-    }
-
-    /// Whether queued bytes wait for the socket to take them.
-    pub(crate) fn wants_write(&self) -> bool {
-        !self.wbuf.is_empty()
-    }
-
-    /// Sends what is queued, as far as the socket takes it without blocking.
-    ///
-    /// Errors: the socket failed.
-    pub(crate) fn flush(&mut self) -> Result<(), PgError> {
-        while !self.wbuf.is_empty() {
-            match self.stream.inner().write(&self.wbuf) {
-                Ok(0) => return Err(PgError::Closed),
-                Ok(n) => {
-                    let _ = self.wbuf.split_to(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(PgError::Io(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads once what the socket holds (after `poll` said it is readable); the
-    /// number of bytes read, 0 when the socket had none after all.
-    ///
-    /// Errors: the server closed the connection, or the socket failed.
-    pub(crate) fn fill(&mut self) -> Result<usize, PgError> {
-        self.rbuf.reserve(READ_CHUNK);
-        let len = self.rbuf.len();
-        let cap = self.rbuf.capacity();
-        self.rbuf.resize(cap, 0);
-        let r = loop {
-            match self.stream.inner().read(&mut self.rbuf[len..]) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => break r,
-            }
-        };
-        let n = match r {
-            Ok(0) => {
-                self.rbuf.truncate(len);
-                return Err(PgError::Closed);
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(e) => {
-                self.rbuf.truncate(len);
-                return Err(PgError::Io(e));
-            }
-        };
-        self.rbuf.truncate(len + n);
-        Ok(n)
-    }
-
-    /// The next whole message received, if one is.
-    ///
-    /// Errors: bytes that do not parse as a backend message.
-    pub(crate) fn next_message(&mut self) -> Result<Option<Message>, PgError> {
-        Message::parse(&mut self.rbuf)
-            .map_err(|e| PgError::Protocol(format!("cannot parse the server's message: {e}")))
-    }
-
-    /// Sends everything queued, blocking (setup only).
-    fn flush_blocking(&mut self) -> Result<(), PgError> {
-        let buf = self.wbuf.split();
-        self.stream.inner().write_all(&buf)?;
-        Ok(())
-    }
-
-    /// The next message, blocking (setup only).
-    fn recv_blocking(&mut self) -> Result<Message, PgError> {
-        loop {
-            if let Some(m) = self.next_message()? {
-                return Ok(m);
-            }
-            if self.fill()? == 0 {
-                return Err(PgError::Io(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "timeout waiting for the server during the session's setup",
-                )));
-            }
-        }
+/// A candidate as text: `host:port`, or the socket directory.
+fn where_(host: &Host, port: u16) -> String {
+    match host {
+        Host::Tcp(h) => format!("{h}:{port}"),
+        Host::Unix(d) => format!("{}/.s.PGSQL.{port}", d.display()),
     }
 }
 
