@@ -19,10 +19,7 @@
 //! sections 9–11, for the reflected table algorithm; the property test below checks
 //! every sector against `crc32fast::hash` of its bytes.
 
-use super::{CRC_OFFSET, PAYLOAD_OFFSET, PAYLOAD_WORDS};
-
-/// Offset of the sector index in the header.
-const SECTOR_FIELD: usize = 24;
+use super::{CRC_OFFSET, PAYLOAD_OFFSET, PAYLOAD_WORDS, SECTOR_FIELD};
 
 /// The reflected CRC-32 polynomial (IEEE 802.3).
 const POLY: u32 = 0xEDB8_8320;
@@ -63,8 +60,8 @@ impl Linear {
     }
 }
 
-/// Precomputed parts of the sector CRCs of one run's payload pool (about 65 KiB:
-/// 4 bytes per pool start offset, plus 12 byte tables).
+/// Precomputed parts of the sector CRCs of one run's payload pool (about 48 KiB:
+/// 4 bytes per pool start offset, plus 16 byte tables of 1 KiB).
 pub(super) struct SectorCrc {
     /// The register advanced over the payload's 456 bytes as zeros.
     zero_ext: Linear,
@@ -135,9 +132,9 @@ impl SectorCrc {
         self.zero_ext.apply(crc32fast::hash(header) ^ !0) ^ !0
     }
 
-    /// The [`SectorCrc::head`] of a header whose sector index is `a ^ b`, from the
-    /// head of the same header with sector index `a`: the other sectors of a block
-    /// need no CRC of their headers.
+    /// The [`SectorCrc::head`] of a header whose sector index is `b`, from `head`,
+    /// the head of the same header with sector index `a` (XOR turns `a` into `b`):
+    /// the other sectors of a block need no CRC of their headers.
     pub(super) fn head_for_sector(&self, head: u32, a: u32, b: u32) -> u32 {
         head ^ self.sector.apply(a ^ b)
     }

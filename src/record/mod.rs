@@ -25,6 +25,7 @@
 //! zeros or repeats).
 
 use crate::RunId;
+use std::sync::OnceLock;
 
 mod crc;
 
@@ -32,6 +33,8 @@ mod crc;
 pub const SECTOR: usize = 512;
 /// Magic at byte 0 of every sector: `PLGPULL1`.
 pub const MAGIC: [u8; 8] = *b"PLGPULL1";
+/// Offset of the sector index in the header, in bytes.
+const SECTOR_FIELD: usize = 24;
 /// Offset of the payload within a sector, in bytes.
 pub const PAYLOAD_OFFSET: usize = 52;
 /// Payload length per sector, in bytes.
@@ -93,18 +96,23 @@ pub fn splitmix64(state: &mut u64) -> u64 {
 pub struct Encoder {
     run: RunId,
     pool: Box<[u64]>,
-    /// The pool's precomputed CRC parts.
-    crc: crc::SectorCrc,
+    /// The pool's precomputed CRC parts, made by the first [`Encoder::encode_block`]
+    /// (the verifier, which encodes single sectors, never needs them).
+    crc: OnceLock<crc::SectorCrc>,
 }
 
 impl Encoder {
-    /// Makes the payload pool of `run` (64 KiB) and its precomputed CRC parts
-    /// ([`crc`]: about 1 ms, 97 KiB).
+    /// Makes the payload pool of `run` (64 KiB, about 20 µs). The first
+    /// [`Encoder::encode_block`] adds the pool's precomputed CRC parts (about 48 KiB;
+    /// one CRC-32 of 508 bytes per pool offset, about 1 ms in a release build).
     pub fn new(run: RunId) -> Self {
         let mut state = run.0 ^ 0x504C_5547_5055_4C4C;
         let pool: Box<[u64]> = (0..POOL_WORDS).map(|_| splitmix64(&mut state)).collect();
-        let crc = crc::SectorCrc::new(&pool);
-        Encoder { run, pool, crc }
+        Encoder {
+            run,
+            pool,
+            crc: OnceLock::new(),
+        }
     }
 
     /// Fills `buf` (one block: a non-zero multiple of 512 bytes) with the sectors of
@@ -117,6 +125,7 @@ impl Encoder {
             "block must be a multiple of 512 bytes"
         );
         let spb = (buf.len() / SECTOR) as u32;
+        let crc = self.crc.get_or_init(|| crc::SectorCrc::new(&self.pool));
         let mut head0 = None;
         for (i, sector) in buf.chunks_exact_mut(SECTOR).enumerate() {
             let h = SectorHeader {
@@ -132,19 +141,19 @@ impl Encoder {
             // Sector 0's header CRC serves every sector of the block: they differ
             // only in the sector index.
             let head = match head0 {
-                None => *head0.insert(self.crc.head(s[..PAYLOAD_OFFSET].try_into().unwrap())),
-                Some(head) => self.crc.head_for_sector(head, 0, i as u32),
+                None => *head0.insert(crc.head(s[..PAYLOAD_OFFSET].try_into().unwrap())),
+                Some(head) => crc.head_for_sector(head, 0, i as u32),
             };
-            self.fill(s, &h, head);
+            self.fill(s, &h, Some((crc, head)));
         }
     }
 
-    /// Writes one sector with header `h` (its `run` must be this encoder's run).
+    /// Writes one sector with header `h` (its `run` must be this encoder's run),
+    /// its CRC computed over its bytes (the verifier regenerates single sectors).
     pub fn encode_sector(&self, s: &mut [u8; SECTOR], h: &SectorHeader) {
         debug_assert_eq!(h.run, self.run);
         self.write_header(s, h);
-        let head = self.crc.head(s[..PAYLOAD_OFFSET].try_into().unwrap());
-        self.fill(s, h, head);
+        self.fill(s, h, None);
     }
 
     /// Bytes 0..52 of a sector with header `h`.
@@ -152,16 +161,17 @@ impl Encoder {
         s[0..8].copy_from_slice(&MAGIC);
         s[8..16].copy_from_slice(&h.run.0.to_le_bytes());
         s[16..24].copy_from_slice(&h.block.to_le_bytes());
-        s[24..28].copy_from_slice(&h.sector.to_le_bytes());
+        s[SECTOR_FIELD..SECTOR_FIELD + 4].copy_from_slice(&h.sector.to_le_bytes());
         s[28..32].copy_from_slice(&h.sectors_per_block.to_le_bytes());
         s[32..40].copy_from_slice(&h.seq.to_le_bytes());
         s[40..48].copy_from_slice(&h.watermark.to_le_bytes());
         s[48..52].copy_from_slice(&[0; 4]);
     }
 
-    /// The payload and CRC of a sector whose header `h` is written and whose
-    /// header part of the CRC is `head` (`crc::SectorCrc::head`).
-    fn fill(&self, s: &mut [u8; SECTOR], h: &SectorHeader, head: u32) {
+    /// The payload and CRC of a sector whose header `h` is written: from the
+    /// precomputed parts and the header's part `head` (`crc::SectorCrc::head`) when
+    /// given, else over the bytes.
+    fn fill(&self, s: &mut [u8; SECTOR], h: &SectorHeader, parts: Option<(&crc::SectorCrc, u32)>) {
         let mut key_state = h.seq.wrapping_mul(0xA24B_AED4_963E_E407)
             ^ (h.sector as u64)
             ^ self.run.0.rotate_left(17);
@@ -171,9 +181,11 @@ impl Encoder {
         for (dst, w) in s[PAYLOAD_OFFSET..CRC_OFFSET].chunks_exact_mut(8).zip(src) {
             dst.copy_from_slice(&(w ^ key).to_le_bytes());
         }
-        // The same value as `crc32fast::hash(&s[..CRC_OFFSET])`, from precomputed
-        // parts (`crc`).
-        let crc = self.crc.crc(head, start, key);
+        // From the parts, the same value as `crc32fast::hash(&s[..CRC_OFFSET])`.
+        let crc = match parts {
+            Some((c, head)) => c.crc(head, start, key),
+            None => crc32fast::hash(&s[..CRC_OFFSET]),
+        };
         s[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
     }
 }
@@ -255,17 +267,40 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The precomputed CRC is the CRC of the sector's bytes, for any header and
-        /// sector (so any start offset and key of the pool).
+        /// Every sector of a block made with the precomputed parts (one header CRC
+        /// per block) carries the CRC of its bytes and decodes to its header.
         #[test]
-        fn the_precomputed_crc_is_the_crc_of_the_bytes(
-            run: u64, block: u64, sector: u32, spb: u32, seq: u64, watermark: u64,
+        fn every_sector_of_any_block_carries_the_crc_of_its_bytes(
+            run: u64, block: u64, seq: u64, watermark: u64, sectors in 1usize..=160,
         ) {
             let enc = Encoder::new(RunId(run));
+            let mut buf = vec![0u8; sectors * SECTOR];
+            enc.encode_block(&mut buf, block, seq, watermark);
+            for (i, s) in buf.chunks_exact(SECTOR).enumerate() {
+                let s: &[u8; SECTOR] = s.try_into().unwrap();
+                proptest::prop_assert_eq!(u32_at(s, CRC_OFFSET), crc32fast::hash(&s[..CRC_OFFSET]));
+                let h = SectorHeader {
+                    run: RunId(run), block, sector: i as u32, sectors_per_block: sectors as u32, seq, watermark,
+                };
+                proptest::prop_assert_eq!(decode_sector(s), Sector::Valid(h));
+            }
+        }
+
+        /// A sector regenerated alone (as the verifier does, to name a damaged
+        /// sector's flipped bits) is byte for byte the one the writer's block holds.
+        #[test]
+        fn a_sector_encoded_alone_is_the_one_its_block_holds(
+            run: u64, block: u64, seq: u64, watermark: u64, spb in 1u32..=64, pick: u32,
+        ) {
+            let enc = Encoder::new(RunId(run));
+            let mut buf = vec![0u8; spb as usize * SECTOR];
+            enc.encode_block(&mut buf, block, seq, watermark);
+            let sector = pick % spb;
             let h = SectorHeader { run: RunId(run), block, sector, sectors_per_block: spb, seq, watermark };
             let mut s = [0u8; SECTOR];
             enc.encode_sector(&mut s, &h);
-            proptest::prop_assert_eq!(u32_at(&s, CRC_OFFSET), crc32fast::hash(&s[..CRC_OFFSET]));
+            let at = sector as usize * SECTOR;
+            proptest::prop_assert_eq!(&s[..], &buf[at..at + SECTOR]);
             proptest::prop_assert_eq!(decode_sector(&s), Sector::Valid(h));
         }
     }

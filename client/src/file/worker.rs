@@ -304,7 +304,10 @@ fn worker(
             sink.wait_while_paused(&sh.stop);
             now = Instant::now();
         }
-        if sh.deadline.is_some_and(|d| now >= d) || sh.stop.load(Ordering::Relaxed) {
+        // After a pause: the deadline may have passed, the run been stopped or
+        // the witness failed meanwhile.
+        if sh.deadline.is_some_and(|d| now >= d) || sh.stop.load(Ordering::Relaxed) || sink.failed()
+        {
             break;
         }
         let seq = sh.watermark.issue(id as usize);
