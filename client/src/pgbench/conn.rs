@@ -211,20 +211,26 @@ pub async fn connect(cfg: &Config) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
+/// A server error as one line: `SEVERITY: message (SQLSTATE code); detail`.
+pub fn server_message(severity: &str, message: &str, code: &str, detail: Option<&str>) -> String {
+    let mut s = format!("{severity}: {message} (SQLSTATE {code})");
+    if let Some(d) = detail {
+        s.push_str(&format!("; {d}"));
+    }
+    s
+}
+
+/// Whether a server error ends the session: FATAL or PANIC, or a connection-class
+/// SQLSTATE (`08…` connection exception, `57P…` operator intervention).
+pub fn ends_session(severity: &str, code: &str) -> bool {
+    matches!(severity, "FATAL" | "PANIC") || code.starts_with("08") || code.starts_with("57P")
+}
+
 /// A readable one-line description of a PostgreSQL error: the server's message
 /// with its SQLSTATE, or the client-side error with its causes.
 pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
-        let mut s = format!(
-            "{}: {} (SQLSTATE {})",
-            db.severity(),
-            db.message(),
-            db.code().code()
-        );
-        if let Some(d) = db.detail() {
-            s.push_str(&format!("; {d}"));
-        }
-        return s;
+        return server_message(db.severity(), db.message(), db.code().code(), db.detail());
     }
     let mut s = e.to_string();
     let mut src = std::error::Error::source(e);
@@ -243,12 +249,7 @@ pub fn is_connection_error(e: &tokio_postgres::Error) -> bool {
         return true;
     }
     match e.as_db_error() {
-        Some(db) => {
-            let c = db.code().code();
-            matches!(db.severity(), "FATAL" | "PANIC")
-                || c.starts_with("08")
-                || c.starts_with("57P")
-        }
+        Some(db) => ends_session(db.severity(), db.code().code()),
         // I/O, protocol and timeout errors: no server answer we can trust.
         None => e.code().is_none(),
     }

@@ -42,36 +42,30 @@ impl PgError {
     }
 
     /// Whether the connection is gone: a socket error, the server closed it, a
-    /// FATAL or PANIC (the unlocalized severity, field `V`), a connection-class
-    /// SQLSTATE (`08…`, `57P…`), or a protocol violation (no later answer can be
-    /// trusted). The rule of [`crate::pgbench::conn::is_connection_error`].
+    /// server error that ends the session ([`crate::pgbench::conn::ends_session`],
+    /// on the unlocalized severity, field `V`), or a protocol violation (no later
+    /// answer can be trusted).
     pub(crate) fn is_connection_error(&self) -> bool {
         match self {
-            PgError::Server(e) => {
-                matches!(e.severity.as_str(), "FATAL" | "PANIC")
-                    || e.code.starts_with("08")
-                    || e.code.starts_with("57P")
-            }
+            PgError::Server(e) => crate::pgbench::conn::ends_session(&e.severity, &e.code),
             _ => true,
         }
     }
 }
 
 impl std::fmt::Display for PgError {
-    /// One line: `SEVERITY: message (SQLSTATE code); detail` for a server error, as
-    /// [`crate::pgbench::conn::describe`] prints it.
+    /// One line; a server error as [`crate::pgbench::conn::server_message`].
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PgError::Io(e) => write!(f, "connection error: {e}"),
             PgError::Closed => write!(f, "the server closed the connection unexpectedly"),
             PgError::Protocol(s) => write!(f, "protocol error: {s}"),
-            PgError::Server(e) => {
-                write!(f, "{}: {} (SQLSTATE {})", e.severity, e.message, e.code)?;
-                if let Some(d) = &e.detail {
-                    write!(f, "; {d}")?;
-                }
-                Ok(())
-            }
+            PgError::Server(e) => f.write_str(&crate::pgbench::conn::server_message(
+                &e.severity,
+                &e.message,
+                &e.code,
+                e.detail.as_deref(),
+            )),
         }
     }
 }
