@@ -5,7 +5,8 @@
 //! reached, on SIGINT, on a witness fault, or when it is lost or aborted (see the
 //! parent module for what happens to a transaction).
 
-use super::session::{Session, Step, TxError, Values};
+use super::script::Values;
+use super::session::{Session, Step, TxError};
 use super::{Go, Limit, Params, Shared};
 use crate::latency::LatencyStats;
 use crate::pgbench::tag;
@@ -125,7 +126,7 @@ pub(super) fn run_job(
                         handle(cl, step, shared, go);
                     }
                     Next::Wait => waiting = true,
-                    Next::Stop => cl.state = State::Stopped,
+                    Next::Stop => stop(cl, ClientEnd::Done),
                 }
             }
         }

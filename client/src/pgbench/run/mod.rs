@@ -39,12 +39,14 @@
 //!   signal, SIGINT.
 //! * `wire` — one client's PostgreSQL connection: a plain socket, messages framed by
 //!   `postgres-protocol`, authentication.
+//! * `script` — the transaction's statements, their expected answers, its values.
 //! * `session` — one client's transaction on it, per protocol, as a state machine.
 //! * `client` — a job's poll loop: tag, run, acknowledge, handle failures.
 //! * `interval` — the figures between two `-P` progress lines, and their printer.
 
 mod client;
 mod interval;
+mod script;
 mod session;
 mod wire;
 

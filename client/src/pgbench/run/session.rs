@@ -9,36 +9,14 @@
 //! [`Session::start_rollback`]). A failed transaction says whether it failed at
 //! COMMIT, the one place where it may or may not have committed.
 
+use super::script::{
+    command_rows, substitute, Key, Values, END, ROW_CHECKS, SQL, STMT_NAMES, TAGS,
+};
 use super::wire::{Conn, PgError};
 use super::Params;
-use crate::pgbench::schema;
 use crate::pgbench::Protocol;
 use postgres_protocol::message::backend::Message;
-use rand::rngs::SmallRng;
-use rand::Rng;
 use std::fmt::Write as _;
-
-/// The statements of the transaction, in order; `$n` are the prepared protocol's
-/// parameters. [`Session::queue`] writes each one's values.
-const SQL: [&str; 7] = [
-    "BEGIN",
-    "UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2",
-    "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
-    "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2",
-    "UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2",
-    "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) \
-     VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP, $5)",
-    "END",
-];
-
-/// Index of END in [`SQL`]: its answer is the commit.
-const END: usize = 6;
-
-/// The first word of each statement's command tag, by index in [`SQL`] (protocol
-/// docs, CommandComplete): END's is COMMIT (ROLLBACK when it did not commit).
-const TAGS: [&str; 7] = [
-    "BEGIN", "UPDATE", "SELECT", "UPDATE", "UPDATE", "INSERT", "COMMIT",
-];
 
 /// What a session's transaction (or ROLLBACK) came to, so far.
 pub(super) enum Step {
@@ -75,7 +53,7 @@ pub(super) struct Session {
     done: usize,
     /// The row count of the current statement's command tag, once its
     /// CommandComplete arrived.
-    tag_rows: Option<Result<u64, String>>,
+    tag_rows: Option<u64>,
     /// END's command tag was `COMMIT`.
     commit_tag: bool,
     /// The transaction's first failure.
@@ -87,6 +65,8 @@ pub(super) struct Session {
     tag: String,
     /// Scratch text for a statement's values.
     text: String,
+    /// Scratch text for a simple-protocol statement.
+    query: String,
 }
 
 impl Session {
@@ -122,6 +102,7 @@ impl Session {
             v: Values::default(),
             tag: String::new(),
             text: String::with_capacity(256),
+            query: String::with_capacity(256),
         })
     }
 
@@ -168,7 +149,6 @@ impl Session {
     /// Sends ROLLBACK (simple protocol); [`Step::RolledBack`] comes when answered.
     pub(super) fn start_rollback(&mut self) -> Step {
         self.rolling_back = true;
-        self.sent = 0;
         self.done = 0;
         self.failure = None;
         self.tag_rows = None;
@@ -196,7 +176,9 @@ impl Session {
         Step::Failed(TxError::Db(self.commit_in_flight(), e))
     }
 
-    /// Queues statement `k` of the transaction with the current values.
+    /// Queues statement `k` of the transaction with the current values: for the
+    /// prepared protocol, Bind and Execute of `s{k}` with the values as text; for the
+    /// simple one, [`SQL`]`[k]` with each `$n` replaced by its value (the tag quoted).
     fn queue(&mut self, k: usize) {
         let Values {
             aid,
@@ -204,63 +186,48 @@ impl Session {
             tid,
             delta,
         } = self.v;
+        let vals: &[i64] = match k {
+            1 => &[delta, aid],
+            2 => &[aid],
+            3 => &[delta, tid],
+            4 => &[delta, bid],
+            5 => &[tid, bid, aid, delta],
+            _ => &[],
+        };
+        // The values as text, one after another; `ends` marks where each stops.
         let t = &mut self.text;
         t.clear();
+        let mut ends = [0usize; 5];
+        for (i, x) in vals.iter().enumerate() {
+            // Writing to a String cannot fail.
+            let _ = write!(t, "{x}");
+            ends[i] = t.len();
+        }
+        let mut n = vals.len();
+        if k == 5 {
+            t.push_str(&self.tag);
+            ends[n] = t.len();
+            n += 1;
+        }
+        let mut params: [&str; 5] = [""; 5];
+        let mut from = 0;
+        for i in 0..n {
+            params[i] = &t[from..ends[i]];
+            from = ends[i];
+        }
         match self.protocol {
             Protocol::Simple => {
-                // Writing to a String cannot fail.
-                let _ = match k {
-                    1 => write!(
-                        t,
-                        "UPDATE pgbench_accounts SET abalance = abalance + {delta} WHERE aid = {aid}"
-                    ),
-                    2 => write!(t, "SELECT abalance FROM pgbench_accounts WHERE aid = {aid}"),
-                    3 => write!(
-                        t,
-                        "UPDATE pgbench_tellers SET tbalance = tbalance + {delta} WHERE tid = {tid}"
-                    ),
-                    4 => write!(
-                        t,
-                        "UPDATE pgbench_branches SET bbalance = bbalance + {delta} WHERE bid = {bid}"
-                    ),
-                    5 => write!(
-                        t,
-                        "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) \
-                         VALUES ({tid}, {bid}, {aid}, {delta}, CURRENT_TIMESTAMP, '{}')",
-                        self.tag
-                    ),
-                    _ => write!(t, "{}", SQL[k]),
-                };
-                self.conn.queue_query(t);
+                let q = &mut self.query;
+                q.clear();
+                substitute(q, SQL[k], &params[..n], k == 5);
+                self.conn.queue_query(q);
             }
             Protocol::Prepared => {
-                // The values as text, one after another; `ends` marks where each stops.
-                let mut ends = [0usize; 5];
-                let vals: &[i64] = match k {
-                    1 => &[delta, aid],
-                    2 => &[aid],
-                    3 => &[delta, tid],
-                    4 => &[delta, bid],
-                    5 => &[tid, bid, aid, delta],
-                    _ => &[],
-                };
-                for (i, x) in vals.iter().enumerate() {
-                    let _ = write!(t, "{x}");
-                    ends[i] = t.len();
+                let mut bytes: [&[u8]; 5] = [&[]; 5];
+                for (b, p) in bytes.iter_mut().zip(&params[..n]) {
+                    *b = p.as_bytes();
                 }
-                let mut n = vals.len();
-                if k == 5 {
-                    t.push_str(&self.tag);
-                    ends[n] = t.len();
-                    n += 1;
-                }
-                let mut params: [&[u8]; 5] = [&[]; 5];
-                let mut from = 0;
-                for i in 0..n {
-                    params[i] = &t.as_bytes()[from..ends[i]];
-                    from = ends[i];
-                }
-                self.conn.queue_execute(STMT_NAMES[k], &params[..n]);
+                self.conn.queue_execute(STMT_NAMES[k], &bytes[..n]);
             }
         }
         self.sent += 1;
@@ -304,10 +271,8 @@ impl Session {
                             b.tag().unwrap_or("?")
                         )));
                     }
-                    self.tag_rows = Some(match b.tag() {
-                        Ok(t) => Ok(command_rows(t)),
-                        Err(e) => Err(format!("a command tag that is not text: {e}")),
-                    });
+                    // A tag that is not text failed the check above.
+                    self.tag_rows = b.tag().ok().map(command_rows);
                     if self.done == END && !self.rolling_back {
                         // END's tag is COMMIT, or ROLLBACK for an aborted transaction.
                         self.commit_tag = b.tag().ok() == Some("COMMIT");
@@ -381,15 +346,14 @@ impl Session {
                     Key::Bid => self.v.bid,
                 };
                 match rows {
-                    Some(Ok(1)) => {}
-                    Some(Ok(n)) => {
+                    Some(1) => {}
+                    Some(n) => {
                         self.failure = Some(TxError::Rows(format!(
                             "{} (key {key}) touched {n} rows, not 1: the pgbench tables do not \
                              hold what the transaction expects",
                             check.0
                         )))
                     }
-                    Some(Err(why)) => self.failure = Some(TxError::Rows(why)),
                     None => {
                         self.failure = Some(TxError::Rows(format!(
                             "{} (key {key}) answered no command tag",
@@ -413,73 +377,5 @@ impl Session {
             Step::Pending => None,
             step => Some(step),
         }
-    }
-}
-
-/// Prepared statement names, by index in [`SQL`].
-const STMT_NAMES: [&str; 7] = ["s0", "s1", "s2", "s3", "s4", "s5", "s6"];
-
-/// Which value a statement's row check names.
-#[derive(Clone, Copy)]
-enum Key {
-    Aid,
-    Tid,
-    Bid,
-}
-
-/// The statements that must touch exactly one row, by index in [`SQL`].
-const ROW_CHECKS: [Option<(&str, Key)>; 7] = [
-    None,
-    Some(("UPDATE pgbench_accounts", Key::Aid)),
-    None,
-    Some(("UPDATE pgbench_tellers", Key::Tid)),
-    Some(("UPDATE pgbench_branches", Key::Bid)),
-    Some(("INSERT INTO pgbench_history", Key::Tid)),
-    None,
-];
-
-/// The row count of a command tag: its last word when that is a number
-/// (`UPDATE 1`, `INSERT 0 1`, `SELECT 1`), else 0 (`BEGIN`, `COMMIT`). The protocol
-/// docs, "Message Formats" → CommandComplete.
-fn command_rows(tag: &str) -> u64 {
-    tag.rsplit(' ')
-        .next()
-        .and_then(|w| w.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The random values of one transaction.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Values {
-    aid: i64,
-    bid: i64,
-    tid: i64,
-    delta: i64,
-}
-
-impl Values {
-    /// pgbench's `random(lo, hi)`: uniform over the integers `lo..=hi`.
-    pub(super) fn draw(rng: &mut SmallRng, scale: i64) -> Values {
-        Values {
-            aid: rng.random_range(1..=schema::NACCOUNTS * scale),
-            bid: rng.random_range(1..=schema::NBRANCHES * scale),
-            tid: rng.random_range(1..=schema::NTELLERS * scale),
-            delta: rng.random_range(-5000..=5000),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn command_rows_is_the_tags_last_number() {
-        assert_eq!(command_rows("UPDATE 1"), 1);
-        assert_eq!(command_rows("INSERT 0 1"), 1);
-        assert_eq!(command_rows("UPDATE 0"), 0);
-        assert_eq!(command_rows("SELECT 12"), 12);
-        assert_eq!(command_rows("BEGIN"), 0);
-        assert_eq!(command_rows("COMMIT"), 0);
     }
 }
