@@ -50,6 +50,12 @@ pub struct Shared {
     counters: Box<[Counters]>,
 }
 
+/// Adds `v` to a counter only one worker writes: a load and a store, no locked
+/// read-modify-write.
+fn add(a: &AtomicU64, v: u64) {
+    a.store(a.load(Ordering::Relaxed) + v, Ordering::Relaxed);
+}
+
 /// One worker's counters.
 #[derive(Default)]
 #[repr(align(128))]
@@ -93,10 +99,21 @@ impl Shared {
     ///
     /// Panics if `id` is not below the run's `jobs`.
     pub(crate) fn count_issue(&self, id: usize) {
-        let c = &self.counters[id];
-        // Only worker `id` writes its counters: a load and a store, no locked RMW.
-        c.issued
-            .store(c.issued.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        add(&self.counters[id].issued, 1);
+    }
+
+    /// Waits while the reporter says to pause, then whether the worker stops: the
+    /// deadline passed at `now` (or now, after a pause), the run was stopped, or
+    /// the witness failed (all of which a pause may have brought about).
+    pub(crate) fn pause_then_over(&self, sink: &AckSink, now: Instant) -> bool {
+        let mut now = now;
+        if sink.paused() {
+            sink.wait_while_paused(&self.stop);
+            now = Instant::now();
+        }
+        self.deadline.is_some_and(|d| now >= d)
+            || self.stop.load(Ordering::Relaxed)
+            || sink.failed()
     }
 
     /// Counts worker `id`'s acknowledgement with seq `seq` whose durability call
@@ -104,7 +121,6 @@ impl Shared {
     pub(crate) fn count_ack(&self, id: usize, seq: u64, lat: std::time::Duration) {
         let c = &self.counters[id];
         let us = lat.as_micros() as u64;
-        let add = |a: &AtomicU64, v: u64| a.store(a.load(Ordering::Relaxed) + v, Ordering::Relaxed);
         c.last_seq.store(
             c.last_seq.load(Ordering::Relaxed).max(seq),
             Ordering::Relaxed,
@@ -300,14 +316,7 @@ fn worker(
     // clock read fewer per write).
     let mut now = Instant::now();
     while own > 0 && !sh.stop.load(Ordering::Relaxed) && !sink.failed() {
-        if sink.paused() {
-            sink.wait_while_paused(&sh.stop);
-            now = Instant::now();
-        }
-        // After a pause: the deadline may have passed, the run been stopped or
-        // the witness failed meanwhile.
-        if sh.deadline.is_some_and(|d| now >= d) || sh.stop.load(Ordering::Relaxed) || sink.failed()
-        {
+        if sh.pause_then_over(sink, now) {
             break;
         }
         let seq = sh.watermark.issue(id as usize);

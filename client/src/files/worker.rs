@@ -154,15 +154,7 @@ fn worker(
     let mut hist = LatencyStats::new();
     let mut touched = BTreeSet::new();
     while !sh.stop.load(Ordering::Relaxed) && !sink.failed() {
-        if sink.paused() {
-            sink.wait_while_paused(&sh.stop);
-        }
-        // Checked after a pause too: the deadline may have passed, the run been
-        // stopped or the witness failed meanwhile.
-        if sh.deadline.is_some_and(|d| Instant::now() >= d)
-            || sh.stop.load(Ordering::Relaxed)
-            || sink.failed()
-        {
+        if sh.pause_then_over(sink, Instant::now()) {
             break;
         }
         let Some(st) = sched.next_step() else { break };
