@@ -34,6 +34,15 @@ fn spawn_write(l: &Listener, dsn: &str, extra: &[&str]) -> Child {
         .expect("spawn plugpull write pgbench")
 }
 
+/// Creates the pgbench tables with one committed transaction (`--init
+/// --transactions 1 EXTRA…`), asserting it exits 0.
+fn init_tables(l: &Listener, dsn: &str, extra: &[&str]) {
+    let mut args = vec!["--init", "--transactions", "1"];
+    args.extend_from_slice(extra);
+    let o = write(l, dsn, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
 /// The number after `prefix` on a line of `out`.
 fn figure(out: &str, prefix: &str) -> Option<u64> {
     out.lines()
@@ -351,12 +360,7 @@ fn the_clients_authenticate_with_scram_md5_and_password() {
     let Some((_dir, mut pg, l)) = setup(test) else {
         return;
     };
-    let o = write(
-        &l,
-        &pg.conninfo_db("bench"),
-        &["--init", "--transactions", "1"],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    init_tables(&l, &pg.conninfo_db("bench"), &[]);
     pg.psql("CREATE ROLE scramuser LOGIN SUPERUSER PASSWORD 'pw-scram'");
     pg.psql(
         "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN SUPERUSER PASSWORD 'pw-md5'",
@@ -425,8 +429,7 @@ fn serialization_failures_are_rolled_back_counted_and_retried() {
         return;
     };
     let dsn = pg.conninfo_db("bench");
-    let o = write(&l, &dsn, &["--init", "--scale", "1", "--transactions", "1"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    init_tables(&l, &dsn, &["--scale", "1"]);
     pg.psql("ALTER DATABASE bench SET default_transaction_isolation = 'repeatable read'");
     for mode in [
         &["--protocol", "prepared"][..],

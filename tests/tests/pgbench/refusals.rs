@@ -231,8 +231,7 @@ fn unlogged_tables_are_refused_naming_them() {
         return;
     };
     let dsn = pg.conninfo_db("bench");
-    let o = write(&l, &dsn, &["--init", "--transactions", "1"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    init_tables(&l, &dsn, &[]);
     pg.psql_in(
         "bench",
         "ALTER TABLE pgbench_history SET UNLOGGED; ALTER TABLE pgbench_tellers SET UNLOGGED",
@@ -258,8 +257,7 @@ fn a_run_whose_clients_aborted_exits_2_after_its_summary() {
         return;
     };
     let dsn = pg.conninfo_db("bench");
-    let o = write(&l, &dsn, &["--init", "--transactions", "1"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    init_tables(&l, &dsn, &[]);
     let ro = format!("{dsn} options='-c default_transaction_read_only=on'");
     let o = write(&l, &ro, &["--clients", "2", "--transactions", "5"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -292,12 +290,7 @@ fn clients_never_land_on_another_server_than_the_one_checked() {
     let b = PgCluster::start_new();
     b.psql("CREATE DATABASE bench");
     for pg in [&a, &b] {
-        let o = write(
-            &l,
-            &pg.conninfo_db("bench"),
-            &["--init", "--transactions", "1"],
-        );
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        init_tables(&l, &pg.conninfo_db("bench"), &[]);
         pg.psql("CREATE ROLE limited LOGIN");
         pg.psql_in(
             "bench",
