@@ -19,7 +19,9 @@
 # Needs the release binaries (`cargo build --release --workspace`) and PostgreSQL's
 # server binaries (PGBIN, default: the newest /usr/lib/postgresql/*/bin).
 # Environment knobs: SCALE (10), T (seconds per run, 20), ROUNDS (2), MILLION
-# (1000000), PARTS ("throughput verify": which parts to run), BASELINE (another
+# (1000000), PARTS ("throughput verify": which parts to run), CLIENTS ("1 8": the
+# client counts; J is 1 for one client, else 2), MODES ("builtin pipelined": which
+# transactions), BASELINE (another
 # plugpull binary, e.g. an older build, whose verify is timed beside this one's),
 # KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -34,6 +36,8 @@ T=${T:-20}
 ROUNDS=${ROUNDS:-2}
 MILLION=${MILLION:-1000000}
 PARTS=${PARTS:-throughput verify}
+CLIENTS=${CLIENTS:-1 8}
+MODES=${MODES:-builtin pipelined}
 
 for f in "$PLUGPULL" "$LISTENER" "$PGBIN/initdb" "$PGBIN/pgbench"; do
     [ -x "$f" ] || { echo "missing $f (build with cargo build --release --workspace; set PGBIN)" >&2; exit 2; }
@@ -104,12 +108,12 @@ SQL
 # Column K of bench/cpu.py's "RATE CPU_US STEADY_CPU_US" lines.
 col() { awk -v k="$1" '{print $k}'; }
 if [[ " $PARTS " == *" throughput "* ]]; then
-for mode in builtin pipelined; do
+for mode in $MODES; do
     if [ "$mode" = builtin ]; then PGARGS=(); PPARGS=(); else PGARGS=(-f "$WORK/tpcb-pipelined.sql"); PPARGS=(--pipeline); fi
     echo "== throughput ($mode transaction): pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
     printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %s\n' C J "pgbench tps" "plugpull tps" "tps ratio" \
         "pgbench CPU/tx all|steady" "plugpull CPU/tx all|steady" "CPU ratio all|steady"
-    for C in 1 8; do
+    for C in $CLIENTS; do
         J=$([ "$C" = 1 ] && echo 1 || echo 2)
         : >"$WORK/pg.$C"; : >"$WORK/pp.$C"
         for r in $(seq "$ROUNDS"); do

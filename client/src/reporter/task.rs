@@ -3,7 +3,8 @@
 //! confirms, and keeps the connection alive.
 //!
 //! Connected, it waits for whichever comes first: an ack (gathered; the batch goes
-//! out when full, or [`LINGER`] after its first ack), the end of the run (every
+//! out when full, or [`LINGER`] after its first ack; while acks keep coming it looks
+//! again every [`LINGER`] rather than being woken by each), the end of the run (every
 //! queued ack, then `Finish`/`DeviceError`), or an answer from the listener. When the
 //! connection breaks it reconnects every 250 ms, sends `ResumeRun`, and resends what
 //! the listener does not hold (the [`Outbox`] decides what). A witness fault ends the
@@ -238,8 +239,12 @@ impl Task {
                 Ok(Step::Continue)
             }
             _ = tokio::time::sleep_until(self.linger_until.unwrap_or_else(tokio::time::Instant::now)), if self.linger_until.is_some() => {
-                self.linger_until = None;
-                self.drain();
+                // While acks keep coming, the task looks again one LINGER from now
+                // instead of being woken by the next one: the writers then never wake
+                // it (no futex call in a writer's path), and no ack waits longer than
+                // LINGER. A look that finds none goes back to waiting on the channel.
+                let more = self.drain() > 0;
+                self.linger_until = more.then(|| tokio::time::Instant::now() + LINGER);
                 self.seal();
                 send_unsent(&mut self.outbox, self.run, w).await?;
                 w.flush().await?;
@@ -366,20 +371,23 @@ impl Task {
         }
     }
 
-    /// Gathers every ack queued in the channel now, sealing each full batch.
-    fn drain(&mut self) {
+    /// Gathers every ack queued in the channel now, sealing each full batch; returns
+    /// how many messages it took.
+    fn drain(&mut self) -> usize {
+        let mut n = 0;
         loop {
             match self.rx.try_recv() {
                 Ok(m) => {
+                    n += 1;
                     self.outbox.add(m);
                     if self.outbox.gathered() >= BATCH_MAX {
                         self.seal();
                     }
                 }
-                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Empty) => return n,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
                     self.acks_open = false;
-                    return;
+                    return n;
                 }
             }
         }
