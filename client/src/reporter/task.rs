@@ -265,22 +265,19 @@ impl Task {
         }
     }
 
-    /// Gathers `m` and whatever else is queued; sends a full batch at once, or
-    /// starts the linger for a partial one.
+    /// Gathers `m` and whatever else is queued; sends full batches at once, and
+    /// starts the linger for what is left of a partial one.
     async fn gathered(&mut self, m: Msg, w: &mut Writer) -> Result<(), Error> {
         self.outbox.add(m);
-        while self.outbox.gathered() < BATCH_MAX {
-            match self.rx.try_recv() {
-                Ok(m) => self.outbox.add(m),
-                Err(_) => break,
-            }
-        }
         if self.outbox.gathered() >= BATCH_MAX {
-            self.linger_until = None;
             self.seal();
+        }
+        self.drain();
+        if self.outbox.next_unsent().is_some() {
             send_unsent(&mut self.outbox, self.run, w).await?;
             w.flush().await?;
-        } else if self.linger_until.is_none() {
+        }
+        if self.outbox.gathered() > 0 && self.linger_until.is_none() {
             self.linger_until = Some(tokio::time::Instant::now() + LINGER);
         }
         Ok(())
