@@ -1,6 +1,7 @@
 //! Issue 9: the witness ends runs cleanly at its limits and cannot be locked out:
 //! a full ledger disk (a small loop-mounted ext4), SIGINT with a stalled witness, a
-//! stalled witness announced and paused for, a flood of unauthenticated connections.
+//! stalled witness announced and paused for, a flood of unauthenticated connections,
+//! a reporter dropped without an end.
 //! Real listener and agent processes on loopback.
 
 use plugpull::auth::Secret;
@@ -261,4 +262,74 @@ fn a_connection_flood_neither_locks_agents_out_nor_grows_the_listener() {
     let (code, v, verr) = verify_json(&l, &["--run", &run]);
     assert_eq!(code, 0, "{verr}");
     assert_eq!(v["acknowledged"], serde_json::json!(200));
+}
+
+/// CPU time the calling thread has used so far.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
+        0
+    );
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+#[test]
+fn a_reporter_dropped_without_an_end_confirms_what_it_was_handed_then_stops() {
+    use plugpull::ledger::FileAck;
+    use plugpull_client::reporter::{Reporter, ReporterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let log = dir.path().join("acks.log");
+    // One thread runs every task of the reporter, so its CPU time is this thread's.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let spent = rt.block_on(async {
+        let opts = ReporterOptions {
+            ack_log: Some(log.clone()),
+            max_unconfirmed: None,
+            max_unconfirmed_secs: 5.0,
+        };
+        let manifest = *raw_manifest("h", "/nonexistent/target", 1 << 20, 4096);
+        let (reporter, _run) = Reporter::start_with(l.addr(), &Secret::new(b""), manifest, &opts)
+            .await
+            .unwrap();
+        let sink = reporter.sink();
+        for seq in 1..=1000 {
+            sink.file_ack(FileAck {
+                seq,
+                block: seq % 256,
+                ms: 0,
+            });
+        }
+        // An error path of a workload: the reporter goes without finish().
+        drop(sink);
+        drop(reporter);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::fs::read_to_string(&log).unwrap().lines().count() < 1000 {
+            assert!(
+                Instant::now() < deadline,
+                "the dropped reporter's acks were not all confirmed within 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let before = thread_cpu();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        thread_cpu() - before
+    });
+    let want: String = (1..=1000u64)
+        .map(|s| format!("{s} {}\n", s % 256))
+        .collect();
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), want);
+    // A task polling a closed channel would use the whole 500 ms.
+    assert!(
+        spent < Duration::from_millis(100),
+        "the reporter task kept running after it was dropped: {spent:?} CPU in 500 ms"
+    );
 }

@@ -172,6 +172,7 @@ impl Reporter {
             ending: None,
             ending_sent: false,
             acks_open: true,
+            abandoned: false,
             linger_until: None,
             flush_clock,
         };

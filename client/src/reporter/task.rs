@@ -9,7 +9,9 @@
 //! connection breaks it reconnects every 250 ms, sends `ResumeRun`, and resends what
 //! the listener does not hold (the [`Outbox`] decides what). A witness fault ends the
 //! run instead: writers stop and the run is marked invalid in the ledger if the
-//! listener can still record that.
+//! listener can still record that. A [`super::Reporter`] dropped without an end (a
+//! workload's error path) leaves the task to send and confirm every ack already
+//! handed over; then it ends (or gives up after [`FINISH_DEADLINE`] unreachable).
 
 use super::outbox::{BadConfirm, Outbox};
 use super::sink::{Msg, Shared};
@@ -59,6 +61,9 @@ pub(super) struct Task {
     pub(super) ending_sent: bool,
     /// False once every sink is gone.
     pub(super) acks_open: bool,
+    /// True once the [`super::Reporter`] was dropped without asking for the end of
+    /// the run: the task still sends and confirms every ack handed over, then ends.
+    pub(super) abandoned: bool,
     /// When the acks gathered so far must go out even if no more come.
     pub(super) linger_until: Option<tokio::time::Instant>,
     /// When a sealed batch carries the leaf disks' flush counters.
@@ -125,14 +130,17 @@ impl Task {
             let Some((resp, w)) = conn.as_mut() else {
                 // Disconnected: retry with backoff; keep gathering acks meanwhile.
                 let since = *lost_since.get_or_insert_with(Instant::now);
-                if self.ending.is_some() && since.elapsed() > FINISH_DEADLINE {
-                    let (_, reply) = self.ending.take().unwrap();
-                    let _ = reply.send(Err(Error(format!(
+                if (self.ending.is_some() || self.abandoned) && since.elapsed() > FINISH_DEADLINE {
+                    let e = Error(format!(
                         "listener {} unreachable for {} s: {} acknowledgements were never confirmed",
                         self.addr,
                         FINISH_DEADLINE.as_secs(),
                         self.outbox.unconfirmed()
-                    ))));
+                    ));
+                    match self.ending.take() {
+                        Some((_, reply)) => drop(reply.send(Err(e))),
+                        None => eprintln!("{e}"),
+                    }
                     return;
                 }
                 match self.reconnect().await {
@@ -168,6 +176,14 @@ impl Task {
                 }
                 continue;
             };
+            if self.abandoned
+                && !self.acks_open
+                && self.outbox.gathered() == 0
+                && self.outbox.is_empty()
+            {
+                // Dropped without an end, and every ack handed over is confirmed.
+                return;
+            }
             match self.step(resp, w).await.unwrap_or_else(Step::Lost) {
                 Step::Continue => {}
                 Step::Done => {
@@ -205,7 +221,7 @@ impl Task {
                     }
                     None => self.acks_open = false,
                 },
-                c = self.ctrl.recv(), if self.ending.is_none() => if let Some(c) = c { self.ending = Some(self.ending_of(c)); },
+                c = self.ctrl.recv(), if self.ending.is_none() && !self.abandoned => self.asked(c),
             }
         }
     }
@@ -250,8 +266,8 @@ impl Task {
                 w.flush().await?;
                 Ok(Step::Continue)
             }
-            c = self.ctrl.recv(), if self.ending.is_none() => {
-                if let Some(c) = c { self.ending = Some(self.ending_of(c)); }
+            c = self.ctrl.recv(), if self.ending.is_none() && !self.abandoned => {
+                self.asked(c);
                 Ok(Step::Continue)
             }
             r = resp.recv() => match r {
@@ -387,6 +403,16 @@ impl Task {
                     return n;
                 }
             }
+        }
+    }
+
+    /// Takes what the control channel gave: the end of the run, or `None` when the
+    /// [`super::Reporter`] was dropped without one (a closed channel is ready at
+    /// every poll, so it is not polled again).
+    fn asked(&mut self, c: Option<Ctrl>) {
+        match c {
+            Some(c) => self.ending = Some(self.ending_of(c)),
+            None => self.abandoned = true,
         }
     }
 
