@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 command -v fio >/dev/null 2>&1 || scripts/deps --bench # fio, for the benchmark only
 secs=${1:-10}; jobs=${2:-4}; rounds=${3:-3}; size=256MiB
 cargo build --release --workspace -q
-. bench/lib.sh file
+. bench/lib.sh
+bench_setup file
 # The medians of the two columns "RATE CPU" on stdin, each taken on its own.
 median_pair() { python3 -c 'import sys, statistics as s; r = [l.split() for l in sys.stdin if l.strip()]
 print(s.median(float(x[0]) for x in r), s.median(float(x[1]) for x in r))'; }

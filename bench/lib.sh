@@ -1,13 +1,27 @@
-# Sourced by the bench scripts: a work directory under target/, a tmpfs directory,
-# and a listener standing in for the witness host with its ledger on tmpfs, so its
-# own fdatasyncs do not queue on the disk under test (on real hardware it is another
-# host). Sets `work`, `shm`, `lpid` and `addr` (HOST:PORT); removes it all on exit.
-# Usage: . bench/lib.sh NAME   (work directory target/bench-NAME.XXXX)
-work=$(mktemp -d "$PWD/target/bench-$1.XXXX")
-shm=$(mktemp -d /dev/shm/plugpull-bench.XXXX)
-target/release/plugpull-listener --listen 127.0.0.1:0 --data-dir "$shm/ledger" >"$work/l.out" 2>"$work/l.err" &
-lpid=$!
-trap 'kill $lpid 2>/dev/null; rm -rf "$work" "$shm"' EXIT
-for _ in $(seq 50); do grep -q listening "$work/l.out" && break; sleep 0.1; done
-addr=$(awk '/listening on/ {print $3}' "$work/l.out")
-[ -n "$addr" ] || { echo "bench: the listener did not start:" >&2; cat "$work/l.err" >&2; exit 2; }
+# Sourced by the bench scripts (`. bench/lib.sh`); defines two functions.
+#
+# start_listener LEDGER_DIR LOG_DIR: starts a listener (LISTENER, default
+# target/release/plugpull-listener) on a free loopback port with its ledger in
+# LEDGER_DIR and its output in LOG_DIR/l.out and l.err; sets `lpid` and `addr`
+# (HOST:PORT); exits 2, showing its stderr, if it does not start.
+#
+# bench_setup NAME: a work directory (`work`, target/bench-NAME.XXXX), a tmpfs
+# directory (`shm`) and a listener with its ledger in `shm`, so its own fdatasyncs do
+# not queue on the disk under test (on real hardware the witness is another host);
+# removes it all on exit.
+start_listener() {
+    "${LISTENER:-target/release/plugpull-listener}" --listen 127.0.0.1:0 --data-dir "$1" \
+        >"$2/l.out" 2>"$2/l.err" &
+    lpid=$!
+    for _ in $(seq 50); do grep -q "listening on" "$2/l.out" 2>/dev/null && break; sleep 0.1; done
+    addr=$(sed -n 's/^listening on //p' "$2/l.out")
+    [ -n "$addr" ] || { echo "bench: the listener did not start:" >&2; cat "$2/l.err" >&2; exit 2; }
+}
+
+bench_setup() {
+    work=$(mktemp -d "$PWD/target/bench-$1.XXXX")
+    shm=$(mktemp -d /dev/shm/plugpull-bench.XXXX)
+    lpid=""
+    trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null; rm -rf "$work" "$shm"' EXIT
+    start_listener "$shm/ledger" "$work"
+}

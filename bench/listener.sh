@@ -7,12 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}; agents=${2:-16}
 cargo build --release --workspace -q
+. bench/lib.sh
 work=$(mktemp -d "$PWD/target/bench-listener.XXXX")
-target/release/plugpull-listener --listen 127.0.0.1:0 --data-dir "$work/ledger" >"$work/l.out" 2>"$work/l.err" &
-lpid=$!
-trap 'kill $lpid 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 50); do grep -q listening "$work/l.out" && break; sleep 0.1; done
-addr=$(awk '/listening on/ {print $3}' "$work/l.out")
+lpid=""
+trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null; rm -rf "$work"' EXIT
+# The ledger is on the disk here: the listener's own fdatasyncs are what is measured.
+start_listener "$work/ledger" "$work"
 out=$(target/release/listener-load --listener "$addr" --agents "$agents" --seconds "$secs")
 echo "$out" | grep -v '^runs'
 acks=$(echo "$out" | sed -n 's/.*acks confirmed = \([0-9]*\).*/\1/p')

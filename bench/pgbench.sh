@@ -74,15 +74,12 @@ export PGHOST=$WORK PGPORT=$PORT PGUSER=postgres PGDATABASE=bench
 "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE bench"
 "$PGBIN/pgbench" -i -s "$SCALE" -q bench 2>&1 | tail -1
 
-# The listener stands in for the witness host: its ledger lives on tmpfs so its
-# fdatasyncs do not queue on the disk PostgreSQL's WAL is flushed to (on real
-# hardware the witness is another host).
+# The listener stands in for the witness host, its ledger on tmpfs (bench/lib.sh
+# says why).
+. bench/lib.sh
 LEDGER=$(mktemp -d /dev/shm/plugpull-bench-ledger.XXXX)
-"$LISTENER" --listen 127.0.0.1:0 --data-dir "$LEDGER" >"$WORK/listener.out" 2>"$WORK/listener.log" &
-LPID=$!
-for _ in $(seq 50); do grep -q "listening on" "$WORK/listener.out" 2>/dev/null && break; sleep 0.1; done
-ADDR=$(sed -n 's/^listening on //p' "$WORK/listener.out")
-[ -n "$ADDR" ] || { echo "listener did not start" >&2; cat "$WORK/listener.log" >&2; exit 2; }
+start_listener "$LEDGER" "$WORK"
+LPID=$lpid ADDR=$addr
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p'; }
 mean() { awk '{s += $1; n++} END {printf "%.1f", s / n}'; }

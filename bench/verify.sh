@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 mib=${1:-1024}; bs=${2:-4096}; rounds=${3:-3}
 [ "$(id -u)" = 0 ] || { echo "bench/verify.sh: needs root (it drops the page cache)" >&2; exit 2; }
 cargo build --release --workspace -q
-. bench/lib.sh verify
+. bench/lib.sh
+bench_setup verify
 t="$work/target.dat"
 writes=$((mib * 1048576 / bs))
 echo "== writing $mib MiB in $writes blocks of $bs bytes (sequential, 4 jobs, fdatasync)"
