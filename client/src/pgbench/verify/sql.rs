@@ -88,8 +88,10 @@ pub fn copy_sql(prefix: &str, skip: &[u64]) -> String {
 /// acknowledged ranges as arrays, and the damaged blocks of `pgbench_history` the
 /// scans skip (with the tag CTE that skips them).
 pub struct Scan {
-    /// `filler LIKE` pattern: the run's tag prefix and `%`.
+    /// The run's tag prefix (8 hex digits).
     pub prefix: String,
+    /// `filler LIKE` pattern: the prefix and `%`.
+    pub like: String,
     /// Clients `0..clients`.
     pub b_clients: Vec<i32>,
     /// `B_c` of each.
@@ -117,7 +119,8 @@ impl Scan {
             }
         }
         Scan {
-            prefix: format!("{prefix}%"),
+            prefix: prefix.to_string(),
+            like: format!("{prefix}%"),
             b_clients: (0..bounds.len() as i32).collect(),
             b_bounds: bounds.iter().map(|&b| b as i64).collect(),
             r_client,
@@ -146,7 +149,7 @@ impl Scan {
         bounds: &[u64],
         acks: &BTreeMap<u32, ClientAcks>,
     ) -> Result<(BTreeMap<u32, Counts>, u64), tokio_postgres::Error> {
-        let sql = copy_sql(&self.prefix[..self.prefix.len() - 1], &self.skip);
+        let sql = copy_sql(&self.prefix, &self.skip);
         let stream = client.copy_out(sql.as_str()).await?;
         futures_util::pin_mut!(stream);
         let mut tags = TagCounter::new();
@@ -186,7 +189,7 @@ pub async fn lost_lags(
         scan.tags
     );
     let rows = client
-        .query(&sql, &[&scan.prefix, &rc, &rf, &rl, &rms])
+        .query(&sql, &[&scan.like, &rc, &rf, &rl, &rms])
         .await?;
     let mut lags = Vec::new();
     for row in rows {
@@ -270,7 +273,7 @@ pub async fn list_findings(
             scan.tags
         );
         let rows = client
-            .query(&sql, &[&scan.prefix, &out.room()])
+            .query(&sql, &[&scan.like, &out.room()])
             .await
             .map_err(q("cannot list the duplicates"))?;
         for row in rows {
@@ -290,7 +293,7 @@ pub async fn list_findings(
                  AND NOT (length(filler) = 22 \
                           AND translate(substr(filler, 9, 14), '0123456789', '') = '') \
                  LIMIT $2",
-                &[&scan.prefix, &out.room()],
+                &[&scan.like, &out.room()],
             )
             .await
             .map_err(q("cannot list the malformed tags"))?;
@@ -328,7 +331,7 @@ async fn list_lost(
     );
     let limit = out.room().max(1) + MAX_FINDINGS as i64;
     let params: [&(dyn ToSql + Sync); 6] = [
-        &scan.prefix,
+        &scan.like,
         &scan.r_client,
         &scan.r_first,
         &scan.r_last,
@@ -381,7 +384,7 @@ async fn list_ordering(
     let gf: Vec<i64> = gaps.iter().map(|g| g.1 as i64).collect();
     let gl: Vec<i64> = gaps.iter().map(|g| g.2 as i64).collect();
     let rows = client
-        .query(&sql, &[&scan.prefix, &gc, &gf, &gl, &out.room()])
+        .query(&sql, &[&scan.like, &gc, &gf, &gl, &out.room()])
         .await
         .map_err(q("cannot list the ordering violations"))?;
     for row in rows {
@@ -407,7 +410,7 @@ async fn list_phantoms(client: &Client, scan: &Scan, out: &mut Findings) -> Resu
     let rows = client
         .query(
             &sql,
-            &[&scan.prefix, &scan.b_clients, &scan.b_bounds, &out.room()],
+            &[&scan.like, &scan.b_clients, &scan.b_bounds, &out.room()],
         )
         .await
         .map_err(q("cannot list the phantoms"))?;
