@@ -22,6 +22,6 @@ bench_setup() {
     work=$(mktemp -d "$PWD/target/bench-$1.XXXX")
     shm=$(mktemp -d /dev/shm/plugpull-bench.XXXX)
     lpid=""
-    trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null; rm -rf "$work" "$shm"' EXIT
+    trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true; rm -rf "$work" "$shm"' EXIT
     start_listener "$shm/ledger" "$work"
 }

@@ -10,7 +10,7 @@ cargo build --release --workspace -q
 . bench/lib.sh
 work=$(mktemp -d "$PWD/target/bench-listener.XXXX")
 lpid=""
-trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null; rm -rf "$work"' EXIT
+trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true; rm -rf "$work"' EXIT
 # The ledger is on the disk here: the listener's own fdatasyncs are what is measured.
 start_listener "$work/ledger" "$work"
 out=$(target/release/listener-load --listener "$addr" --agents "$agents" --seconds "$secs")

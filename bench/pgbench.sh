@@ -50,10 +50,10 @@ if [ "$(id -u)" = 0 ]; then
     chown postgres: "$WORK"
     AS=(runuser -u postgres --)
 fi
-LPID=""
+lpid=""
 cleanup() {
     "${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1 || true
-    [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
+    [ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true
     [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"
     [ -n "${LEDGER:-}" ] && rm -rf "$LEDGER"
 }
@@ -79,7 +79,7 @@ export PGHOST=$WORK PGPORT=$PORT PGUSER=postgres PGDATABASE=bench
 . bench/lib.sh
 LEDGER=$(mktemp -d /dev/shm/plugpull-bench-ledger.XXXX)
 start_listener "$LEDGER" "$WORK"
-LPID=$lpid ADDR=$addr
+ADDR=$addr
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p'; }
 mean() { awk '{s += $1; n++} END {printf "%.1f", s / n}'; }

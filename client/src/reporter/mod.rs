@@ -29,7 +29,9 @@
 //!   tell writers to pause.
 //! * `outbox` — the pure batching, resend and idempotency state machine.
 //! * `task` — the connect, resume and backoff loop that drives the outbox.
+//! * `fault` — witness faults: which failures are faults, and ending the run on one.
 
+mod fault;
 mod outbox;
 mod sink;
 mod task;

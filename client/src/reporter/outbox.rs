@@ -159,6 +159,7 @@ impl Outbox {
     }
 
     /// Acks in sealed batches not yet confirmed.
+    #[cfg(test)]
     pub(super) fn unconfirmed(&self) -> u64 {
         self.pending.iter().map(|b| b.acks.count()).sum()
     }

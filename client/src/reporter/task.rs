@@ -10,12 +10,15 @@
 //! the listener does not hold (the [`Outbox`] decides what). A witness fault ends the
 //! run instead: writers stop and the run is marked invalid in the ledger if the
 //! listener can still record that. A [`super::Reporter`] dropped without an end (a
-//! workload's error path) leaves the task to send and confirm every ack already
-//! handed over; then it ends (or gives up after [`FINISH_DEADLINE`] unreachable).
+//! workload's error path) leaves the task, for as long as its runtime lives, to send
+//! and confirm every ack already handed over; then it ends (or, unreachable for
+//! [`FINISH_DEADLINE`], gives up and stops the writers). It never spins on the closed
+//! control channel.
 
-use super::outbox::{BadConfirm, Outbox};
+use super::fault::step_of;
+use super::outbox::Outbox;
 use super::sink::{Msg, Shared};
-use super::{BATCH_MAX, FINISH_DEADLINE, LINGER, WITNESS_FAULT};
+use super::{BATCH_MAX, FINISH_DEADLINE, LINGER};
 use crate::net::{self, NetError, Reader, Writer};
 use crate::Error;
 use plugpull::auth::Secret;
@@ -84,26 +87,13 @@ fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, NetEr
     rx
 }
 
-enum Step {
+/// What one step on a live connection came to.
+pub(super) enum Step {
     Continue,
     Done,
     Lost(Error),
     /// A witness fault: the run ends, no reconnect.
     Fault(Error),
-}
-
-/// Sorts a failure from the connection: lost (reconnect) or a witness fault.
-fn step_of(e: NetError) -> Step {
-    use plugpull::wire::ErrorKind::{Busy, Protocol};
-    match e {
-        // A refusal for a protocol slip (e.g. an idle timeout) or a full listener: a new
-        // connection may work. Ledger, token, run and MAC refusals are faults.
-        NetError::Lost(f) | NetError::Refused(Busy | Protocol, f) => Step::Lost(f),
-        NetError::Refused(plugpull::wire::ErrorKind::Io, Error(m)) => Step::Fault(Error(format!(
-            "the witness could not record acknowledgements: {m}"
-        ))),
-        NetError::Refused(_, f) | NetError::Forged(f) => Step::Fault(f),
-    }
 }
 
 /// Sends, on the current connection, every pending batch not yet sent on it.
@@ -127,6 +117,14 @@ impl Task {
         let mut lost_since: Option<Instant> = None;
         let mut last_said: Option<Instant> = None;
         loop {
+            if self.abandoned
+                && !self.acks_open
+                && self.outbox.gathered() == 0
+                && self.outbox.is_empty()
+            {
+                // Dropped without an end, and every ack handed over is confirmed.
+                return;
+            }
             let Some((resp, w)) = conn.as_mut() else {
                 // Disconnected: retry with backoff; keep gathering acks meanwhile.
                 let since = *lost_since.get_or_insert_with(Instant::now);
@@ -135,8 +133,10 @@ impl Task {
                         "listener {} unreachable for {} s: {} acknowledgements were never confirmed",
                         self.addr,
                         FINISH_DEADLINE.as_secs(),
-                        self.outbox.unconfirmed()
+                        self.shared.waiting()
                     ));
+                    // A writer still holding a sink stops rather than pausing forever.
+                    self.shared.failed.store(true, Ordering::Relaxed);
                     match self.ending.take() {
                         Some((_, reply)) => drop(reply.send(Err(e))),
                         None => eprintln!("{e}"),
@@ -176,14 +176,6 @@ impl Task {
                 }
                 continue;
             };
-            if self.abandoned
-                && !self.acks_open
-                && self.outbox.gathered() == 0
-                && self.outbox.is_empty()
-            {
-                // Dropped without an end, and every ack handed over is confirmed.
-                return;
-            }
             match self.step(resp, w).await.unwrap_or_else(Step::Lost) {
                 Step::Continue => {}
                 Step::Done => {
@@ -299,20 +291,6 @@ impl Task {
         Ok(())
     }
 
-    /// The message of a listener's confirmation that cannot be true.
-    fn bad_confirm(&self, e: BadConfirm, what: &str) -> Error {
-        Error(match e {
-            BadConfirm::Regressed { batch, told } => format!(
-                "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, after it had confirmed batch {told}: it lost acknowledgements it had made durable",
-                self.addr, self.run
-            ),
-            BadConfirm::Unsent { batch, highest } => format!(
-                "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, but only batches up to {highest} were sent",
-                self.addr, self.run
-            ),
-        })
-    }
-
     /// Checks a `Confirmed` for `batch` against what the listener said before and
     /// what was sent, and counts the newly confirmed acks.
     fn told(&mut self, batch: u64, what: &str) -> Result<(), Error> {
@@ -322,66 +300,6 @@ impl Task {
             .map_err(|e| self.bad_confirm(e, what))?;
         self.count_confirmed(done);
         Ok(())
-    }
-
-    /// Ends the run on a witness fault: writers stop, the run is marked invalid in
-    /// the ledger if the listener can still record that, and the end of the run
-    /// (now, or when it is asked for) answers with the fault.
-    async fn fault(&mut self, step: Step, reply: Option<Reply>) {
-        let (Step::Fault(f) | Step::Lost(f)) = step else {
-            unreachable!("fault() is called with a failure")
-        };
-        self.shared.failed.store(true, Ordering::Relaxed);
-        eprintln!("{f}; stopping the run");
-        if !f.0.starts_with("the witness could not record") {
-            let error = if f.0.starts_with(WITNESS_FAULT) {
-                f.0.clone()
-            } else {
-                format!("{WITNESS_FAULT}: {f}")
-            };
-            self.mark_invalid(error).await;
-        }
-        let reply = match reply {
-            Some(r) => Some(r),
-            None => match self.ctrl.recv().await {
-                Some(Ctrl::Finish(_, r) | Ctrl::DeviceError(_, r)) => Some(r),
-                None => None,
-            },
-        };
-        if let Some(r) = reply {
-            let _ = r.send(Err(f));
-        }
-    }
-
-    /// Tries, over a new connection and for at most 2 s, to record in the ledger that
-    /// the run is invalid because of `error`; says on stderr how that went.
-    async fn mark_invalid(&self, error: String) {
-        let mark = async {
-            let (mut r, mut w) = net::connect(&self.addr, &self.secret).await?;
-            w.send(&Request::ResumeRun {
-                run: self.run,
-                token: self.token,
-            })
-            .await?;
-            w.send(&Request::Invalidate {
-                run: self.run,
-                error,
-            })
-            .await?;
-            w.flush().await?;
-            r.recv().await?;
-            r.recv().await
-        };
-        match tokio::time::timeout(Duration::from_secs(2), mark).await {
-            Ok(Ok(_)) => eprintln!("run {} is marked invalid in the ledger", self.run),
-            Ok(Err(e)) => {
-                eprintln!("could not mark run {} invalid in the ledger: {e}", self.run)
-            }
-            Err(_) => eprintln!(
-                "could not mark run {} invalid in the ledger: no answer within 2 s",
-                self.run
-            ),
-        }
     }
 
     /// Gathers every ack queued in the channel now, sealing each full batch; returns
