@@ -112,6 +112,84 @@ pub fn fs_of(path: &Path) -> std::io::Result<FsInfo> {
     Ok(fs)
 }
 
+/// Where a path a run wrote (a file target, a files run's directory) stands against
+/// the filesystem the run recorded, as [`on_run_fs`] finds it.
+#[derive(Debug)]
+pub enum OnRunFs {
+    /// The path exists (on the run's filesystem, where that could be checked).
+    Present,
+    /// The path is gone from the run's own filesystem (described here): its parent
+    /// is there, on that filesystem, so the loss is the storage's.
+    Gone(FsInfo),
+}
+
+/// Tells whether `path` (`noun` names it in messages: `target`, `directory`) is
+/// there, gone from the run's filesystem (`id`'s `fs_*` fields), or cannot be judged.
+/// `given` is true when `path` came from `--target` rather than the manifest (whose
+/// path is `wrote`): such a path is not checked against the run's filesystem (a simfs
+/// backing directory is on another one), and when it is missing nothing says the
+/// run's data is lost.
+///
+/// Errors (a line for "could not verify"): `path` exists on another filesystem, or it
+/// is missing and was given, or its parent is missing or on another filesystem (not
+/// mounted?), or the run recorded no filesystem to compare with.
+pub fn on_run_fs(
+    path: &Path,
+    noun: &str,
+    id: &TargetIdentity,
+    given: bool,
+    wrote: &str,
+) -> Result<OnRunFs, String> {
+    let shown = path.display();
+    let want = FsInfo::of_identity(id);
+    if path.exists() {
+        if !given && !id.fs_type.is_empty() {
+            if let Ok(have) = fs_of(path) {
+                if !want.same_as(&have) {
+                    return Err(format!(
+                        "{noun} {shown} is on {}, but the run's target was on {} — not mounted?",
+                        have.describe(),
+                        want.describe()
+                    ));
+                }
+            }
+        }
+        return Ok(OnRunFs::Present);
+    }
+    if given {
+        return Err(format!(
+            "{noun} {shown} (given with --target) does not exist; the run wrote {wrote}"
+        ));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!(
+            "directory {} of {noun} {shown} does not exist; the run's filesystem was {} — not mounted?",
+            parent.display(),
+            want.describe()
+        ));
+    }
+    if id.fs_type.is_empty() {
+        return Err(format!(
+            "{noun} {shown} does not exist, and the run recorded no filesystem to tell a loss from a filesystem not mounted"
+        ));
+    }
+    let have =
+        fs_of(parent).map_err(|e| format!("cannot examine directory {}: {e}", parent.display()))?;
+    if !want.same_as(&have) {
+        return Err(format!(
+            "directory {} of {noun} {shown} is on {}, but the run's target was on {} — not mounted?",
+            parent.display(),
+            have.describe(),
+            want.describe()
+        ));
+    }
+    Ok(OnRunFs::Gone(have))
+}
+
 /// The UUID of the filesystem on block device `source`: `/dev/disk/by-uuid`, else
 /// the ext2/3/4 or XFS superblock; `""` when neither tells.
 fn fs_uuid(source: &str) -> String {

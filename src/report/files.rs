@@ -56,6 +56,10 @@ pub struct FilesReport {
     /// When a device error ended the run, the line that says so.
     #[serde(default)]
     pub device_error: Option<String>,
+    /// When the run's directory itself is gone from its filesystem (every name was
+    /// judged absent), the line that says so and names that filesystem.
+    #[serde(default)]
+    pub directory_gone: Option<String>,
     /// The storage under test.
     #[serde(default)]
     pub storage: super::StorageReport,
@@ -146,6 +150,7 @@ impl FilesReport {
             run_started_unix_ms: head.run_started_unix_ms,
             run_chosen: head.run_chosen,
             device_error: None,
+            directory_gone: None,
             storage: super::StorageReport::default(),
         }
     }

@@ -7,7 +7,7 @@
 //! (a SAN array or an enclosure cut while the host stayed up), and its page cache
 //! would still hold what the device lost.
 
-use crate::target_id::{self, FsInfo};
+use crate::target_id::{self, OnRunFs};
 use crate::Error;
 use plugpull::ledger::FileManifest;
 use std::fs::File;
@@ -71,53 +71,11 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
             target_id::describe_device(id)
         )));
     }
-    if path.exists() {
-        if !given && !id.fs_type.is_empty() {
-            let want = FsInfo::of_identity(id);
-            if let Ok(have) = target_id::fs_of(&path) {
-                if !want.same_as(&have) {
-                    return Err(Error(format!(
-                        "target {shown} is on {} but the run's target was on {}: is that filesystem mounted?",
-                        have.describe(),
-                        want.describe()
-                    )));
-                }
-            }
-        }
-        return Ok(Some(path));
+    match target_id::on_run_fs(&path, "target", id, given, &fm.target) {
+        Ok(OnRunFs::Present) => Ok(Some(path)),
+        Ok(OnRunFs::Gone(_)) => Ok(None),
+        Err(e) => Err(Error(format!("cannot verify: {e}"))),
     }
-    if given {
-        // A path the user named that is not there says nothing about the run's data.
-        return Err(Error(format!(
-            "target {shown} (given with --target) does not exist; the run wrote {}",
-            fm.target
-        )));
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let want = FsInfo::of_identity(id);
-    if !dir.is_dir() {
-        return Err(Error(format!(
-            "cannot verify: directory {} of target {shown} does not exist; the run's filesystem was {} — not mounted?",
-            dir.display(),
-            want.describe()
-        )));
-    }
-    if !given && !id.fs_type.is_empty() {
-        let have = target_id::fs_of(dir)
-            .map_err(|e| Error(format!("cannot examine directory {}: {e}", dir.display())))?;
-        if !want.same_as(&have) {
-            return Err(Error(format!(
-                "cannot verify: directory {} of target {shown} is on {}, but the run's target was on {} — not mounted?",
-                dir.display(),
-                have.describe(),
-                want.describe()
-            )));
-        }
-    }
-    Ok(None)
 }
 
 /// Opens the target for reading from the medium: refuses a target a writer still

@@ -72,6 +72,9 @@ pub fn print_files_report(r: &FilesReport, show: usize) {
     if let Some(e) = &r.device_error {
         println!("{e}");
     }
+    if let Some(g) = &r.directory_gone {
+        println!("{g}");
+    }
     println!(
         "target directory: {} ({} workers, {} file names); read with plain buffered reads",
         r.target, r.jobs, r.files

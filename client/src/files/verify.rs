@@ -7,6 +7,7 @@
 //! filesystem's own view either way. `docs/files.md` says so.
 
 use super::MARKER;
+use crate::target_id::{self, OnRunFs};
 use crate::verify::{device_error_rule, RunLedger};
 use crate::Error;
 use plugpull::ledger::{Acks, FilesAck, FilesManifest};
@@ -70,14 +71,27 @@ pub fn verify_files_run(
 ) -> Result<FilesReport, Error> {
     let device_error = device_error_rule(l)?;
     let dir = target.cloned().unwrap_or_else(|| PathBuf::from(&fm.target));
-    if !dir.is_dir() {
-        return Err(Error(format!(
-            "cannot verify run {}: directory {} does not exist (mount its filesystem first, or give --target)",
-            l.run,
-            dir.display()
-        )));
-    }
-    let w = walk(&dir, fm.jobs, fm.files)?;
+    // A directory gone from the run's own filesystem is the run's loss: its entry was
+    // fsynced in its parent before the first step (`prepare_dir`).
+    let on_fs = target_id::on_run_fs(
+        &dir,
+        "directory",
+        &fm.identity,
+        target.is_some(),
+        &fm.target,
+    )
+    .map_err(|e| Error(format!("cannot verify run {}: {e}", l.run)))?;
+    let (w, gone) = match on_fs {
+        OnRunFs::Present => (walk(&dir, fm.jobs, fm.files)?, None),
+        OnRunFs::Gone(fs) => (
+            Walk::default(),
+            Some(format!(
+                "the run's directory is gone: {} does not exist on its filesystem, {} (its entry was fsynced in its parent before the first step); every name is judged absent",
+                dir.display(),
+                fs.describe()
+            )),
+        ),
+    };
     let acks: Vec<FilesAck> = l
         .batches
         .iter()
@@ -118,5 +132,11 @@ pub fn verify_files_run(
     };
     let mut report = FilesReport::new(head, outcome);
     report.device_error = device_error;
+    if let Some(g) = gone {
+        if !report.ok && !report.not_measured {
+            report.summary.push_str("; the directory itself is gone");
+        }
+        report.directory_gone = Some(g);
+    }
     Ok(report)
 }

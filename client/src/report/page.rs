@@ -172,6 +172,9 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
             if let Some(d) = &r.device_error {
                 p.para(d, "");
             }
+            if let Some(g) = &r.directory_gone {
+                p.para(g, "fail");
+            }
             p.table(("verdict", "names"), &files_rows(r));
         }
     }

@@ -235,7 +235,7 @@ fn a_truncated_file_is_missing_blocks_and_a_wrong_target_is_refused(d: &Doctored
     assert_eq!(
         err.trim(),
         format!(
-            "plugpull: target {} (given with --target) does not exist; the run wrote {}",
+            "plugpull: cannot verify: target {} (given with --target) does not exist; the run wrote {}",
             gone.display(),
             d.target.display()
         )

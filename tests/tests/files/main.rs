@@ -2,6 +2,7 @@
 //! on a real directory, a real verifier; one doctored copy of the directory per verdict,
 //! each with exact counts; `--unsafe-steps`; bad input; runs on simfs (`simfs.rs`).
 
+use plugpull::verdict::files::schedule::split_name;
 use plugpull_tests::ledger_file::*;
 use plugpull_tests::*;
 use serde_json::{json, Value};
@@ -293,8 +294,8 @@ fn bad_input_is_refused_with_exit_2() {
     let o = write_files(&l, &file, &["--steps", "5"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("is not a directory"), "{}", stderr(&o));
-    let busy = tmp.path().join("busy");
-    std::fs::create_dir(&busy).unwrap();
+    let busy = tmp.path().join("p").join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
     std::fs::write(busy.join("keep.txt"), b"x").unwrap();
     let o = write_files(&l, &busy, &["--steps", "5"]);
     assert_eq!(o.status.code(), Some(2));
@@ -308,13 +309,55 @@ fn bad_input_is_refused_with_exit_2() {
     assert!(busy.join("keep.txt").exists());
     let (code, v, _) = verify_json(&l, &[]);
     assert_eq!((code, &v["foreign_entries"]), (0, &json!(["keep.txt"])));
-    // A directory that is gone cannot be verified (mount it first).
+    // A directory gone from its filesystem (its parent is there, on the run's
+    // filesystem) is the run's loss: every name it held is a lost file.
+    let names = std::fs::read_dir(&busy)
+        .unwrap()
+        .filter(|e| split_name(&e.as_ref().unwrap().file_name().to_string_lossy()).is_some())
+        .count();
+    assert!(names > 0);
     std::fs::remove_dir_all(&busy).unwrap();
     let (code, v, err) = verify_json(&l, &[]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["verdicts"]["lost_file"], json!(names));
+    assert_eq!(v["verdicts"]["intact"], json!(0));
+    let gone = v["directory_gone"].as_str().unwrap();
     assert!(
-        err.contains("does not exist (mount its filesystem first"),
+        gone.starts_with(&format!(
+            "the run's directory is gone: {} does not exist on its filesystem, ",
+            busy.display()
+        )),
+        "{gone}"
+    );
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap()
+            .ends_with("; the directory itself is gone"),
+        "{v}"
+    );
+    // Another path given with --target that is not there says nothing of the run.
+    let elsewhere = tmp.path().join("p").join("elsewhere");
+    let (code, v, err) = verify_json(&l, &["--target", elsewhere.to_str().unwrap()]);
+    assert_eq!((code, &v["ok"]), (2, &json!(false)), "{err}");
+    assert!(
+        err.contains(&format!(
+            "directory {} (given with --target) does not exist; the run wrote {}",
+            elsewhere.display(),
+            busy.display()
+        )),
         "{err}"
     );
-    assert_eq!(v["ok"], json!(false));
+    // Without its parent either, the filesystem may not be mounted: not verified.
+    std::fs::remove_dir_all(tmp.path().join("p")).unwrap();
+    let (code, v, err) = verify_json(&l, &[]);
+    assert_eq!((code, &v["ok"]), (2, &json!(false)), "{err}");
+    assert!(
+        err.contains(&format!(
+            "directory {} of directory {} does not exist; the run's filesystem was ",
+            tmp.path().join("p").display(),
+            busy.display()
+        )),
+        "{err}"
+    );
 }

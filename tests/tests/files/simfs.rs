@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 const JOBS: u32 = 2;
 const FILES: u32 = 16;
 
-/// A files run on simfs in `mode`, SIGKILLed once `acks` steps are confirmed, then the
-/// power cut: the ground truth, the run's acks and `verify --json` on what survived.
+/// A files run on simfs in `mode` in a directory that predates the mount, SIGKILLed
+/// once `acks` steps are confirmed, then the power cut: the ground truth, the run's
+/// acks and `verify --json` on what survived.
 fn cut_run(
     mode: &str,
     seed: u64,
@@ -22,6 +23,9 @@ fn cut_run(
 ) -> (Truth, Vec<plugpull::ledger::FilesAck>, i32, Value) {
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
+    // The run's directory is made on the backing store before the mount, so the cut
+    // cannot drop it (a cut that does is `a_lying_cut_that_drops_the_directory_…`).
+    std::fs::create_dir_all(dir.path().join("backing").join("d")).unwrap();
     let mut sim = SimFs::mount(dir.path(), mode, seed);
     let target = sim.mnt().join("d");
     let seed_s = seed.to_string();
@@ -191,4 +195,81 @@ fn a_lying_simfs_cut_loses_exactly_the_names_the_ground_truth_dropped() {
     // The metadata journal is on (posix, the default): names lost by their metadata
     // alone (an fsynced create, rename, unlink or size undone) are found too.
     assert!(meta_only > 0, "no finding came from metadata alone");
+}
+
+#[test]
+fn a_lying_cut_that_drops_the_directory_itself_loses_every_name_it_held() {
+    if skip_without_fuse("a_lying_cut_that_drops_the_directory_itself_loses_every_name_it_held") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    // Nothing destages before the cut: the mkdir of the run's directory, fsynced in
+    // its parent (the mount's root), is dropped with everything under it.
+    let mut sim = SimFs::mount_with(dir.path(), "lying", 15, &["--destage-delay-ms", "600000"]);
+    let target = sim.mnt().join("d");
+    let o = plugpull(&[
+        "write",
+        "files",
+        "--listener",
+        l.addr(),
+        "--target",
+        target.to_str().unwrap(),
+        "-j",
+        "2",
+        "--files",
+        "16",
+        "--steps",
+        "200",
+        "--seed",
+        "15",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = run_id(&o);
+    let truth = sim.cut();
+    let mkdir: Vec<_> = truth
+        .meta
+        .iter()
+        .filter(|m| m.op == "mkdir" && m.path == "d")
+        .collect();
+    assert_eq!(mkdir.len(), 1, "{:?}", truth.meta);
+    assert!(
+        mkdir[0].synced && mkdir[0].fate != MetaFate::Kept,
+        "{:?}",
+        mkdir[0]
+    );
+    // Power back: the same filesystem mounted at the same place, the directory gone.
+    sim.remount("honest");
+    assert!(!target.exists());
+    let acks = files_acks(&l.ledger_path(&run));
+    let mut last: BTreeMap<u32, bool> = BTreeMap::new();
+    for a in &acks {
+        last.insert(a.file, a.exists);
+    }
+    let present = last.values().filter(|e| **e).count() as u64;
+    assert!(present > 0);
+    let (code, v, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["verdicts"]["lost_file"], Value::from(present), "{v}");
+    assert_eq!(v["verdicts"]["intact"], Value::from(16 - present), "{v}");
+    assert_eq!(v["findings_total"], Value::from(present), "{v}");
+    let gone = v["directory_gone"].as_str().unwrap();
+    assert!(
+        gone.starts_with(&format!(
+            "the run's directory is gone: {} does not exist on its filesystem, fuse from plugpull-simfs mounted at {} (",
+            target.display(),
+            sim.mnt().display()
+        )),
+        "{gone}"
+    );
+    // Verified through the backing store instead, the same loss is not the run's to
+    // judge: the path named with --target is not the run's directory.
+    sim.umount();
+    let backing = sim.backing().join("d");
+    let (code, _, err) = verify_json(&l, &["--run", &run, "--target", backing.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("(given with --target) does not exist; the run wrote "),
+        "{err}"
+    );
 }
