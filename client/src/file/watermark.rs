@@ -17,16 +17,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Watermark {
     /// The last seq issued (the next write takes one more).
     next: AtomicU64,
-    /// One per worker.
-    slots: Box<[AtomicU64]>,
+    /// One per worker, each on its own cache line: a worker's stores do not
+    /// invalidate the line of another's slot (the slots were one line before).
+    slots: Box<[Slot]>,
 }
+
+/// One worker's slot, alone on a 128-byte line (two 64-byte lines: the adjacent-line
+/// prefetcher of x86 pulls pairs).
+#[repr(align(128))]
+struct Slot(AtomicU64);
 
 impl Watermark {
     /// The watermark of a run with `jobs` workers, before any write.
     pub fn new(jobs: usize) -> Self {
         Watermark {
             next: AtomicU64::new(0),
-            slots: (0..jobs).map(|_| AtomicU64::new(0)).collect(),
+            slots: (0..jobs).map(|_| Slot(AtomicU64::new(0))).collect(),
         }
     }
 
@@ -35,7 +41,7 @@ impl Watermark {
     ///
     /// Panics if `id` is not below the `jobs` of [`Watermark::new`].
     pub fn issue(&self, id: usize) -> u64 {
-        let slot = &self.slots[id];
+        let slot = &self.slots[id].0;
         slot.store(self.next.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
         let seq = self.next.fetch_add(1, Ordering::SeqCst) + 1;
         slot.store(seq, Ordering::SeqCst);
@@ -44,7 +50,7 @@ impl Watermark {
 
     /// Worker `id`'s write in flight is acknowledged.
     pub fn complete(&self, id: usize) {
-        self.slots[id].store(0, Ordering::SeqCst);
+        self.slots[id].0.store(0, Ordering::SeqCst);
     }
 
     /// The current watermark (0 before the first seq is acknowledged).
@@ -52,7 +58,7 @@ impl Watermark {
         let issued = self.next.load(Ordering::SeqCst);
         self.slots
             .iter()
-            .map(|s| s.load(Ordering::SeqCst))
+            .map(|s| s.0.load(Ordering::SeqCst))
             .filter(|&s| s != 0)
             .min()
             .map_or(issued, |s| (s - 1).min(issued))

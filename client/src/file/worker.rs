@@ -107,7 +107,7 @@ impl Shared {
     /// the witness failed (all of which a pause may have brought about).
     pub(crate) fn pause_then_over(&self, sink: &AckSink, now: Instant) -> bool {
         let mut now = now;
-        if sink.paused() {
+        if sink.paused_at(now) {
             sink.wait_while_paused(&self.stop);
             now = Instant::now();
         }

@@ -86,13 +86,16 @@ impl Shared {
 
     /// How long nothing was confirmed while acks waited (zero when none wait).
     pub(super) fn stalled(&self) -> Duration {
+        self.stalled_at(Instant::now())
+    }
+
+    /// [`Shared::stalled`] as of `now` (a clock read the caller already made).
+    fn stalled_at(&self, now: Instant) -> Duration {
         if self.waiting() == 0 {
             return Duration::ZERO;
         }
-        Duration::from_millis(
-            self.now_ms()
-                .saturating_sub(self.progress_ms.load(Ordering::Relaxed)),
-        )
+        let now_ms = now.saturating_duration_since(self.start).as_millis() as u64;
+        Duration::from_millis(now_ms.saturating_sub(self.progress_ms.load(Ordering::Relaxed)))
     }
 
     /// Notes that the witness made progress (or that acks began to wait) now.
@@ -158,8 +161,15 @@ impl AckSink {
     /// confirmed for `--max-unconfirmed-secs` while acks wait, or a witness fault
     /// ended the run.
     pub fn paused(&self) -> bool {
+        self.paused_at(Instant::now())
+    }
+
+    /// [`AckSink::paused`] with the stall measured as of `now`, a clock read the
+    /// caller made at most one write ago (one clock read fewer per write; the stall
+    /// bound is in seconds).
+    pub fn paused_at(&self, now: Instant) -> bool {
         self.count_bound()
-            || self.shared.stalled().as_millis() as u64 > self.shared.max_stall_ms
+            || self.shared.stalled_at(now).as_millis() as u64 > self.shared.max_stall_ms
             || self.failed()
     }
 
