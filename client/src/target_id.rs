@@ -130,9 +130,10 @@ pub enum OnRunFs {
 /// backing directory is on another one), and when it is missing nothing says the
 /// run's data is lost.
 ///
-/// Errors (a line for "could not verify"): `path` exists on another filesystem, or it
-/// is missing and was given, or its parent is missing or on another filesystem (not
-/// mounted?), or the run recorded no filesystem to compare with.
+/// Errors (a line for "could not verify"): `path` cannot be examined (an error other
+/// than not found), or it exists on another filesystem, or it is missing and was
+/// given, or its parent is missing, on another filesystem or under another mount
+/// point (not mounted?), or the run recorded no filesystem to compare with.
 pub fn on_run_fs(
     path: &Path,
     noun: &str,
@@ -142,7 +143,13 @@ pub fn on_run_fs(
 ) -> Result<OnRunFs, String> {
     let shown = path.display();
     let want = FsInfo::of_identity(id);
-    if path.exists() {
+    // Only "not found" is missing: any other error (EACCES, EIO) is not a loss.
+    let exists = match std::fs::metadata(path) {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(format!("cannot examine {noun} {shown}: {e}")),
+    };
+    if exists {
         if !given && !id.fs_type.is_empty() {
             if let Ok(have) = fs_of(path) {
                 if !want.same_as(&have) {
@@ -179,7 +186,10 @@ pub fn on_run_fs(
     }
     let have =
         fs_of(parent).map_err(|e| format!("cannot examine directory {}: {e}", parent.display()))?;
-    if !want.same_as(&have) {
+    // The same filesystem is not enough: the parent must be under the same mount
+    // point too (btrfs subvolumes share one UUID, and a mount point's directory on
+    // the filesystem below holds the same path while the run's is not mounted).
+    if !want.same_as(&have) || (!want.mountpoint.is_empty() && want.mountpoint != have.mountpoint) {
         return Err(format!(
             "directory {} of {noun} {shown} is on {}, but the run's target was on {} — not mounted?",
             parent.display(),

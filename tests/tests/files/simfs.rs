@@ -265,6 +265,18 @@ fn a_lying_cut_that_drops_the_directory_itself_loses_every_name_it_held() {
     // Verified through the backing store instead, the same loss is not the run's to
     // judge: the path named with --target is not the run's directory.
     sim.umount();
+    // With the filesystem not mounted, the mount point's directory is on another one:
+    // not the run's to judge either.
+    let (code, _, err) = verify_json(&l, &["--run", &run]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "directory {} of directory {} is on ",
+            sim.mnt().display(),
+            target.display()
+        )) && err.contains("— not mounted?"),
+        "{err}"
+    );
     let backing = sim.backing().join("d");
     let (code, _, err) = verify_json(&l, &["--run", &run, "--target", backing.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
