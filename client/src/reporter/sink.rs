@@ -74,7 +74,12 @@ impl Shared {
     }
 
     fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        self.ms_at(Instant::now())
+    }
+
+    /// Milliseconds from the run's start to `t` (0 for an instant before it).
+    fn ms_at(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.start).as_millis() as u64
     }
 
     /// Acks handed over and not yet confirmed.
@@ -94,8 +99,10 @@ impl Shared {
         if self.waiting() == 0 {
             return Duration::ZERO;
         }
-        let now_ms = now.saturating_duration_since(self.start).as_millis() as u64;
-        Duration::from_millis(now_ms.saturating_sub(self.progress_ms.load(Ordering::Relaxed)))
+        Duration::from_millis(
+            self.ms_at(now)
+                .saturating_sub(self.progress_ms.load(Ordering::Relaxed)),
+        )
     }
 
     /// Notes that the witness made progress (or that acks began to wait) now.
@@ -118,9 +125,7 @@ impl AckSink {
 
     /// Milliseconds from the run's start to `t`: the time stamp of an ack made at `t`.
     pub fn ms_at(&self, t: Instant) -> u32 {
-        t.saturating_duration_since(self.shared.start)
-            .as_millis()
-            .min(u32::MAX as u128) as u32
+        self.shared.ms_at(t).min(u32::MAX as u64) as u32
     }
 
     fn hand(&self, n: u64, m: Msg) {
