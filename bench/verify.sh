@@ -5,8 +5,11 @@
 # before each. Alternates them ROUNDS times and compares the medians of their read
 # rates (MiB/s of the target).
 #
-# The file is written once by `plugpull write file --pattern sequential`, every block
-# acknowledged, on the repository's disk (it must be a real filesystem: O_DIRECT).
+# The file is written once by `plugpull write file --pattern sequential` with as many
+# writes as it has blocks, on the repository's disk (it must be a real filesystem:
+# O_DIRECT). The write limit is shared by the 4 jobs, so a faster job wraps round its
+# own blocks while a slower one leaves a few unwritten (verify's blocks_checked, printed
+# below, counts the blocks with an acknowledged write); every read covers the whole file.
 # Usage: bench/verify.sh [SIZE_MIB=1024] [BLOCK_SIZE=4096] [ROUNDS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
