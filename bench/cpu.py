@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs one side of a benchmark and prints "RATE CPU_US_PER_UNIT [STEADY_CPU_US]".
 
-Usage: bench/cpu.py [--steady] KIND COMMAND [ARG...], KIND one of:
+Usage: bench/cpu.py [--steady [--watch PID]] KIND COMMAND [ARG...], KIND one of:
   raw       bench/src/raw_fsync_loop.rs: "writes/s = R" and "writes = N" lines
   plugpull  `plugpull write file|files --json`: writes_per_sec, writes_issued
   fio       `fio --output-format=json --group_reporting`: jobs[0].write.iops, total_ios
@@ -17,6 +17,14 @@ the probe of the stack, preparing statements.
 R tps" lines) adds a third figure without start-up and shut-down: the process's
 user+sys time (/proc/PID/stat, all threads) between its first and its last
 progress line, divided by the units those lines count between them.
+
+--watch PID (with --steady) adds two more over the same steady window, also in
+microseconds per unit: the whole machine's busy CPU time (/proc/stat: every state
+but idle and iowait, summed over all cores; on a benchmark machine that is the
+database server, both clients and anything else running) and process PID's
+user+sys time (the listener, which stands in for the witness host and on real
+hardware runs elsewhere). They say where the machine's CPU goes per transaction
+when the CPU, not the disk, decides the rate.
 """
 import json
 import os
@@ -53,12 +61,21 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
-def steady(samples):
-    """CPU us per unit between the first and the last progress line, or None."""
+def machine_ticks():
+    """Busy clock ticks of the whole machine: /proc/stat's first line, all states
+    but idle and iowait (guest time is already inside user)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v[:8]) - v[3] - v[4]
+
+
+def steady(samples, k=2):
+    """CPU us per unit of the tick counts in column `k` of `samples` between the
+    first and the last progress line, or None."""
     if len(samples) < 3:
         return None
-    units = sum(rate * (t - samples[i][0]) for i, (t, rate, _) in enumerate(samples[1:]))
-    cpu = (samples[-1][2] - samples[0][2]) / os.sysconf("SC_CLK_TCK")
+    units = sum(s[1] * (s[0] - samples[i][0]) for i, s in enumerate(samples[1:]))
+    cpu = (samples[-1][k] - samples[0][k]) / os.sysconf("SC_CLK_TCK")
     return cpu / max(units, 1) * 1e6
 
 
@@ -67,11 +84,15 @@ def main():
     want_steady = bool(args) and args[0] == "--steady"
     if want_steady:
         args = args[1:]
+    watch_pid = None
+    if want_steady and len(args) >= 2 and args[0] == "--watch":
+        watch_pid, args = int(args[1]), args[2:]
     if len(args) < 2:
         sys.exit(__doc__)
     kind, cmd = args[0], args[1:]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    samples = []  # (seconds, rate, CPU ticks) at each progress line
+    # (seconds, rate, CPU ticks[, machine busy ticks, PID's ticks]) at each progress line
+    samples = []
     errors = []  # the other stderr lines, shown when the command fails
 
     def watch():
@@ -81,7 +102,10 @@ def main():
                 errors.append(line)
             if m:
                 try:
-                    samples.append((float(m.group(1)), float(m.group(2)), cpu_ticks(p.pid)))
+                    sample = (float(m.group(1)), float(m.group(2)), cpu_ticks(p.pid))
+                    if watch_pid is not None:
+                        sample += (machine_ticks(), cpu_ticks(watch_pid))
+                    samples.append(sample)
                 except OSError:
                     pass
 
@@ -106,6 +130,8 @@ def main():
             sys.exit(f"bench/cpu.py: --steady needs at least 3 progress lines from {cmd[0]}, "
                      f"got {len(samples)} (run it with -P 1 for 3 s or more)")
         line += f" {s:.2f}"
+        if watch_pid is not None:
+            line += f" {steady(samples, 3):.2f} {steady(samples, 4):.2f}"
     print(line)
 
 

@@ -8,7 +8,12 @@
 #     per transaction: over the whole run (wait4's rusage, start-up included) and
 #     in the steady state between its first and last `-P 1` progress line
 #     (/proc/PID/stat; bench/cpu.py --steady), which is far steadier than tps on
-#     a shared machine; then the same with the transaction pipelined
+#     a shared machine; in the same steady window, the whole machine's busy CPU
+#     per transaction (server, client and listener together; /proc/stat), the
+#     listener's share of it (it stands in for the witness host, which on real
+#     hardware is another machine), and the machine ratio with and without that
+#     share, which is what the tps ratio follows once two cores are saturated;
+#     then the same with the transaction pipelined
 #     on both sides (a pgbench script between \startpipeline and \endpipeline vs
 #     `plugpull write pgbench --pipeline`);
 #  2. verification time: a run of $MILLION acknowledged commits (fsync=off and
@@ -108,28 +113,34 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 for mode in $MODES; do
     if [ "$mode" = builtin ]; then PGARGS=(); PPARGS=(); else PGARGS=(-f "$WORK/tpcb-pipelined.sql"); PPARGS=(--pipeline); fi
     echo "== throughput ($mode transaction): pgbench vs plugpull, -M prepared, -T $T s, $ROUNDS rounds"
-    printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %s\n' C J "pgbench tps" "plugpull tps" "tps ratio" \
-        "pgbench CPU/tx all|steady" "plugpull CPU/tx all|steady" "CPU ratio all|steady"
+    printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %-20s %-20s %-20s %s\n' C J "pgbench tps" "plugpull tps" "tps ratio" \
+        "pgbench CPU/tx all|steady" "plugpull CPU/tx all|steady" "CPU ratio all|steady" \
+        "machine CPU/tx pg|pp" "listener CPU/tx pg|pp" "machine ratio|without listener"
     for C in $CLIENTS; do
         J=$([ "$C" = 1 ] && echo 1 || echo 2)
         : >"$WORK/pg.$C"; : >"$WORK/pp.$C"
         for r in $(seq "$ROUNDS"); do
             # The order alternates, so neither side always runs on a warmer cache.
-            pg_side() { python3 bench/cpu.py --steady pgbench "$PGBIN/pgbench" -M prepared -P 1 "${PGARGS[@]}" \
+            pg_side() { python3 bench/cpu.py --steady --watch "$lpid" pgbench "$PGBIN/pgbench" -M prepared -P 1 "${PGARGS[@]}" \
                 -c "$C" -j "$J" -T "$T" bench >>"$WORK/pg.$C"; }
-            pp_side() { python3 bench/cpu.py --steady pgbench "$PLUGPULL" write pgbench --listener "$ADDR" -P 1 \
+            pp_side() { python3 bench/cpu.py --steady --watch "$lpid" pgbench "$PLUGPULL" write pgbench --listener "$ADDR" -P 1 \
                 --protocol prepared "${PPARGS[@]}" --clients "$C" --jobs "$J" --duration "${T}s" >>"$WORK/pp.$C"; }
             if [ $((r % 2)) -eq 1 ]; then pg_side; pp_side; else pp_side; pg_side; fi
         done
         PGM=$(col 1 <"$WORK/pg.$C" | mean); PPM=$(col 1 <"$WORK/pp.$C" | mean)
         PGC=$(col 2 <"$WORK/pg.$C" | mean); PPC=$(col 2 <"$WORK/pp.$C" | mean)
         PGS=$(col 3 <"$WORK/pg.$C" | mean); PPS=$(col 3 <"$WORK/pp.$C" | mean)
-        printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %s\n' "$C" "$J" \
+        printf '%-4s %-3s %-26s %-26s %-8s %-26s %-26s %-20s %-20s %-20s %s\n' "$C" "$J" \
             "$(col 1 <"$WORK/pg.$C" | tr '\n' ' ')(mean $PGM)" "$(col 1 <"$WORK/pp.$C" | tr '\n' ' ')(mean $PPM)" \
             "$(awk -v a="$PPM" -v b="$PGM" 'BEGIN {printf "%.3f", a / b}')" \
             "$(paste -d'|' <(col 2 <"$WORK/pg.$C") <(col 3 <"$WORK/pg.$C") | tr '\n' ' ')us" \
             "$(paste -d'|' <(col 2 <"$WORK/pp.$C") <(col 3 <"$WORK/pp.$C") | tr '\n' ' ')us" \
-            "$(awk -v a="$PPC" -v b="$PGC" -v c="$PPS" -v d="$PGS" 'BEGIN {printf "%.3f|%.3f", a / b, c / d}')"
+            "$(awk -v a="$PPC" -v b="$PGC" -v c="$PPS" -v d="$PGS" 'BEGIN {printf "%.3f|%.3f", a / b, c / d}')" \
+            "$(col 4 <"$WORK/pg.$C" | mean)|$(col 4 <"$WORK/pp.$C" | mean)us" \
+            "$(col 5 <"$WORK/pg.$C" | mean)|$(col 5 <"$WORK/pp.$C" | mean)us" \
+            "$(awk -v a="$(col 4 <"$WORK/pp.$C" | mean)" -v b="$(col 5 <"$WORK/pp.$C" | mean)" \
+                -v c="$(col 4 <"$WORK/pg.$C" | mean)" -v d="$(col 5 <"$WORK/pg.$C" | mean)" \
+                'BEGIN {printf "%.3f|%.3f", a / c, (a - b) / (c - d)}')"
     done
 done
 fi
