@@ -19,8 +19,8 @@ user+sys time (/proc/PID/stat, all threads) between its first and its last
 progress line, divided by the units those lines count between them.
 
 --watch PID (with --steady) adds two more over the same steady window, also in
-microseconds per unit: the whole machine's busy CPU time (/proc/stat: every state
-but idle and iowait, summed over all cores; on a benchmark machine that is the
+microseconds per unit: the whole machine's busy CPU time (/proc/stat: user, nice,
+system, irq and softirq, summed over all cores; on a benchmark machine that is the
 database server, both clients and anything else running) and process PID's
 user+sys time (the listener, which stands in for the witness host and on real
 hardware runs elsewhere). They say where the machine's CPU goes per transaction
@@ -62,11 +62,12 @@ def cpu_ticks(pid):
 
 
 def machine_ticks():
-    """Busy clock ticks of the whole machine: /proc/stat's first line, all states
-    but idle and iowait (guest time is already inside user)."""
+    """Busy clock ticks of the whole machine: /proc/stat's first line, user + nice +
+    system + irq + softirq (not idle or iowait, nor steal, the hypervisor's; guest
+    time is already inside user)."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v[:8]) - v[3] - v[4]
+    return sum(v[:7]) - v[3] - v[4]
 
 
 def steady(samples, k=2):
