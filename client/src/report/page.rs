@@ -38,6 +38,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
         Report::Files(_) => ("files", "acknowledged steps"),
     };
     verdict(p, report, l);
+    let standing = Standing::of(report);
     let acks = ack_times(l);
     let (end_ms, end_label) = run_end(l, &acks);
     let t = timeline(&acks, end_ms, end_label);
@@ -56,6 +57,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
             );
             lag(
                 p,
+                standing,
                 &r.lost_lag_histogram,
                 "lost or damaged write",
                 "lost or damaged writes",
@@ -74,8 +76,14 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
                 &timeline_svg(&t, "tps").map_err(Error)?,
                 "",
             );
-            lag(p, &r.lost_lag_histogram, "lost commit", "lost commits");
-            per_client(p, r)?;
+            lag(
+                p,
+                standing,
+                &r.lost_lag_histogram,
+                "lost commit",
+                "lost commits",
+            );
+            per_client(p, standing, r)?;
         }
         Report::Files(r) => {
             p.figure(
@@ -91,6 +99,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
             );
             lag(
                 p,
+                standing,
                 &r.lost_lag_histogram,
                 "name whose acknowledged step was lost",
                 "names whose acknowledged steps were lost",
@@ -128,6 +137,47 @@ pub fn no_reboot(report: &Report) -> Option<String> {
     })
 }
 
+/// Where a run's verdict stands, for the page's colours: green for a PASS, red for a
+/// FAIL, and for a run that measured nothing neither (it is not a PASS and not a
+/// FAIL; `verify` exits 2 for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Pass,
+    Fail,
+    NotMeasured,
+}
+
+impl Standing {
+    fn of(report: &Report) -> Standing {
+        if report.not_measured() {
+            Standing::NotMeasured
+        } else if report.ok() {
+            Standing::Pass
+        } else {
+            Standing::Fail
+        }
+    }
+
+    /// The CSS class of the verdict's summary line.
+    fn class(self) -> &'static str {
+        match self {
+            Standing::Pass => "pass",
+            Standing::Fail => "fail",
+            Standing::NotMeasured => "warn",
+        }
+    }
+
+    /// The class of a sentence saying that nothing of one kind was lost: green only
+    /// when the run passed (on a FAIL the findings are of another kind; on a run
+    /// that measured nothing the sentence is empty of meaning).
+    fn none_lost(self) -> &'static str {
+        match self {
+            Standing::Pass => "pass",
+            Standing::Fail | Standing::NotMeasured => "",
+        }
+    }
+}
+
 /// The verdict section: the summary line, how the run ended, the counts.
 fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
     p.heading(
@@ -138,8 +188,8 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
             l.run
         ),
     );
-    let class = if report.ok() { "pass" } else { "fail" };
-    p.para(report.summary(), class);
+    let standing = Standing::of(report);
+    p.para(report.summary(), standing.class());
     if let Some(why) = no_reboot(report) {
         p.para(&why, "warn");
     }
@@ -173,7 +223,13 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
                 p.para(d, "");
             }
             if let Some(g) = &r.directory_gone {
-                p.para(g, "fail");
+                // A finding only when the run failed: with no name yet made, the
+                // directory's loss lost nothing acknowledged.
+                let class = match standing {
+                    Standing::Fail => "fail",
+                    Standing::Pass | Standing::NotMeasured => "warn",
+                };
+                p.para(g, class);
             }
             p.table(("verdict", "names"), &files_rows(r));
         }
@@ -237,7 +293,7 @@ pub fn pg_rows(r: &PgReport) -> Vec<(String, String)> {
 
 /// The lag histogram, or a sentence when nothing was lost. `one` names a lost item
 /// (`lost or damaged write`), `many` several.
-fn lag(p: &mut Page, buckets: &[LagBucket], one: &str, many: &str) {
+fn lag(p: &mut Page, standing: Standing, buckets: &[LagBucket], one: &str, many: &str) {
     let total: u64 = buckets.iter().map(|b| b.count).sum();
     let title = format!("How long before the run's end each {one} was acknowledged");
     let how = format!(
@@ -247,10 +303,7 @@ fn lag(p: &mut Page, buckets: &[LagBucket], one: &str, many: &str) {
     );
     if total == 0 {
         p.heading(&title, &how);
-        p.para(
-            &format!("Nothing acknowledged was lost or damaged: no {many} to plot."),
-            "pass",
-        );
+        p.para(&none_to_plot(standing, many), standing.none_lost());
         return;
     }
     match lag_svg(buckets, many) {
@@ -292,14 +345,29 @@ fn target_map(p: &mut Page, l: &RunLedger, r: &FileReport) -> Result<(), Error> 
     Ok(())
 }
 
+/// The sentence that stands for an empty lag histogram of `many` (e.g. "lost
+/// commits"): it claims that nothing was lost only for a run that passed.
+fn none_to_plot(standing: Standing, many: &str) -> String {
+    match standing {
+        Standing::Pass => format!("Nothing acknowledged was lost or damaged: no {many} to plot."),
+        Standing::Fail => {
+            format!("No {many} to plot: the findings are of other kinds (see the verdict).")
+        }
+        Standing::NotMeasured => format!("Nothing was measured: no {many} to plot."),
+    }
+}
+
 /// Lost commits per client of a pgbench run, or a sentence when none was lost.
-fn per_client(p: &mut Page, r: &PgReport) -> Result<(), Error> {
+fn per_client(p: &mut Page, standing: Standing, r: &PgReport) -> Result<(), Error> {
     let title = "Lost commits per client";
     let how = "one bar per pgbench client that lost acknowledged commits; one client alone losing \
                points at its connection, all clients alike at the storage";
     if r.lost_commits == 0 {
         p.heading(title, how);
-        p.para("No client lost an acknowledged commit.", "pass");
+        p.para(
+            "No client lost an acknowledged commit.",
+            standing.none_lost(),
+        );
         return Ok(());
     }
     let per = lost_per_client(r);
@@ -339,5 +407,35 @@ fn stack(p: &mut Page, report: &Report, what: &str) {
             .map(|w| format!("{}: {}", w.id.as_str(), w.message))
             .collect();
         p.list(&items);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pass_is_green_and_a_run_that_measured_nothing_is_neither_colour() {
+        let classes: Vec<_> = [Standing::Pass, Standing::Fail, Standing::NotMeasured]
+            .iter()
+            .map(|s| (s.class(), s.none_lost()))
+            .collect();
+        assert_eq!(classes, vec![("pass", "pass"), ("fail", ""), ("warn", "")]);
+    }
+
+    #[test]
+    fn an_empty_lag_histogram_claims_nothing_lost_only_on_a_pass() {
+        assert_eq!(
+            none_to_plot(Standing::Pass, "lost commits"),
+            "Nothing acknowledged was lost or damaged: no lost commits to plot."
+        );
+        assert_eq!(
+            none_to_plot(Standing::Fail, "lost commits"),
+            "No lost commits to plot: the findings are of other kinds (see the verdict)."
+        );
+        assert_eq!(
+            none_to_plot(Standing::NotMeasured, "lost commits"),
+            "Nothing was measured: no lost commits to plot."
+        );
     }
 }

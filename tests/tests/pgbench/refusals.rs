@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
-    let Some((_dir, mut pg, l)) =
+    let Some((dir, mut pg, l)) =
         setup("unsafe_configuration_is_refused_then_measured_as_unpromised")
     else {
         return;
@@ -90,8 +90,7 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
         .collect();
     assert_eq!(kinds, ["unpromised_lost", "unpromised_invariant"], "{v:#}");
     // The human report says the same and exits 2 too.
-    let o = plugpull(&[
-        "verify",
+    let judged = [
         "--listener",
         l.addr(),
         "--run",
@@ -99,13 +98,34 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
         "--dsn",
         &dsn,
         "--no-amcheck",
-    ]);
+    ];
+    let o = plugpull(&[&["verify"], &judged[..]].concat());
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stdout(&o).contains("NOT MEASURED: all 200"),
         "{}",
         stdout(&o)
     );
+    // So does the report page, written all the same: neither green nor red, and no
+    // sentence in green saying that nothing was lost.
+    let html = dir.path().join("not-measured.html");
+    let o = plugpull(
+        &[
+            &["report"],
+            &judged[..],
+            &["--html", html.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("<p class=\"warn\">NOT MEASURED: all 200 acknowledged commits"),
+        "{page}"
+    );
+    assert!(page.contains("<p>No client lost an acknowledged commit.</p>"));
+    assert!(!page.contains("class=\"pass\""), "{page}");
+    assert!(!page.contains("class=\"fail\""), "{page}");
 }
 
 #[test]
