@@ -5,7 +5,7 @@
 //! blocks). One task batches what arrives within [`LINGER`] (up to [`BATCH_MAX`] acks), sends
 //! batches back to back without waiting, and counts an ack as acknowledged only when
 //! the listener answers `Confirmed` for its batch, which it does after its ledger's
-//! `fdatasync`. If the connection breaks, the task reconnects with backoff, sends
+//! `fdatasync`. If the connection breaks, the task reconnects every 250 ms, sends
 //! `ResumeRun`, drops the batches the listener already holds and resends the rest
 //! (batches are idempotent by number). Writers pause, with a message on stderr,
 //! while more than `--max-unconfirmed` acks wait for confirmation or the listener
@@ -28,7 +28,7 @@
 //! * `sink` — [`AckSink`], what workload threads hand acks to, and the counters that
 //!   tell writers to pause.
 //! * `outbox` — the pure batching, resend and idempotency state machine.
-//! * `task` — the connect, resume and backoff loop that drives the outbox.
+//! * `task` — the connect, resume and reconnect loop that drives the outbox.
 //! * `fault` — witness faults: which failures are faults, and ending the run on one.
 
 mod fault;

@@ -126,7 +126,9 @@ impl Task {
                 return;
             }
             let Some((resp, w)) = conn.as_mut() else {
-                // Disconnected: retry with backoff; keep gathering acks meanwhile.
+                // Disconnected: retry every 250 ms (fixed: the writers pause after
+                // --max-unconfirmed-secs, so a slower retry would only stretch the pause);
+                // keep gathering acks meanwhile.
                 let since = *lost_since.get_or_insert_with(Instant::now);
                 if (self.ending.is_some() || self.abandoned) && since.elapsed() > FINISH_DEADLINE {
                     let e = Error(format!(
