@@ -5,7 +5,8 @@
 # `--verify=crc32c --do_verify=0`, a peer that also writes checksummed headers), on the
 # repository's disk and on tmpfs. Alternates the four ROUNDS times and compares
 # medians. Also prints the CPU time (user+sys) each side spent per write, from
-# getrusage of its children, which is steadier than writes/s on a shared machine.
+# getrusage of its children, which is steadier than writes/s on a shared machine,
+# and the ratios paired by round with their 95 % interval (target/release/paired-ratio).
 # Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=3]
 # Environment: PLACES ("disk tmpfs": where to run), BASELINE (another plugpull
 # binary, e.g. an older build, whose `write file` runs beside this one's each round).
@@ -65,4 +66,13 @@ for name in $places; do
     printf '  ratios: plugpull/raw %.3f  plugpull/fio %.3f  plugpull/fio-crc32c %.3f\n' \
         "$(python3 -c "print($pp_rate/$raw_rate)")" "$(python3 -c "print($pp_rate/$fio_rate)")" \
         "$(python3 -c "print($pp_rate/$fiov_rate)")"
+    # Paired by round (bench/src/paired_ratio.rs), against issue 16's targets: on the
+    # disk 0.97 of the raw loop, on tmpfs 0.85 of it and 1.2 of fio with crc32c.
+    case $name in disk) raw_target=0.97 fiov_target=1.0 ;; tmpfs) raw_target=0.85 fiov_target=1.2 ;; esac
+    paste <(awk '{print $1}' "$dir/raw") <(awk '{print $1}' "$dir/pp") |
+        target/release/paired-ratio --label "  writes/s plugpull/raw" --target $raw_target --better higher
+    paste <(awk '{print $1}' "$dir/fiov") <(awk '{print $1}' "$dir/pp") |
+        target/release/paired-ratio --label "  writes/s plugpull/fio-crc32c" --target $fiov_target --better higher
+    paste <(awk '{print $2}' "$dir/raw") <(awk '{print $2}' "$dir/pp") |
+        target/release/paired-ratio --label "  CPU per write plugpull/raw" --target 1.0 --better lower
 done

@@ -13,6 +13,9 @@
 #     listener's share of it (it stands in for the witness host, which on real
 #     hardware is another machine), and the machine ratio with and without that
 #     share, which is what the tps ratio follows once two cores are saturated;
+#     then, paired by round (`paired-ratio`, bench/src/paired_ratio.rs), the
+#     ratios of tps, steady client CPU and machine CPU per transaction with their
+#     spread, a 95 % interval and whether the target (parity) is met beyond noise;
 #     then the same with the transaction pipelined
 #     on both sides (a pgbench script between \startpipeline and \endpipeline vs
 #     `plugpull write pgbench --pipeline`);
@@ -35,6 +38,7 @@ cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-target}
 PLUGPULL=${PLUGPULL:-$TARGET/release/plugpull}
 LISTENER=${LISTENER:-$TARGET/release/plugpull-listener}
+PAIRED=$TARGET/release/paired-ratio
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
 SCALE=${SCALE:-10}
 T=${T:-20}
@@ -44,7 +48,7 @@ PARTS=${PARTS:-throughput verify}
 CLIENTS=${CLIENTS:-1 8}
 MODES=${MODES:-builtin pipelined}
 
-for f in "$PLUGPULL" "$LISTENER" "$PGBIN/initdb" "$PGBIN/pgbench"; do
+for f in "$PLUGPULL" "$LISTENER" "$PAIRED" "$PGBIN/initdb" "$PGBIN/pgbench"; do
     [ -x "$f" ] || { echo "missing $f (build with cargo build --release --workspace; set PGBIN)" >&2; exit 2; }
 done
 
@@ -141,6 +145,14 @@ for mode in $MODES; do
             "$(awk -v a="$(col 4 <"$WORK/pp.$C" | mean)" -v b="$(col 5 <"$WORK/pp.$C" | mean)" \
                 -v c="$(col 4 <"$WORK/pg.$C" | mean)" -v d="$(col 5 <"$WORK/pg.$C" | mean)" \
                 'BEGIN {printf "%.3f|%.3f", a / c, (a - b) / (c - d)}')"
+        # Paired by round (bench/src/paired_ratio.rs): the ratios' spread and 95 %
+        # interval, and whether the issue's target is met beyond that noise.
+        paste <(col 1 <"$WORK/pg.$C") <(col 1 <"$WORK/pp.$C") |
+            "$PAIRED" --label "  C=$C $mode tps plugpull/pgbench" --target 1.0 --better higher
+        paste <(col 3 <"$WORK/pg.$C") <(col 3 <"$WORK/pp.$C") |
+            "$PAIRED" --label "  C=$C $mode client CPU/tx steady plugpull/pgbench" --target 1.0 --better lower
+        paste <(col 4 <"$WORK/pg.$C") <(col 4 <"$WORK/pp.$C") |
+            "$PAIRED" --label "  C=$C $mode machine CPU/tx plugpull/pgbench" --target 1.0 --better lower
     done
 done
 fi

@@ -3,7 +3,7 @@
 # `dd iflag=direct bs=1M` of the same file (the least a reader of the medium can do),
 # and `dd iflag=direct bs=4M` (verify's own read size), with the page cache dropped
 # before each. Alternates them ROUNDS times and compares the medians of their read
-# rates (MiB/s of the target).
+# rates (MiB/s of the target), and the ratios paired by round with their 95 % interval.
 #
 # The file is written once by `plugpull write file --pattern sequential` with as many
 # writes as it has blocks, on the repository's disk (it must be a real filesystem:
@@ -53,3 +53,6 @@ echo "dd iflag=direct bs=4M MiB/s:  $(tr '\n' ' ' <"$work/dd4M")(median $dd4)"
 echo "plugpull verify MiB/s:        $(tr '\n' ' ' <"$work/pp")(median $pp; read mode, blocks checked, ok: $(sort -u "$work/modes" | tr '\n' ' '))"
 printf 'verify of %s MiB, %s-byte blocks, %s rounds: ratio plugpull/dd-1M %.3f, plugpull/dd-4M %.3f\n' \
     "$mib" "$bs" "$rounds" "$(python3 -c "print($pp/$dd)")" "$(python3 -c "print($pp/$dd4)")"
+# Paired by round (bench/src/paired_ratio.rs), against issue 16's target: 0.95 of dd.
+paste "$work/dd1M" "$work/pp" |
+    target/release/paired-ratio --label "MiB/s plugpull/dd-1M" --target 0.95 --better higher
