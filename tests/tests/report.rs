@@ -133,7 +133,8 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
         .sum();
     assert!(lag_total > 0);
     assert!(page.contains(&format!(
-        "<figcaption>{lag_total} lost or damaged writes in the histogram</figcaption>"
+        "<figcaption>{lag_total} lost, unserializable or torn-acknowledged writes in the \
+         histogram</figcaption>"
     )));
     // 16384 blocks: 16 per square. Every failed block is placed (verify's JSON lists
     // only the first 1000 findings; the map has them all).
@@ -379,7 +380,8 @@ fn the_report_of_a_clean_run_says_nothing_was_lost_in_words() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<body data-figures=\"2\">"));
     assert!(page.contains(
-        "<p class=\"pass\">Nothing acknowledged was lost or damaged: no lost or damaged writes to plot.</p>"
+        "<p class=\"pass\">Nothing acknowledged was lost or damaged: no lost, unserializable or \
+         torn-acknowledged writes to plot.</p>"
     ));
     assert_eq!(
         cell(&page, "intact"),

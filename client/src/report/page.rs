@@ -58,9 +58,10 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
             lag(
                 p,
                 standing,
+                0,
                 &r.lost_lag_histogram,
-                "lost or damaged write",
-                "lost or damaged writes",
+                "lost, unserializable or torn-acknowledged write",
+                "lost, unserializable or torn-acknowledged writes",
             );
             target_map(p, l, r)?;
         }
@@ -79,6 +80,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
             lag(
                 p,
                 standing,
+                r.unpromised_lost,
                 &r.lost_lag_histogram,
                 "lost commit",
                 "lost commits",
@@ -100,6 +102,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
             lag(
                 p,
                 standing,
+                r.verdicts.unpromised,
                 &r.lost_lag_histogram,
                 "name whose acknowledged step was lost",
                 "names whose acknowledged steps were lost",
@@ -183,8 +186,9 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
     p.heading(
         "Verdict",
         &format!(
-            "the verdict `plugpull verify --run {}` gives: PASS = nothing acknowledged was lost or damaged, \
-             FAIL = findings; the table counts blocks (file), commits (pgbench) or names (files) by verdict",
+            "the verdict `plugpull verify --run {}` gives: PASS (green) = nothing acknowledged was lost or \
+             damaged, FAIL (red) = findings, NOT MEASURED (amber) = nothing acknowledged was promised \
+             durable, so neither; the table counts blocks (file), commits (pgbench) or names (files) by verdict",
             l.run
         ),
     );
@@ -223,8 +227,8 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
                 p.para(d, "");
             }
             if let Some(g) = &r.directory_gone {
-                // A finding only when the run failed: with no name yet made, the
-                // directory's loss lost nothing acknowledged.
+                // Red only when the run failed: on a PASS every name's acknowledged
+                // state was "absent" (nothing was lost with the directory).
                 let class = match standing {
                     Standing::Fail => "fail",
                     Standing::Pass | Standing::NotMeasured => "warn",
@@ -291,9 +295,17 @@ pub fn pg_rows(r: &PgReport) -> Vec<(String, String)> {
     ]
 }
 
-/// The lag histogram, or a sentence when nothing was lost. `one` names a lost item
-/// (`lost or damaged write`), `many` several.
-fn lag(p: &mut Page, standing: Standing, buckets: &[LagBucket], one: &str, many: &str) {
+/// The lag histogram (one bar per lag range), or a sentence when it is empty. `one`
+/// names a lost item (`lost commit`), `many` several; `unpromised` counts the losses
+/// the run's configuration did not promise against, which the histogram leaves out.
+fn lag(
+    p: &mut Page,
+    standing: Standing,
+    unpromised: u64,
+    buckets: &[LagBucket],
+    one: &str,
+    many: &str,
+) {
     let total: u64 = buckets.iter().map(|b| b.count).sum();
     let title = format!("How long before the run's end each {one} was acknowledged");
     let how = format!(
@@ -303,7 +315,10 @@ fn lag(p: &mut Page, standing: Standing, buckets: &[LagBucket], one: &str, many:
     );
     if total == 0 {
         p.heading(&title, &how);
-        p.para(&none_to_plot(standing, many), standing.none_lost());
+        p.para(
+            &none_to_plot(standing, unpromised, many),
+            standing.none_lost(),
+        );
         return;
     }
     match lag_svg(buckets, many) {
@@ -346,9 +361,15 @@ fn target_map(p: &mut Page, l: &RunLedger, r: &FileReport) -> Result<(), Error> 
 }
 
 /// The sentence that stands for an empty lag histogram of `many` (e.g. "lost
-/// commits"): it claims that nothing was lost only for a run that passed.
-fn none_to_plot(standing: Standing, many: &str) -> String {
+/// commits"): it claims that nothing was lost only for a run that passed, and then
+/// only what was promised when `unpromised` losses (which the histogram leaves out)
+/// were found.
+fn none_to_plot(standing: Standing, unpromised: u64, many: &str) -> String {
     match standing {
+        Standing::Pass if unpromised > 0 => format!(
+            "Nothing promised was lost or damaged: no {many} to plot ({unpromised} losses the \
+             configuration did not promise durability for are left out)."
+        ),
         Standing::Pass => format!("Nothing acknowledged was lost or damaged: no {many} to plot."),
         Standing::Fail => {
             format!("No {many} to plot: the findings are of other kinds (see the verdict).")
@@ -364,10 +385,16 @@ fn per_client(p: &mut Page, standing: Standing, r: &PgReport) -> Result<(), Erro
                points at its connection, all clients alike at the storage";
     if r.lost_commits == 0 {
         p.heading(title, how);
-        p.para(
-            "No client lost an acknowledged commit.",
-            standing.none_lost(),
-        );
+        let sentence = if r.unpromised_lost > 0 {
+            format!(
+                "No client lost a promised commit ({} unpromised commits lost, as the \
+                 configuration allows).",
+                r.unpromised_lost
+            )
+        } else {
+            "No client lost an acknowledged commit.".to_string()
+        };
+        p.para(&sentence, standing.none_lost());
         return Ok(());
     }
     let per = lost_per_client(r);
@@ -426,15 +453,20 @@ mod tests {
     #[test]
     fn an_empty_lag_histogram_claims_nothing_lost_only_on_a_pass() {
         assert_eq!(
-            none_to_plot(Standing::Pass, "lost commits"),
+            none_to_plot(Standing::Pass, 0, "lost commits"),
             "Nothing acknowledged was lost or damaged: no lost commits to plot."
         );
         assert_eq!(
-            none_to_plot(Standing::Fail, "lost commits"),
+            none_to_plot(Standing::Pass, 3, "lost commits"),
+            "Nothing promised was lost or damaged: no lost commits to plot (3 losses the \
+             configuration did not promise durability for are left out)."
+        );
+        assert_eq!(
+            none_to_plot(Standing::Fail, 0, "lost commits"),
             "No lost commits to plot: the findings are of other kinds (see the verdict)."
         );
         assert_eq!(
-            none_to_plot(Standing::NotMeasured, "lost commits"),
+            none_to_plot(Standing::NotMeasured, 1, "lost commits"),
             "Nothing was measured: no lost commits to plot."
         );
     }

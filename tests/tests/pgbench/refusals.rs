@@ -123,7 +123,10 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
         page.contains("<p class=\"warn\">NOT MEASURED: all 200 acknowledged commits"),
         "{page}"
     );
-    assert!(page.contains("<p>No client lost an acknowledged commit.</p>"));
+    assert!(page.contains(
+        "<p>No client lost a promised commit (1 unpromised commits lost, as the configuration \
+         allows).</p>"
+    ));
     assert!(!page.contains("class=\"pass\""), "{page}");
     assert!(!page.contains("class=\"fail\""), "{page}");
 }
