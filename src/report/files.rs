@@ -45,7 +45,8 @@ pub struct FilesReport {
     pub read_mode: String,
     /// True when nothing acknowledged and promised was lost or damaged.
     pub ok: bool,
-    /// True when the run acknowledged no promised step: neither a PASS nor a FAIL.
+    /// True when the run acknowledged no promised step and has no failure: neither a
+    /// PASS nor a FAIL.
     pub not_measured: bool,
     /// One line: `PASS: …`, `FAIL: …` or `NOT MEASURED: …`.
     pub summary: String,
@@ -91,7 +92,10 @@ impl FilesReport {
     pub fn new(head: FilesHead, o: FilesOutcome) -> Self {
         let (acknowledged, unpromised_acks) = o.acknowledged;
         let failures = o.counts.failures();
-        let not_measured = acknowledged == unpromised_acks;
+        // Damage the run's own data shows is a FAIL even when every acknowledged step
+        // was unpromised (a name with no acknowledged step that holds what none of
+        // its steps made): only a run with nothing wrong measured nothing.
+        let not_measured = failures == 0 && acknowledged == unpromised_acks;
         let ok = failures == 0 && !not_measured;
         let lost: Vec<String> = FilesVerdict::ALL[1..]
             .iter()
@@ -153,5 +157,59 @@ impl FilesReport {
             directory_gone: None,
             storage: super::StorageReport::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An outcome of `acknowledged` steps, `unpromised` of them unpromised, with
+    /// `resurrected` names (promised failures) and `lost_unpromised` names that lost
+    /// unpromised steps.
+    fn outcome(
+        acknowledged: u64,
+        unpromised: u64,
+        resurrected: u64,
+        lost_unpromised: u64,
+    ) -> FilesOutcome {
+        let mut counts = FilesCounts::new();
+        counts
+            .by_verdict
+            .insert(FilesVerdict::Resurrected.name().into(), resurrected);
+        counts
+            .by_verdict
+            .insert(FilesVerdict::LostFile.name().into(), lost_unpromised);
+        counts.unpromised = lost_unpromised;
+        FilesOutcome {
+            counts,
+            checked: 8,
+            in_flight_survived: 0,
+            findings: Vec::new(),
+            acknowledged: (acknowledged, unpromised),
+            foreign: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_failure_is_a_fail_even_when_every_acknowledged_step_was_unpromised() {
+        let r = FilesReport::new(FilesHead::default(), outcome(5, 5, 1, 2));
+        assert_eq!((r.ok, r.not_measured), (false, false));
+        assert_eq!(
+            r.summary,
+            "FAIL: 1 of 8 checked names lost or damaged acknowledged steps (2 lost file, 1 \
+             resurrected) out of 5 acknowledged steps; 2 names lost unpromised steps \
+             (--unsafe-steps), as expected"
+        );
+        // Without the failure the same run measured nothing.
+        let r = FilesReport::new(FilesHead::default(), outcome(5, 5, 0, 2));
+        assert_eq!((r.ok, r.not_measured), (false, true));
+        assert_eq!(
+            r.summary,
+            "NOT MEASURED: none of the 5 acknowledged steps promised durability \
+             (--unsafe-steps); 2 names lost unpromised steps (--unsafe-steps), as expected"
+        );
+        let r = FilesReport::new(FilesHead::default(), outcome(5, 4, 0, 2));
+        assert_eq!((r.ok, r.not_measured), (true, false));
     }
 }
