@@ -6,6 +6,7 @@
 //! section from them ([`section`], [`text`]).
 
 use plugpull::ledger::{FlushSample, Storage};
+use plugpull::probe::evidence::Snapshot;
 use plugpull::probe::Probe;
 use plugpull::report::storage::RunFacts;
 use plugpull::report::StorageReport;
@@ -179,22 +180,33 @@ pub fn write_head(storage: &Storage, probe: Option<&Probe>) -> String {
 /// Why a run's cut evidence and flushes were not taken: its storage was not found.
 pub const NOT_HERE: &str = "cut evidence not taken: the run's storage was not found on its host (a data directory hidden from the role, or a server elsewhere: see the notes above)";
 
-/// The storage section of a report on the run `storage` recorded (`run`: how it
-/// went), verified now on this host. The cut-evidence snapshot is taken again only
-/// when this host is the run's (`run_host`) and the run's storage was found on it
-/// (a pgbench server elsewhere was not: its machine's counters are not this one's);
-/// else the section says why not.
-pub fn section(storage: &Storage, run: &RunFacts, run_host: &str) -> StorageReport {
+/// The cut-evidence snapshot of the run `storage` recorded, taken now on this host
+/// (boot id, the drives' power-loss counters: `smartctl` and `nvme` where present,
+/// which can take a while), or why none is taken: only when this host is the run's
+/// (`run_host`) and the run's storage was found on it (a pgbench server elsewhere was
+/// not: its machine's counters are not this one's). `verify` takes it while it reads
+/// the medium (`crate::verify::judge`), not after.
+pub fn cut_evidence_now(storage: &Storage, run_host: &str) -> Result<Snapshot, String> {
     let here = crate::manifest::hostname();
-    let after = |probe: Option<&Probe>| match probe {
+    match storage.probe() {
         _ if here != run_host => Err(format!(
             "cut evidence not taken: verify runs on host {here}, the run ran on host {run_host}"
         )),
-        None => Err("cut evidence not taken: the run's storage was not probed".into()),
-        Some(p) if !p.storage_is_here() => Err(NOT_HERE.into()),
-        Some(_) => Ok(crate::probe::evidence::snapshot(&storage.disks)),
-    };
-    StorageReport::build(storage, run, after)
+        Ok(None) | Err(_) => Err("cut evidence not taken: the run's storage was not probed".into()),
+        Ok(Some(p)) if !p.storage_is_here() => Err(NOT_HERE.into()),
+        Ok(Some(_)) => Ok(crate::probe::evidence::snapshot(&storage.disks)),
+    }
+}
+
+/// The storage section of a report on the run `storage` recorded (`run`: how it
+/// went), verified now on this host, with the cut evidence `after` (from
+/// [`cut_evidence_now`]).
+pub fn section(
+    storage: &Storage,
+    run: &RunFacts,
+    after: Result<Snapshot, String>,
+) -> StorageReport {
+    StorageReport::build(storage, run, |_| after)
 }
 
 /// The "stack under test" section as `verify` prints it: the stack at the run's
@@ -286,7 +298,10 @@ mod tests {
             probe_json: serde_json::to_string(&Probe::default()).unwrap(),
             ..Storage::default()
         };
-        let r = section(&probed, &facts, "the-agent-host");
+        let at = |storage: &Storage, host: &str| {
+            section(storage, &facts, cut_evidence_now(storage, host))
+        };
+        let r = at(&probed, "the-agent-host");
         assert_eq!(
             r.cut_evidence,
             [format!(
@@ -295,13 +310,17 @@ mod tests {
         );
         assert_eq!(r.evidence_after, None);
         // A probe with no layers: the server's data directory was not on this host.
-        let r = section(&probed, &facts, &here);
+        let r = at(&probed, &here);
         assert_eq!(r.cut_evidence, [NOT_HERE]);
         let unprobed = Storage {
             not_probed: "no mount holds /x".into(),
             ..Storage::default()
         };
-        let r = section(&unprobed, &facts, &here);
+        assert_eq!(
+            cut_evidence_now(&unprobed, &here),
+            Err("cut evidence not taken: the run's storage was not probed".into())
+        );
+        let r = at(&unprobed, &here);
         assert_eq!(
             (r.probe, r.not_probed.as_str()),
             (None, "no mount holds /x")

@@ -288,6 +288,12 @@ pub async fn judge(
             plugpull::units::utc(l.manifest.started_unix_ms)
         );
     }
+    // The cut evidence (boot id, the drives' power-loss counters through smartctl and
+    // nvme, tens of ms to seconds) is taken while the run's data is read, not after.
+    let evidence = {
+        let (storage, host) = (l.manifest.storage.clone(), l.manifest.host.clone());
+        tokio::task::spawn_blocking(move || crate::storage::cut_evidence_now(&storage, &host))
+    };
     let mut report: Report = match &l.manifest.workload {
         Workload::File(fm) => {
             verify_file_run(&l, fm, &FileVerifyOptions::from(args), listener, secret)
@@ -306,13 +312,28 @@ pub async fn judge(
                 .into()
         }
     };
-    report.set_storage(storage_of(&l));
+    let evidence = evidence
+        .await
+        .map_err(|e| Error(format!("the cut-evidence snapshot failed: {e}")))?;
+    report.set_storage(storage_with(&l, evidence));
     Ok((l, report))
 }
 
 /// The "stack under test" section of the report on run `l` ([`crate::storage::section`]),
 /// with the cut-evidence snapshot taken now (its tools run in `block_in_place`).
 pub fn storage_of(l: &RunLedger) -> plugpull::report::StorageReport {
+    let evidence = tokio::task::block_in_place(|| {
+        crate::storage::cut_evidence_now(&l.manifest.storage, &l.manifest.host)
+    });
+    storage_with(l, evidence)
+}
+
+/// The "stack under test" section of the report on run `l`, with the cut evidence
+/// `evidence` ([`crate::storage::cut_evidence_now`]).
+fn storage_with(
+    l: &RunLedger,
+    evidence: Result<plugpull::probe::evidence::Snapshot, String>,
+) -> plugpull::report::StorageReport {
     let w = &l.manifest.workload;
     let facts = plugpull::report::storage::RunFacts {
         batches: &l.batches,
@@ -322,9 +343,7 @@ pub fn storage_of(l: &RunLedger) -> plugpull::report::StorageReport {
         serial: w.single_writer(),
         what: w.acks_name(),
     };
-    tokio::task::block_in_place(|| {
-        crate::storage::section(&l.manifest.storage, &facts, &l.manifest.host)
-    })
+    crate::storage::section(&l.manifest.storage, &facts, evidence)
 }
 
 /// Prints `report`: one JSON object with `json`, else the human report listing at most
