@@ -162,7 +162,7 @@ fn read_file_target(
             target_findings.push(TargetFinding {
                 kind: "file_gone".into(),
                 detail: format!(
-                    "the file is gone: {} does not exist on its filesystem (if it was moved or renamed, verify its new path with --target)",
+                    "the file is gone: {} does not exist on its filesystem (if you moved or renamed it, verify its new path with --target)",
                     shown_path.display()
                 ),
             });

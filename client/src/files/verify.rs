@@ -86,7 +86,7 @@ pub fn verify_files_run(
         OnRunFs::Gone(fs) => (
             Walk::default(),
             Some(format!(
-                "the run's directory is gone: {} does not exist on its filesystem, {} (its entry was fsynced in its parent before the first step); every name is judged absent (if it was moved or renamed, verify its new path with --target)",
+                "the run's directory is gone: {} does not exist on its filesystem, {} (its entry was fsynced in its parent before the first step); every name is judged absent (if you moved or renamed it, verify its new path with --target)",
                 dir.display(),
                 fs.describe()
             )),

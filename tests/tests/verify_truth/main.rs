@@ -206,8 +206,8 @@ fn an_unmounted_filesystem_is_could_not_verify_and_a_gone_file_is_a_finding() {
     assert_eq!(
         v["target_findings"][0]["detail"],
         json!(format!(
-            "the file is gone: {} does not exist on its filesystem (if it was moved or \
-             renamed, verify its new path with --target)",
+            "the file is gone: {} does not exist on its filesystem (if you moved or \
+             renamed it, verify its new path with --target)",
             target.display()
         ))
     );
