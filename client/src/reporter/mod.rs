@@ -5,9 +5,9 @@
 //! blocks). One task batches what arrives within [`LINGER`] (up to [`BATCH_MAX`] acks), sends
 //! batches back to back without waiting, and counts an ack as acknowledged only when
 //! the listener answers `Confirmed` for its batch, which it does after its ledger's
-//! `fdatasync`. If the connection breaks, the task reconnects every 250 ms, sends
-//! `ResumeRun`, drops the batches the listener already holds and resends the rest
-//! (batches are idempotent by number). Writers pause, with a message on stderr,
+//! `fdatasync`. If the connection breaks, the task reconnects (250 ms after each failed
+//! attempt), sends `ResumeRun`, drops the batches the listener already holds and
+//! resends the rest (batches are idempotent by number). Writers pause, with a message on stderr,
 //! while more than `--max-unconfirmed` acks wait for confirmation or the listener
 //! has confirmed nothing for `--max-unconfirmed-secs` while acks wait, so a run never
 //! goes on unwitnessed for long; after [`STALL_WARNING`] without a confirmation the

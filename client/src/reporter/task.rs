@@ -6,8 +6,9 @@
 //! out when full, or [`LINGER`] after its first ack; while acks keep coming it looks
 //! again every [`LINGER`] rather than being woken by each), the end of the run (every
 //! queued ack, then `Finish`/`DeviceError`), or an answer from the listener. When the
-//! connection breaks it reconnects every 250 ms, sends `ResumeRun`, and resends what
-//! the listener does not hold (the [`Outbox`] decides what). A witness fault ends the
+//! connection breaks it reconnects (250 ms after each failed attempt), sends
+//! `ResumeRun`, and resends what the listener does not hold (the [`Outbox`] decides
+//! what). A witness fault ends the
 //! run instead: writers stop and the run is marked invalid in the ledger if the
 //! listener can still record that. A [`super::Reporter`] dropped without an end (a
 //! workload's error path) leaves the task, for as long as its runtime lives, to send
@@ -126,9 +127,9 @@ impl Task {
                 return;
             }
             let Some((resp, w)) = conn.as_mut() else {
-                // Disconnected: retry every 250 ms (fixed: the writers pause after
-                // --max-unconfirmed-secs, so a slower retry would only stretch the pause);
-                // keep gathering acks meanwhile.
+                // Disconnected: retry 250 ms after each failed attempt (fixed, not
+                // growing: the writers pause after --max-unconfirmed-secs, so a slower
+                // retry would only stretch the pause); keep gathering acks meanwhile.
                 let since = *lost_since.get_or_insert_with(Instant::now);
                 if (self.ending.is_some() || self.abandoned) && since.elapsed() > FINISH_DEADLINE {
                     let e = Error(format!(
@@ -173,7 +174,7 @@ impl Task {
                             eprintln!("still reconnecting to listener {}: {e}", self.addr);
                             last_said = Some(Instant::now());
                         }
-                        self.backoff().await;
+                        self.pause_before_retry().await;
                     }
                 }
                 continue;
@@ -201,12 +202,12 @@ impl Task {
 
     /// Waits 250 ms before the next reconnect, gathering acks (and taking the end of
     /// the run) meanwhile.
-    async fn backoff(&mut self) {
-        let backoff = tokio::time::sleep(Duration::from_millis(250));
-        tokio::pin!(backoff);
+    async fn pause_before_retry(&mut self) {
+        let pause = tokio::time::sleep(Duration::from_millis(250));
+        tokio::pin!(pause);
         loop {
             tokio::select! {
-                _ = &mut backoff => break,
+                _ = &mut pause => break,
                 m = self.rx.recv(), if self.ending.is_none() && self.acks_open => match m {
                     Some(m) => {
                         self.outbox.add(m);
