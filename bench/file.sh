@@ -7,13 +7,13 @@
 # medians. Also prints the CPU time (user+sys) each side spent per write, from
 # getrusage of its children, which is steadier than writes/s on a shared machine,
 # and the ratios paired by round with their 95 % interval (target/release/paired-ratio).
-# Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=3]
+# Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=4]
 # Environment: PLACES ("disk tmpfs": where to run), BASELINE (another plugpull
 # binary, e.g. an older build, whose `write file` runs beside this one's each round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v fio >/dev/null 2>&1 || scripts/deps --bench # fio, for the benchmark only
-secs=${1:-10}; jobs=${2:-4}; rounds=${3:-3}; size=256MiB
+secs=${1:-10}; jobs=${2:-4}; rounds=${3:-4}; size=256MiB
 cargo build --release --workspace -q
 . bench/lib.sh
 bench_setup file
@@ -67,12 +67,15 @@ for name in $places; do
         "$(python3 -c "print($pp_rate/$raw_rate)")" "$(python3 -c "print($pp_rate/$fio_rate)")" \
         "$(python3 -c "print($pp_rate/$fiov_rate)")"
     # Paired by round (bench/src/paired_ratio.rs), against issue 16's targets: on the
-    # disk 0.97 of the raw loop, on tmpfs 0.85 of it and 1.2 of fio with crc32c.
-    case $name in disk) raw_target=0.97 fiov_target=1.0 ;; tmpfs) raw_target=0.85 fiov_target=1.2 ;; esac
+    # disk 0.97 of the raw loop; on tmpfs 0.85 of it and 1.2 of fio with crc32c. The
+    # issue sets no target for fio on the disk nor for the CPU per write (plugpull
+    # does more per write than the raw loop: records, checksums, the witness): those
+    # lines are measurements only.
+    case $name in disk) raw_target=0.97 fiov_target=() ;; tmpfs) raw_target=0.85 fiov_target=(--target 1.2 --better higher) ;; esac
     paste <(awk '{print $1}' "$dir/raw") <(awk '{print $1}' "$dir/pp") |
         target/release/paired-ratio --label "  writes/s plugpull/raw" --target $raw_target --better higher
     paste <(awk '{print $1}' "$dir/fiov") <(awk '{print $1}' "$dir/pp") |
-        target/release/paired-ratio --label "  writes/s plugpull/fio-crc32c" --target $fiov_target --better higher
+        target/release/paired-ratio --label "  writes/s plugpull/fio-crc32c" "${fiov_target[@]}"
     paste <(awk '{print $2}' "$dir/raw") <(awk '{print $2}' "$dir/pp") |
-        target/release/paired-ratio --label "  CPU per write plugpull/raw" --target 1.0 --better lower
+        target/release/paired-ratio --label "  CPU per write plugpull/raw"
 done

@@ -26,7 +26,7 @@
 #
 # Needs the release binaries (`cargo build --release --workspace`) and PostgreSQL's
 # server binaries (PGBIN, default: the newest /usr/lib/postgresql/*/bin).
-# Environment knobs: SCALE (10), T (seconds per run, 20), ROUNDS (2), MILLION
+# Environment knobs: SCALE (10), T (seconds per run, 20), ROUNDS (4), MILLION
 # (1000000), PARTS ("throughput verify": which parts to run), CLIENTS ("1 8": the
 # client counts; J is 1 for one client, else 2), MODES ("builtin pipelined": which
 # transactions), BASELINE (another
@@ -42,7 +42,7 @@ PAIRED=$TARGET/release/paired-ratio
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
 SCALE=${SCALE:-10}
 T=${T:-20}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-4}
 MILLION=${MILLION:-1000000}
 PARTS=${PARTS:-throughput verify}
 CLIENTS=${CLIENTS:-1 8}

@@ -10,10 +10,10 @@
 # O_DIRECT). The write limit is shared by the 4 jobs, so a faster job wraps round its
 # own blocks while a slower one leaves a few unwritten (verify's blocks_checked, printed
 # below, counts the blocks with an acknowledged write); every read covers the whole file.
-# Usage: bench/verify.sh [SIZE_MIB=1024] [BLOCK_SIZE=4096] [ROUNDS=3]
+# Usage: bench/verify.sh [SIZE_MIB=1024] [BLOCK_SIZE=4096] [ROUNDS=4]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mib=${1:-1024}; bs=${2:-4096}; rounds=${3:-3}
+mib=${1:-1024}; bs=${2:-4096}; rounds=${3:-4}
 [ "$(id -u)" = 0 ] || { echo "bench/verify.sh: needs root (it drops the page cache)" >&2; exit 2; }
 cargo build --release --workspace -q
 . bench/lib.sh

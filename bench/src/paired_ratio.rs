@@ -7,15 +7,18 @@
 //! and plugpull's tps of the same round), and prints one line:
 //!
 //! ```text
-//! tps C=8: B/A by round 1.021 0.964 1.047; geometric mean 1.010, 95 % interval 0.906-1.126 (t, 2 df); range 0.964-1.047; target >= 1.00: within noise
+//! tps C=8: B/A by round 1.021 0.964 1.047; geometric mean 1.010, 95 % interval 0.909-1.122 (t, 2 df); range 0.964-1.047; target >= 1.00: within noise
 //! ```
 //!
 //! The mean and interval are those of the ratios' logarithms (a ratio and its inverse
 //! weigh the same), with Student's t quantile for `n − 1` degrees of freedom
-//! (`statrs`), exponentiated back. The verdict against `--target`: **met** when the
-//! whole interval is on the good side of it, **not met** when the whole interval is on
-//! the bad side, **within noise** when the interval holds it; with one round there is
-//! no interval, and the verdict compares the one ratio (and says so).
+//! (`statrs`), exponentiated back. The verdict against `--target` (when one is given;
+//! without one the line is a measurement only): **met** when the whole interval is on
+//! the good side of it, **not met** when the whole interval is on the bad side,
+//! **within noise** when the interval holds it, and **not judged** with one round (no
+//! interval: one ratio says nothing of the noise). Two rounds give a wide interval
+//! (t = 12.7 for 1 degree of freedom); use four or more, an even number, so that the
+//! alternating order puts each side first equally often.
 //!
 //! Exit status: 0 (whatever the verdict: the verdict is in the text), 2 on bad input.
 
@@ -37,12 +40,12 @@ struct Args {
     /// What the line is about, printed first (e.g. "tps C=8").
     #[arg(long, default_value = "B/A")]
     label: String,
-    /// The target for the ratio B/A (e.g. 1.0 for parity).
-    #[arg(long)]
-    target: f64,
+    /// The target for the ratio B/A (e.g. 1.0 for parity); without one, no verdict.
+    #[arg(long, requires = "better")]
+    target: Option<f64>,
     /// Whether a ratio above the target is good (`higher`) or below it (`lower`).
-    #[arg(long, value_enum)]
-    better: Better,
+    #[arg(long, value_enum, requires = "target")]
+    better: Option<Better>,
 }
 
 /// The summary of `n ≥ 1` paired ratios.
@@ -90,9 +93,12 @@ fn summarize(pairs: &[(f64, f64)]) -> Result<Summary, String> {
     })
 }
 
-/// "met", "not met" or "within noise" for `s` against `target`.
+/// "met", "not met" or "within noise" for `s` against `target`; "not judged" for
+/// one round.
 fn verdict(s: &Summary, target: f64, better: Better) -> &'static str {
-    let (lo, hi) = s.interval.unwrap_or((s.mean, s.mean));
+    let Some((lo, hi)) = s.interval else {
+        return "not judged (one round)";
+    };
     let (good, bad) = match better {
         Better::Higher => (lo >= target, hi < target),
         Better::Lower => (hi <= target, lo > target),
@@ -135,17 +141,21 @@ fn main() {
         ),
         None => "no interval (one round)".into(),
     };
-    let op = match a.better {
-        Better::Higher => ">=",
-        Better::Lower => "<=",
+    let judged = match (a.target, a.better) {
+        (Some(t), Some(b)) => {
+            let op = match b {
+                Better::Higher => ">=",
+                Better::Lower => "<=",
+            };
+            format!("; target {op} {t:.2}: {}", verdict(&s, t, b))
+        }
+        _ => String::new(),
     };
     println!(
-        "{}: B/A by round {}; geometric mean {:.3}, {interval}; range {min:.3}-{max:.3}; target {op} {:.2}: {}",
+        "{}: B/A by round {}; geometric mean {:.3}, {interval}; range {min:.3}-{max:.3}{judged}",
         a.label,
         by_round.join(" "),
         s.mean,
-        a.target,
-        verdict(&s, a.target, a.better)
     );
 }
 
@@ -176,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn one_round_has_no_interval_and_is_judged_by_its_ratio() {
+    fn one_round_has_no_interval_and_no_verdict() {
         let s = summarize(&[(4.0, 5.0)]).unwrap();
         assert_eq!(
             s,
@@ -186,8 +196,7 @@ mod tests {
                 interval: None
             }
         );
-        assert_eq!(verdict(&s, 1.0, Better::Higher), "met");
-        assert_eq!(verdict(&s, 1.0, Better::Lower), "not met");
+        assert_eq!(verdict(&s, 1.0, Better::Higher), "not judged (one round)");
     }
 
     #[test]
