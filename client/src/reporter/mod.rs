@@ -1,8 +1,8 @@
 //! The agent's reporter: carries acknowledgements to the listener without ever
 //! putting a network round trip between two writes.
 //!
-//! Workload threads hand each ack to an [`AckSink`] (an unbounded channel: it never
-//! blocks). One task batches what arrives within [`LINGER`] (up to [`BATCH_MAX`] acks), sends
+//! Workload threads hand each ack to an [`AckSink`] (a queue of the thread's own,
+//! `lanes`: it never blocks). One task batches what arrives within [`LINGER`] (up to [`BATCH_MAX`] acks), sends
 //! batches back to back without waiting, and counts an ack as acknowledged only when
 //! the listener answers `Confirmed` for its batch, which it does after its ledger's
 //! `fdatasync`. If the connection breaks, the task reconnects (250 ms after each failed
@@ -27,11 +27,14 @@
 //!   options, the stall watch.
 //! * `sink` — [`AckSink`], what workload threads hand acks to, and the counters that
 //!   tell writers to pause.
+//! * `lanes` — the hand-over from sinks to the task: a queue per sink, and how the
+//!   task is woken.
 //! * `outbox` — the pure batching, resend and idempotency state machine.
 //! * `task` — the connect, resume and reconnect loop that drives the outbox.
 //! * `fault` — witness faults: which failures are faults, and ending the run on one.
 
 mod fault;
+mod lanes;
 mod outbox;
 mod sink;
 mod task;
@@ -159,7 +162,8 @@ impl Reporter {
             counters,
         ));
         tokio::spawn(watch(Arc::downgrade(&shared)));
-        let (tx, rx) = mpsc::unbounded_channel();
+        let lanes = Arc::new(lanes::Lanes::default());
+        let lane = lanes.open();
         let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
         let state = Task {
             addr: listener.to_string(),
@@ -169,7 +173,8 @@ impl Reporter {
             shared: shared.clone(),
             outbox: Outbox::new(promised),
             ack_log,
-            rx,
+            lanes,
+            taken: Vec::new(),
             ctrl: ctrl_rx,
             ending: None,
             ending_sent: false,
@@ -181,7 +186,7 @@ impl Reporter {
         let task = tokio::spawn(state.run(r, w));
         Ok((
             Reporter {
-                sink: AckSink { tx, shared },
+                sink: AckSink { lane, shared },
                 ctrl,
                 task,
             },

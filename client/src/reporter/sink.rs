@@ -1,18 +1,18 @@
 //! What workload threads hand acknowledgements to: the [`AckSink`], and the counters
 //! it shares with the reporter task.
 //!
-//! A sink never blocks a write: an ack goes into an unbounded channel and a counter
-//! (`handed`). The reporter task counts `confirmed` as the listener confirms batches.
+//! A sink never blocks a write: an ack goes onto the sink's own lane (`lanes`) and a
+//! counter (`handed`). The reporter task counts `confirmed` as the listener confirms batches.
 //! From the two, and the time of the last confirmation, a writer learns whether it must
 //! pause ([`AckSink::paused`]): too many acks wait, or the witness has been silent too
 //! long while they wait, or a witness fault ended the run.
 
+use super::lanes::LaneTx;
 use super::outbox::over_bound;
 use plugpull::ledger::{FileAck, FilesAck};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
 /// One acknowledgement as a workload hands it over.
 #[derive(Debug)]
@@ -111,11 +111,20 @@ impl Shared {
     }
 }
 
-/// Where workload threads put acknowledgements. Cheap to clone; never blocks.
-#[derive(Clone)]
+/// Where workload threads put acknowledgements; never blocks. Each clone has a lane
+/// of its own (see `lanes`): give each workload thread its own clone.
 pub struct AckSink {
-    pub(super) tx: mpsc::UnboundedSender<Msg>,
+    pub(super) lane: LaneTx,
     pub(super) shared: Arc<Shared>,
+}
+
+impl Clone for AckSink {
+    fn clone(&self) -> AckSink {
+        AckSink {
+            lane: self.lane.open_another(),
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 impl AckSink {
@@ -130,9 +139,9 @@ impl AckSink {
 
     fn hand(&self, n: u64, m: Msg) {
         self.shared.handed.fetch_add(n, Ordering::Relaxed);
-        // The reporter outlives every sink until `finish`; a send can only fail after
-        // it gave up, and then `finish` reports the failure.
-        let _ = self.tx.send(m);
+        // Taken by the reporter task; after it gave up, `finish` reports the failure
+        // and what is left on the lane is never sent.
+        self.lane.push(m);
     }
 
     /// Hands over one durable write (its durability call returned) at once: a

@@ -17,6 +17,7 @@
 //! control channel.
 
 use super::fault::step_of;
+use super::lanes::Lanes;
 use super::outbox::Outbox;
 use super::sink::{Msg, Shared};
 use super::{BATCH_MAX, FINISH_DEADLINE, LINGER};
@@ -55,8 +56,10 @@ pub(super) struct Task {
     pub(super) shared: Arc<Shared>,
     pub(super) outbox: Outbox,
     pub(super) ack_log: Option<std::io::BufWriter<std::fs::File>>,
-    /// Acks from the sinks.
-    pub(super) rx: mpsc::UnboundedReceiver<Msg>,
+    /// Acks from the sinks, a lane each.
+    pub(super) lanes: Arc<Lanes>,
+    /// What the last look at the lanes took (kept for its capacity).
+    pub(super) taken: Vec<Msg>,
     /// The end of the run, when it is asked for.
     pub(super) ctrl: mpsc::UnboundedReceiver<Ctrl>,
     /// The end-of-run request and where its answer goes, once asked for.
@@ -208,14 +211,11 @@ impl Task {
         loop {
             tokio::select! {
                 _ = &mut pause => break,
-                m = self.rx.recv(), if self.ending.is_none() && self.acks_open => match m {
-                    Some(m) => {
-                        self.outbox.add(m);
+                _ = self.lanes.wait(), if self.ending.is_none() && self.acks_open => {
+                    if self.drain() > 0 {
                         self.linger_until.get_or_insert_with(tokio::time::Instant::now);
-                        if self.outbox.gathered() >= BATCH_MAX { self.seal(); }
                     }
-                    None => self.acks_open = false,
-                },
+                }
                 c = self.ctrl.recv(), if self.ending.is_none() && !self.abandoned => self.asked(c),
             }
         }
@@ -238,15 +238,12 @@ impl Task {
             }
         }
         tokio::select! {
-            // While a batch lingers the channel is not polled: acks still go into it
-            // the moment they are made, but no waker is registered, so handing one
-            // over costs the writer no wake-up of this task (a futex call and a
-            // context switch per ack otherwise); the linger's end takes them all.
-            m = self.rx.recv(), if self.ending.is_none() && self.acks_open && self.linger_until.is_none() => {
-                match m {
-                    Some(m) => self.gathered(m, w).await?,
-                    None => self.acks_open = false,
-                }
+            // While a batch lingers the lanes are not waited on: acks still go onto
+            // them the moment they are made, but the task does not say it sleeps, so
+            // handing one over costs the writer no wake-up of this task (a futex call
+            // and a context switch per ack otherwise); the linger's end takes them all.
+            _ = self.lanes.wait(), if self.ending.is_none() && self.acks_open && self.linger_until.is_none() => {
+                self.gathered(w).await?;
                 Ok(Step::Continue)
             }
             _ = tokio::time::sleep_until(self.linger_until.unwrap_or_else(tokio::time::Instant::now)), if self.linger_until.is_some() => {
@@ -276,13 +273,9 @@ impl Task {
         }
     }
 
-    /// Gathers `m` and whatever else is queued; sends full batches at once, and
+    /// Gathers whatever is queued on the lanes; sends full batches at once, and
     /// starts the linger for what is left of a partial one.
-    async fn gathered(&mut self, m: Msg, w: &mut Writer) -> Result<(), Error> {
-        self.outbox.add(m);
-        if self.outbox.gathered() >= BATCH_MAX {
-            self.seal();
-        }
+    async fn gathered(&mut self, w: &mut Writer) -> Result<(), Error> {
         self.drain();
         if self.outbox.next_unsent().is_some() {
             send_unsent(&mut self.outbox, self.run, w).await?;
@@ -305,26 +298,23 @@ impl Task {
         Ok(())
     }
 
-    /// Gathers every ack queued in the channel now, sealing each full batch; returns
-    /// how many messages it took.
+    /// Gathers every ack queued on the lanes now, sealing each full batch; returns
+    /// how many messages it took. Notes when no ack can come any more (every sink
+    /// gone and every lane taken).
     fn drain(&mut self) -> usize {
-        let mut n = 0;
-        loop {
-            match self.rx.try_recv() {
-                Ok(m) => {
-                    n += 1;
-                    self.outbox.add(m);
-                    if self.outbox.gathered() >= BATCH_MAX {
-                        self.seal();
-                    }
-                }
-                Err(mpsc::error::TryRecvError::Empty) => return n,
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    self.acks_open = false;
-                    return n;
-                }
+        let mut taken = std::mem::take(&mut self.taken);
+        let n = self.lanes.take(&mut taken);
+        for m in taken.drain(..) {
+            self.outbox.add(m);
+            if self.outbox.gathered() >= BATCH_MAX {
+                self.seal();
             }
         }
+        self.taken = taken;
+        if n == 0 && self.lanes.closed() {
+            self.acks_open = false;
+        }
+        n
     }
 
     /// Takes what the control channel gave: the end of the run, or `None` when the
