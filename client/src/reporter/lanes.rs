@@ -59,7 +59,9 @@ pub(super) struct Lanes {
 /// A sink's end of its lane. Dropping it counts the sink out (and wakes the task
 /// when it was the last one).
 pub(super) struct LaneTx {
-    lane: Arc<Lane>,
+    /// `None` only while dropping: the lane is let go before the sink is counted
+    /// out, so a task woken by the last sink finds the lane free to forget.
+    lane: Option<Arc<Lane>>,
     lanes: Arc<Lanes>,
 }
 
@@ -75,7 +77,7 @@ impl Lanes {
         self.lanes.lock().unwrap().push(lane.clone());
         self.live.fetch_add(1, Ordering::SeqCst);
         LaneTx {
-            lane,
+            lane: Some(lane),
             lanes: self.clone(),
         }
     }
@@ -125,8 +127,9 @@ impl Lanes {
 impl LaneTx {
     /// Queues `m` on this sink's lane and wakes the task if it watches the lane.
     pub(super) fn push(&self, m: Msg) {
+        let lane = self.lane.as_ref().expect("a live sink has its lane");
         let watched = {
-            let mut q = self.lane.queue.lock().unwrap();
+            let mut q = lane.queue.lock().unwrap();
             q.acks.push(m);
             std::mem::take(&mut q.watched)
         };
@@ -143,6 +146,9 @@ impl LaneTx {
 
 impl Drop for LaneTx {
     fn drop(&mut self) {
+        // Let go of the lane first: the task woken below must find that only the
+        // registry holds it (else it keeps the lane and looks again at once).
+        drop(self.lane.take());
         if self.lanes.live.fetch_sub(1, Ordering::SeqCst) == 1 {
             // The last sink: the task must learn that no more acks can come.
             self.lanes.wake.notify_one();
@@ -236,20 +242,25 @@ mod tests {
         const N: u64 = 20_000;
         let lanes = Arc::new(Lanes::default());
         let txs: Vec<LaneTx> = (0..4).map(|_| lanes.open()).collect();
+        // The writers keep their sinks until the task has every ack: only pushes can
+        // wake it meanwhile (the last sink going would wake it too, and hide a lost
+        // wake-up).
+        let all_taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let got = rt.block_on(async {
             let task = {
-                let lanes = lanes.clone();
+                let (lanes, all_taken) = (lanes.clone(), all_taken.clone());
                 tokio::spawn(async move {
                     let (mut out, mut waits) = (Vec::new(), 0);
-                    while !lanes.closed() {
+                    while (out.len() as u64) < 4 * N {
                         if lanes.take(&mut out) == 0 {
-                            // A lost wake-up would hang here: the test's timeout says so.
+                            // A lost wake-up hangs here: the timeout says so.
                             tokio::time::timeout(Duration::from_secs(10), lanes.wait())
                                 .await
                                 .expect("a push did not wake the waiting task");
                             waits += 1;
                         }
                     }
+                    all_taken.store(true, Ordering::SeqCst);
                     (out, waits)
                 })
             };
@@ -257,6 +268,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(w, tx)| {
+                    let all_taken = all_taken.clone();
                     std::thread::spawn(move || {
                         for i in 0..N {
                             tx.push(ack(w as u64 * N + i));
@@ -265,14 +277,21 @@ mod tests {
                                 std::thread::sleep(Duration::from_millis(1));
                             }
                         }
+                        while !all_taken.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
                     })
                 })
                 .collect();
+            let got = task.await.unwrap();
             for w in writers {
                 w.join().unwrap();
             }
-            task.await.unwrap()
+            got
         });
+        // Every sink gone, every lane taken: closed.
+        assert_eq!(lanes.take(&mut Vec::new()), 0);
+        assert!(lanes.closed());
         let (got, waits) = got;
         // The writers' pauses let the task find the lanes empty and sleep.
         assert!(waits > 0);

@@ -250,7 +250,7 @@ impl Task {
                 // While acks keep coming, the task looks again one LINGER from now
                 // instead of being woken by the next one: the writers then never wake
                 // it (no futex call in a writer's path), and no ack waits longer than
-                // LINGER. A look that finds none goes back to waiting on the channel.
+                // LINGER. A look that finds none goes back to waiting on the lanes.
                 let more = self.drain() > 0;
                 self.linger_until = more.then(|| tokio::time::Instant::now() + LINGER);
                 self.seal();

@@ -343,6 +343,13 @@ fn thread_main(
     let Ok(go) = go_rx.recv() else {
         return Vec::new(); // called off before the start
     };
+    // This job's own sink: a lane of its own to the reporter (a client's commits stay
+    // in order on it; the jobs do not share its lock).
+    let go = Go {
+        run: go.run,
+        sink: go.sink.clone(),
+        deadline: go.deadline,
+    };
     run_job(sessions, &p, &go, &shared)
 }
 
