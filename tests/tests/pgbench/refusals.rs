@@ -106,19 +106,17 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
         "{}",
         stdout(&o)
     );
-    // So does the report page, written all the same: neither green nor red, and no
-    // sentence in green saying that nothing was lost.
-    let html = dir.path().join("not-measured.html");
-    let o = plugpull(
-        &[
-            &["report"],
-            &judged[..],
-            &["--html", html.to_str().unwrap()],
-        ]
-        .concat(),
-    );
+    // So does the report page, written all the same.
+    not_measured_page(&dir.path().join("not-measured.html"), &judged);
+}
+
+/// `plugpull report` of a run that measured nothing, judged with `judged` (verify's
+/// arguments): exit 2 after writing the page, which is neither green nor red and has
+/// no sentence in green saying that nothing was lost.
+fn not_measured_page(html: &std::path::Path, judged: &[&str]) {
+    let o = plugpull(&[&["report"], judged, &["--html", html.to_str().unwrap()]].concat());
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let page = std::fs::read_to_string(&html).unwrap();
+    let page = std::fs::read_to_string(html).unwrap();
     assert!(
         page.contains("<p class=\"warn\">NOT MEASURED: all 200 acknowledged commits"),
         "{page}"
