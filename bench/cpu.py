@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs one side of a benchmark and prints "RATE CPU_US_PER_UNIT [STEADY_CPU_US]".
+"""Runs one side of a benchmark and prints "RATE CPU_US_PER_UNIT", and with --steady
+"STEADY_CPU_US [MACHINE_US WATCHED_US] RUNTIME_US" after it (each described below).
 
 Usage: bench/cpu.py [--steady [--watch PID]] KIND COMMAND [ARG...], KIND one of:
   raw       bench/src/raw_fsync_loop.rs: "writes/s = R" and "writes = N" lines
@@ -25,6 +26,12 @@ database server, both clients and anything else running) and process PID's
 user+sys time (the listener, which stands in for the witness host and on real
 hardware runs elsewhere). They say where the machine's CPU goes per transaction
 when the CPU, not the disk, decides the rate.
+
+--steady adds, last on the line, the same steady figure for the process's threads
+named "tokio-rt-worker" (/proc/PID/task/*/stat): in plugpull that is the async
+runtime, whose work during a run is the reporter's (batching the acknowledgements,
+sending them to the listener, taking its confirmations); pgbench has no such thread
+(0). It says how much of the client's CPU per unit the witness's hand-over costs.
 """
 import json
 import os
@@ -59,6 +66,22 @@ def cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
+
+
+def thread_ticks(pid, name):
+    """utime + stime of the threads of process `pid` named `name`, in clock ticks
+    (a thread that ends between the listing and the read is left out)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, fields = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        if head.split("(", 1)[1] == name:
+            fields = fields.split()
+            total += int(fields[11]) + int(fields[12])
+    return total
 
 
 def machine_ticks():
@@ -106,6 +129,7 @@ def main():
                     sample = (float(m.group(1)), float(m.group(2)), cpu_ticks(p.pid))
                     if watch_pid is not None:
                         sample += (machine_ticks(), cpu_ticks(watch_pid))
+                    sample += (thread_ticks(p.pid, "tokio-rt-worker"),)
                     samples.append(sample)
                 except OSError:
                     pass
@@ -133,6 +157,7 @@ def main():
         line += f" {s:.2f}"
         if watch_pid is not None:
             line += f" {steady(samples, 3):.2f} {steady(samples, 4):.2f}"
+        line += f" {steady(samples, len(samples[0]) - 1):.2f}"
     print(line)
 
 

@@ -15,7 +15,10 @@
 #     share, which is what the tps ratio follows once two cores are saturated;
 #     then, paired by round (`paired-ratio`, bench/src/paired_ratio.rs), the
 #     ratios of tps, steady client CPU and machine CPU per transaction with their
-#     spread, a 95 % interval and whether the target (parity) is met beyond noise;
+#     spread, a 95 % interval and whether the target (parity) is met beyond noise,
+#     and how plugpull's steady client CPU splits between its async runtime's
+#     threads (the reporter: batches to the listener, confirmations back) and the
+#     rest (the jobs' threads);
 #     then the same with the transaction pipelined
 #     on both sides (a pgbench script between \startpipeline and \endpipeline vs
 #     `plugpull write pgbench --pipeline`);
@@ -92,6 +95,7 @@ ADDR=$addr
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p'; }
 mean() { awk '{s += $1; n++} END {printf "%.1f", s / n}'; }
+median() { sort -g | awk '{a[NR] = $1} END {printf "%.2f", NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 # The same TPC-B transaction with BEGIN and its five statements pipelined, for the
 # comparison with `plugpull write pgbench --pipeline`.
@@ -111,7 +115,8 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :a
 END;
 SQL
 
-# Column K of bench/cpu.py's "RATE CPU_US STEADY_CPU_US" lines.
+# Column K of bench/cpu.py's lines: 1 rate, 2 CPU/tx, 3 steady CPU/tx, 4 machine CPU/tx,
+# 5 listener CPU/tx, 6 the runtime threads' CPU/tx (all steady, µs).
 col() { awk -v k="$1" '{print $k}'; }
 if [[ " $PARTS " == *" throughput "* ]]; then
 for mode in $MODES; do
@@ -153,6 +158,13 @@ for mode in $MODES; do
             "$PAIRED" --label "  C=$C $mode client CPU/tx steady plugpull/pgbench" --target 1.0 --better lower
         paste <(col 4 <"$WORK/pg.$C") <(col 4 <"$WORK/pp.$C") |
             "$PAIRED" --label "  C=$C $mode machine CPU/tx plugpull/pgbench" --target 1.0 --better lower
+        # Where plugpull's client CPU goes: its async runtime's threads run the
+        # reporter (batches to the listener, confirmations back); the rest is the
+        # pgbench jobs' threads.
+        echo "  C=$C $mode plugpull's client CPU/tx steady by thread kind, medians:" \
+            "runtime (reporter) $(col 6 <"$WORK/pp.$C" | median) us," \
+            "the rest (jobs) $(paste <(col 3 <"$WORK/pp.$C") <(col 6 <"$WORK/pp.$C") | awk '{print $1 - $2}' | median) us" \
+            "(pgbench's runtime threads: $(col 6 <"$WORK/pg.$C" | median) us)"
     done
 done
 fi
