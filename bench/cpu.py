@@ -28,10 +28,13 @@ hardware runs elsewhere). They say where the machine's CPU goes per transaction
 when the CPU, not the disk, decides the rate.
 
 --steady adds, last on the line, the same steady figure for the process's threads
-named "tokio-rt-worker" (/proc/PID/task/*/stat): in plugpull that is the async
-runtime, whose work during a run is the reporter's (batching the acknowledgements,
-sending them to the listener, taking its confirmations); pgbench has no such thread
-(0). It says how much of the client's CPU per unit the witness's hand-over costs.
+named "tokio-rt-worker" (/proc/PID/task/*/stat, counting the threads alive at both
+ends of the window): in plugpull that is the async runtime, whose work during a run
+is the reporter's (batching the acknowledgements, sending them to the listener,
+taking its confirmations) and the -P progress line's (tokio's blocking pool has the
+same name; the probe that uses it is done before the first progress line); pgbench
+has no such thread (0). It says how much of the client's CPU per unit the witness's
+hand-over costs.
 """
 import json
 import os
@@ -69,9 +72,9 @@ def cpu_ticks(pid):
 
 
 def thread_ticks(pid, name):
-    """utime + stime of the threads of process `pid` named `name`, in clock ticks
-    (a thread that ends between the listing and the read is left out)."""
-    total = 0
+    """{thread id: utime + stime in clock ticks} of the threads of process `pid`
+    named `name` (a thread that ends between the listing and the read is left out)."""
+    ticks = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
@@ -80,8 +83,8 @@ def thread_ticks(pid, name):
             continue
         if head.split("(", 1)[1] == name:
             fields = fields.split()
-            total += int(fields[11]) + int(fields[12])
-    return total
+            ticks[tid] = int(fields[11]) + int(fields[12])
+    return ticks
 
 
 def machine_ticks():
@@ -95,12 +98,18 @@ def machine_ticks():
 
 def steady(samples, k=2):
     """CPU us per unit of the tick counts in column `k` of `samples` between the
-    first and the last progress line, or None."""
+    first and the last progress line, or None. A column of {thread id: ticks}
+    counts the threads present at both lines (one that ended in between took its
+    time with it, so counting it would subtract that time)."""
     if len(samples) < 3:
         return None
     units = sum(s[1] * (s[0] - samples[i][0]) for i, s in enumerate(samples[1:]))
-    cpu = (samples[-1][k] - samples[0][k]) / os.sysconf("SC_CLK_TCK")
-    return cpu / max(units, 1) * 1e6
+    first, last = samples[0][k], samples[-1][k]
+    if isinstance(first, dict):
+        ticks = sum(v - first[t] for t, v in last.items() if t in first)
+    else:
+        ticks = last - first
+    return ticks / os.sysconf("SC_CLK_TCK") / max(units, 1) * 1e6
 
 
 def main():
@@ -115,7 +124,8 @@ def main():
         sys.exit(__doc__)
     kind, cmd = args[0], args[1:]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # (seconds, rate, CPU ticks[, machine busy ticks, PID's ticks]) at each progress line
+    # (seconds, rate, CPU ticks[, machine busy ticks, PID's ticks], {runtime thread:
+    # ticks}) at each progress line
     samples = []
     errors = []  # the other stderr lines, shown when the command fails
 

@@ -115,8 +115,9 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :a
 END;
 SQL
 
-# Column K of bench/cpu.py's lines: 1 rate, 2 CPU/tx, 3 steady CPU/tx, 4 machine CPU/tx,
-# 5 listener CPU/tx, 6 the runtime threads' CPU/tx (all steady, µs).
+# Column K of bench/cpu.py's lines, as both sides run it (--steady --watch): 1 rate,
+# 2 CPU/tx, 3 steady CPU/tx, 4 machine CPU/tx, 5 listener CPU/tx, 6 the runtime
+# threads' CPU/tx (3-6 steady, µs; without --watch the runtime's column would be 4).
 col() { awk -v k="$1" '{print $k}'; }
 if [[ " $PARTS " == *" throughput "* ]]; then
 for mode in $MODES; do
