@@ -136,7 +136,8 @@ struct Shared {
     interval: Mutex<Interval>,
 }
 
-/// The start signal: what every client needs once the run exists.
+/// The start signal: what every client of one job needs once the run exists (each
+/// job gets its own, with a sink of its own).
 struct Go {
     /// The run id the tags carry.
     run: RunId,
@@ -150,7 +151,7 @@ struct Go {
 pub struct Prepared {
     threads: Vec<std::thread::JoinHandle<Vec<ClientResult>>>,
     /// One per thread: the start signal (dropped unsent: the run is called off).
-    go: Vec<mpsc::Sender<Arc<Go>>>,
+    go: Vec<mpsc::Sender<Go>>,
     shared: Arc<Shared>,
     conn_time: Duration,
     params: Params,
@@ -235,13 +236,14 @@ impl Prepared {
             Limit::Duration(d) => Some(start + d),
             Limit::Transactions(_) => None,
         };
-        let go = Arc::new(Go {
-            run,
-            sink: sink.clone(),
-            deadline,
-        });
+        // Each job has a sink of its own, so a lane of its own to the reporter (a
+        // client's commits stay in order on it; the jobs do not share its lock).
         for tx in &self.go {
-            let _ = tx.send(go.clone());
+            let _ = tx.send(Go {
+                run,
+                sink: sink.clone(),
+                deadline,
+            });
         }
         let progress = self
             .params
@@ -326,7 +328,7 @@ fn thread_main(
     clients: Vec<u32>,
     shared: Arc<Shared>,
     ready: oneshot::Sender<Result<Duration, String>>,
-    go_rx: mpsc::Receiver<Arc<Go>>,
+    go_rx: mpsc::Receiver<Go>,
 ) -> Vec<ClientResult> {
     let t0 = Instant::now();
     let mut sessions = Vec::new();
@@ -342,13 +344,6 @@ fn thread_main(
     let _ = ready.send(Ok(t0.elapsed()));
     let Ok(go) = go_rx.recv() else {
         return Vec::new(); // called off before the start
-    };
-    // This job's own sink: a lane of its own to the reporter (a client's commits stay
-    // in order on it; the jobs do not share its lock).
-    let go = Go {
-        run: go.run,
-        sink: go.sink.clone(),
-        deadline: go.deadline,
     };
     run_job(sessions, &p, &go, &shared)
 }
