@@ -3,12 +3,11 @@
 //! run's manifest ([`plugpull::ledger::Storage`]); while it runs, the leaf disks'
 //! "flush requests completed" counters are sampled ([`FlushCounters`]) into the ack
 //! batches and the `-P` lines; `verify` builds and prints the "stack under test"
-//! section from them ([`section`], [`text`]).
+//! section from them ([`cut_evidence_now`] for `StorageReport::build`, [`text`]).
 
 use plugpull::ledger::{FlushSample, Storage};
 use plugpull::probe::evidence::Snapshot;
 use plugpull::probe::Probe;
-use plugpull::report::storage::RunFacts;
 use plugpull::report::StorageReport;
 use std::fmt::Write;
 use std::path::Path;
@@ -198,17 +197,6 @@ pub fn cut_evidence_now(storage: &Storage, run_host: &str) -> Result<Snapshot, S
     }
 }
 
-/// The storage section of a report on the run `storage` recorded (`run`: how it
-/// went), verified now on this host, with the cut evidence `after` (from
-/// [`cut_evidence_now`]).
-pub fn section(
-    storage: &Storage,
-    run: &RunFacts,
-    after: Result<Snapshot, String>,
-) -> StorageReport {
-    StorageReport::build(storage, run, |_| after)
-}
-
 /// The "stack under test" section as `verify` prints it: the stack at the run's
 /// start, flushes per acknowledgement during the run, the cut evidence, warnings.
 pub fn text(r: &StorageReport, what: &str) -> String {
@@ -286,7 +274,7 @@ mod tests {
     #[test]
     fn cut_evidence_is_taken_only_on_the_runs_host_where_its_storage_was_found() {
         let here = crate::manifest::hostname();
-        let facts = RunFacts {
+        let facts = plugpull::report::storage::RunFacts {
             batches: &[],
             end: None,
             device_error: false,
@@ -299,7 +287,7 @@ mod tests {
             ..Storage::default()
         };
         let at = |storage: &Storage, host: &str| {
-            section(storage, &facts, cut_evidence_now(storage, host))
+            StorageReport::build(storage, &facts, cut_evidence_now(storage, host))
         };
         let r = at(&probed, "the-agent-host");
         assert_eq!(

@@ -319,7 +319,7 @@ pub async fn judge(
     Ok((l, report))
 }
 
-/// The "stack under test" section of the report on run `l` ([`crate::storage::section`]),
+/// The "stack under test" section of the report on run `l` (`StorageReport::build`),
 /// with the cut-evidence snapshot taken now (its tools run in `block_in_place`).
 pub fn storage_of(l: &RunLedger) -> plugpull::report::StorageReport {
     let evidence = tokio::task::block_in_place(|| {
@@ -343,7 +343,7 @@ fn storage_with(
         serial: w.single_writer(),
         what: w.acks_name(),
     };
-    crate::storage::section(&l.manifest.storage, &facts, evidence)
+    plugpull::report::StorageReport::build(&l.manifest.storage, &facts, evidence)
 }
 
 /// Prints `report`: one JSON object with `json`, else the human report listing at most

@@ -194,14 +194,14 @@ pub const DEVICE_ERROR_SAME_BOOT: &str = "same boot id: the host stayed up and t
 
 impl StorageReport {
     /// The section for a run recorded with `storage`: `run` is how the run went;
-    /// `after` is given the stored probe (read once, here) and takes the
-    /// cut-evidence snapshot, or says why it took none.
+    /// `after` is the cut-evidence snapshot taken at verify time, or why none was
+    /// taken (the client's `storage::cut_evidence_now`).
     ///
     /// A stored probe this version cannot read is reported as not probed, naming why.
     pub fn build(
         storage: &Storage,
         run: &RunFacts,
-        after: impl FnOnce(Option<&Probe>) -> Result<Snapshot, String>,
+        after: Result<Snapshot, String>,
     ) -> StorageReport {
         let RunFacts {
             batches,
@@ -216,7 +216,6 @@ impl StorageReport {
             Ok(None) => (None, storage.not_probed.clone()),
             Err(e) => (None, e),
         };
-        let after = after(probe.as_ref());
         let (flushes, flushes_note) = run_flushes(storage, probe.as_ref(), batches, end);
         let mut warnings = Vec::new();
         let mut cut_evidence = Vec::new();

@@ -220,7 +220,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         notes: vec![],
     };
     let batches = [batch(1, 2, Some(vec![Some(5)]))];
-    let r = StorageReport::build(&s, &facts(&batches, None, false), |_| Ok(after.clone()));
+    let r = StorageReport::build(&s, &facts(&batches, None, false), Ok(after.clone()));
     assert_eq!(r.not_probed, "");
     assert_eq!(
         r.warnings.iter().map(|w| w.id).collect::<Vec<_>>(),
@@ -236,7 +236,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
     );
     assert_eq!(r.evidence_after.as_ref(), Some(&after));
     let why = "verify runs on host b, the run ran on host a: no cut evidence taken";
-    let r = StorageReport::build(&s, &facts(&[], None, false), |_| Err(why.into()));
+    let r = StorageReport::build(&s, &facts(&[], None, false), Err(why.into()));
     assert_eq!(r.cut_evidence, [why]);
     assert_eq!(r.evidence_after, None);
     // A device error on a host that stayed up: not "its power was not cut".
@@ -244,9 +244,9 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         boot_id: "a".into(),
         ..after.clone()
     };
-    let r = StorageReport::build(&s, &facts(&[], None, true), |_| Ok(same.clone()));
+    let r = StorageReport::build(&s, &facts(&[], None, true), Ok(same.clone()));
     assert_eq!(r.cut_evidence[0], DEVICE_ERROR_SAME_BOOT);
-    let r = StorageReport::build(&s, &facts(&[], None, false), |_| Ok(same));
+    let r = StorageReport::build(&s, &facts(&[], None, false), Ok(same));
     assert_eq!(
         r.cut_evidence[0],
         "same boot id: the machine did not reboot \u{2014} its power was not cut"
@@ -256,7 +256,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
 #[test]
 fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
     let s = storage(&[], vec![], None);
-    let r = StorageReport::build(&s, &facts(&[], None, false), |_| Err("x".into()));
+    let r = StorageReport::build(&s, &facts(&[], None, false), Err("x".into()));
     assert_eq!(
         (r.probe, r.not_probed.as_str()),
         (None, "data directory hidden")
@@ -265,7 +265,7 @@ fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
         probe_json: "{\"layers\":7}".into(),
         ..Storage::default()
     };
-    let r = StorageReport::build(&bad, &facts(&[], None, false), |_| Err("x".into()));
+    let r = StorageReport::build(&bad, &facts(&[], None, false), Err("x".into()));
     assert!(
         r.not_probed
             .starts_with("the run's stored probe cannot be read: "),
