@@ -96,7 +96,8 @@ pub fn run_flushes(
             let start = get(&storage.flushes_start.counts, i);
             let latest = samples.iter().rev().find_map(|(s, acked)| {
                 let (a, b) = (start?, get(&s.counts, i)?);
-                (b >= a).then_some((b - a, *acked))
+                // A counter that went backwards (a disk replaced or reset) says nothing.
+                b.checked_sub(a).map(|f| (f, *acked))
             });
             let acknowledged = latest.map_or(acked, |(_, n)| n);
             let flushes = latest.map(|(f, _)| f);
