@@ -367,8 +367,10 @@ fn target_map(p: &mut Page, l: &RunLedger, r: &FileReport) -> Result<(), Error> 
 fn none_to_plot(standing: Standing, unpromised: u64, many: &str) -> String {
     match standing {
         Standing::Pass if unpromised > 0 => format!(
-            "Nothing promised was lost or damaged: no {many} to plot ({unpromised} losses the \
-             configuration did not promise durability for are left out)."
+            "Nothing promised was lost or damaged: no {many} to plot ({unpromised} {} the \
+             configuration did not promise durability for {} left out).",
+            if unpromised == 1 { "loss" } else { "losses" },
+            if unpromised == 1 { "is" } else { "are" }
         ),
         Standing::Pass => format!("Nothing acknowledged was lost or damaged: no {many} to plot."),
         Standing::Fail => {
@@ -387,9 +389,14 @@ fn per_client(p: &mut Page, standing: Standing, r: &PgReport) -> Result<(), Erro
         p.heading(title, how);
         let sentence = if r.unpromised_lost > 0 {
             format!(
-                "No client lost a promised commit ({} unpromised commits lost, as the \
+                "No client lost a promised commit ({} unpromised {} lost, as the \
                  configuration allows).",
-                r.unpromised_lost
+                r.unpromised_lost,
+                if r.unpromised_lost == 1 {
+                    "commit"
+                } else {
+                    "commits"
+                }
             )
         } else {
             "No client lost an acknowledged commit.".to_string()
@@ -460,6 +467,11 @@ mod tests {
             none_to_plot(Standing::Pass, 3, "lost commits"),
             "Nothing promised was lost or damaged: no lost commits to plot (3 losses the \
              configuration did not promise durability for are left out)."
+        );
+        assert_eq!(
+            none_to_plot(Standing::Pass, 1, "lost commits"),
+            "Nothing promised was lost or damaged: no lost commits to plot (1 loss the \
+             configuration did not promise durability for is left out)."
         );
         assert_eq!(
             none_to_plot(Standing::Fail, 0, "lost commits"),

@@ -122,7 +122,7 @@ fn not_measured_page(html: &std::path::Path, judged: &[&str]) {
         "{page}"
     );
     assert!(page.contains(
-        "<p>No client lost a promised commit (1 unpromised commits lost, as the configuration \
+        "<p>No client lost a promised commit (1 unpromised commit lost, as the configuration \
          allows).</p>"
     ));
     assert!(!page.contains("class=\"pass\""), "{page}");
