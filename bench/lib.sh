@@ -1,4 +1,4 @@
-# Sourced by the bench scripts (`. bench/lib.sh`); defines two functions.
+# Sourced by the bench scripts (`. bench/lib.sh`); defines three functions.
 #
 # start_listener LEDGER_DIR LOG_DIR: starts a listener (LISTENER, default
 # target/release/plugpull-listener) on a free loopback port with its ledger in
@@ -9,6 +9,10 @@
 # directory (`shm`) and a listener with its ledger in `shm`, so its own fdatasyncs do
 # not queue on the disk under test (on real hardware the witness is another host);
 # removes it all on exit.
+# median: the median of the numbers on stdin, one per line (of an even count, the
+# mean of the two middle ones).
+median() { sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
 start_listener() {
     "${LISTENER:-target/release/plugpull-listener}" --listen 127.0.0.1:0 --data-dir "$1" \
         >"$2/l.out" 2>"$2/l.err" &

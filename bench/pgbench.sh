@@ -95,7 +95,6 @@ ADDR=$addr
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p'; }
 mean() { awk '{s += $1; n++} END {printf "%.1f", s / n}'; }
-median() { sort -g | awk '{a[NR] = $1} END {printf "%.2f", NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 # The same TPC-B transaction with BEGIN and its five statements pipelined, for the
 # comparison with `plugpull write pgbench --pipeline`.

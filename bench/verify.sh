@@ -26,7 +26,6 @@ target/release/plugpull write file --listener "$addr" --target "$t" --size "${mi
     --jobs 4 --pattern sequential --writes "$writes" --json >"$work/write.json"
 run=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$work/write.json")
 echo "run $run written in $(python3 -c "import time; print(f'{time.time() - $start:.1f}')") s"
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 rate() { python3 -c "print(f'{$mib / ($2 - $1):.1f}')"; }
 dd_run() { # $1: dd's block size
     sync; echo 3 >/proc/sys/vm/drop_caches
