@@ -283,6 +283,60 @@ fn unsafe_steps_are_acknowledged_unpromised_and_their_losses_do_not_fail() {
 }
 
 #[test]
+fn damage_no_step_made_fails_a_run_whose_every_step_was_unpromised() {
+    // Seed 1, one worker, 3 steps on 4 names, both durability calls skipped: every
+    // acknowledged step is unpromised, and no step touches name 1 (w0-1).
+    let tmp = tempfile::tempdir().unwrap();
+    let l = Listener::start(tmp.path());
+    let o = write_files(
+        &l,
+        &tmp.path().join("e"),
+        &[
+            "-j",
+            "1",
+            "--files",
+            "4",
+            "--steps",
+            "3",
+            "--seed",
+            "1",
+            "--unsafe-steps",
+            "dirsync,presync",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = run_id(&o);
+    let acks = files_acks(&l.ledger_path(&run));
+    let files: Vec<u32> = acks.iter().map(|a| a.file).collect();
+    assert_eq!((files.len(), acks.iter().any(|a| a.promised)), (3, false));
+    assert!(!files.contains(&1), "{files:?}");
+    let e = tmp.path().join("e");
+    let target = ["--run", run.as_str(), "--target", e.to_str().unwrap()];
+    let (code, v, err) = verify_json(&l, &target);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        v["summary"],
+        json!(
+            "NOT MEASURED: none of the 3 acknowledged steps promised durability (--unsafe-steps)"
+        )
+    );
+    // What no step made, under a name no step touched, is damage the run's own data
+    // shows: a FAIL, not "not measured".
+    std::fs::copy(e.join("w0-0"), e.join("w0-1")).unwrap();
+    let (code, v, err) = verify_json(&l, &target);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["verdicts"], counts(2, &[("resurrected", 1)]));
+    assert_eq!(
+        v["summary"],
+        json!(
+            "FAIL: 1 of 3 checked names lost or damaged acknowledged steps (1 resurrected) \
+             out of 3 acknowledged steps"
+        )
+    );
+    assert_eq!(v["findings"][0]["name"], json!("w0-1"));
+}
+
+#[test]
 fn bad_input_is_refused_with_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
