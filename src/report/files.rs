@@ -97,18 +97,26 @@ impl FilesReport {
         // its steps made): only a run with nothing wrong measured nothing.
         let not_measured = failures == 0 && acknowledged == unpromised_acks;
         let ok = failures == 0 && !not_measured;
+        // The failures by verdict: the names of each verdict less those whose steps
+        // were unpromised (every non-intact name has one finding), so the
+        // parentheses add up to the failures they explain.
         let lost: Vec<String> = FilesVerdict::ALL[1..]
             .iter()
-            .filter(|v| o.counts.get(**v) > 0)
-            .map(|v| format!("{} {}", o.counts.get(*v), v.name().replace('_', " ")))
+            .map(|&v| {
+                let unpromised = o
+                    .findings
+                    .iter()
+                    .filter(|f| f.verdict == v && !f.promised)
+                    .count() as u64;
+                (v, o.counts.get(v).saturating_sub(unpromised))
+            })
+            .filter(|&(_, n)| n > 0)
+            .map(|(v, n)| format!("{n} {}", v.name().replace('_', " ")))
             .collect();
-        let unpromised = if o.counts.unpromised > 0 {
-            format!(
-                "; {} names lost unpromised steps (--unsafe-steps), as expected",
-                o.counts.unpromised
-            )
-        } else {
-            String::new()
+        let unpromised = match o.counts.unpromised {
+            0 => String::new(),
+            1 => "; 1 name lost unpromised steps (--unsafe-steps), as expected".into(),
+            n => format!("; {n} names lost unpromised steps (--unsafe-steps), as expected"),
         };
         let summary = if not_measured {
             format!("NOT MEASURED: none of the {acknowledged} acknowledged steps promised durability (--unsafe-steps){unpromised}")
@@ -181,11 +189,33 @@ mod tests {
             .by_verdict
             .insert(FilesVerdict::LostFile.name().into(), lost_unpromised);
         counts.unpromised = lost_unpromised;
+        let finding = |i: u64, verdict, promised| FilesFinding {
+            name: format!("w0-{i}"),
+            verdict,
+            step_seq: i + 1,
+            step: "create".into(),
+            promised,
+            expected_exists: true,
+            expected_size: 4096,
+            expected_seq: i + 1,
+            found_exists: false,
+            found_size: 0,
+            found_seq: 0,
+            acked_secs_before_end: None,
+            evidence: String::new(),
+        };
+        let findings = (0..resurrected)
+            .map(|i| finding(i, FilesVerdict::Resurrected, true))
+            .chain(
+                (resurrected..resurrected + lost_unpromised)
+                    .map(|i| finding(i, FilesVerdict::LostFile, false)),
+            )
+            .collect();
         FilesOutcome {
             counts,
             checked: 8,
             in_flight_survived: 0,
-            findings: Vec::new(),
+            findings,
             acknowledged: (acknowledged, unpromised),
             foreign: Vec::new(),
         }
@@ -197,9 +227,9 @@ mod tests {
         assert_eq!((r.ok, r.not_measured), (false, false));
         assert_eq!(
             r.summary,
-            "FAIL: 1 of 8 checked names lost or damaged acknowledged steps (2 lost file, 1 \
-             resurrected) out of 5 acknowledged steps; 2 names lost unpromised steps \
-             (--unsafe-steps), as expected"
+            "FAIL: 1 of 8 checked names lost or damaged acknowledged steps (1 resurrected) \
+             out of 5 acknowledged steps; 2 names lost unpromised steps (--unsafe-steps), as \
+             expected"
         );
         // Without the failure the same run measured nothing.
         let r = FilesReport::new(FilesHead::default(), outcome(5, 5, 0, 2));
@@ -211,5 +241,13 @@ mod tests {
         );
         let r = FilesReport::new(FilesHead::default(), outcome(5, 4, 0, 2));
         assert_eq!((r.ok, r.not_measured), (true, false));
+        // One name: singular.
+        let r = FilesReport::new(FilesHead::default(), outcome(5, 4, 2, 1));
+        assert_eq!(
+            r.summary,
+            "FAIL: 2 of 8 checked names lost or damaged acknowledged steps (2 resurrected) \
+             out of 5 acknowledged steps; 1 name lost unpromised steps (--unsafe-steps), as \
+             expected"
+        );
     }
 }

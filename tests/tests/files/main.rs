@@ -277,7 +277,7 @@ fn unsafe_steps_are_acknowledged_unpromised_and_their_losses_do_not_fail() {
         v["summary"]
             .as_str()
             .unwrap()
-            .contains("1 names lost unpromised steps"),
+            .contains("; 1 name lost unpromised steps (--unsafe-steps), as expected"),
         "{v}"
     );
 }
