@@ -298,6 +298,57 @@ fn a_run_whose_clients_aborted_exits_2_after_its_summary() {
     );
 }
 
+/// Tables that are not pgbench's as the transaction expects (no teller rows: the
+/// teller UPDATE touches 0 rows) abort every client at its first transaction, named,
+/// in each protocol: pipelined, the statement's count is checked at its own command
+/// tag though the pipeline has one Sync. Nothing commits (the transaction is rolled
+/// back), and the run exits 2.
+#[test]
+fn a_statement_that_touches_no_row_aborts_the_client_in_every_protocol() {
+    let test = "a_statement_that_touches_no_row_aborts_the_client_in_every_protocol";
+    let Some((_dir, pg, l)) = setup(test) else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    init_tables(&l, &dsn, &["--scale", "1"]);
+    pg.psql_in("bench", "DELETE FROM pgbench_tellers");
+    for mode in [
+        &["--protocol", "prepared"][..],
+        &["--protocol", "prepared", "--pipeline"],
+        &["--protocol", "simple"],
+    ] {
+        let mut args = vec!["--clients", "2", "--jobs", "1", "--transactions", "5"];
+        args.extend_from_slice(mode);
+        let o = write(&l, &dsn, &args);
+        assert_eq!(o.status.code(), Some(2), "{mode:?}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("clients aborted: 2 of 2"),
+            "{mode:?}: {}",
+            stdout(&o)
+        );
+        let err = stderr(&o);
+        for c in 0..2 {
+            let line = err
+                .lines()
+                .find(|l| l.starts_with(&format!("client {c} aborted in transaction 1: ")))
+                .unwrap_or_else(|| panic!("{mode:?}: no abort of client {c}: {err}"));
+            assert!(
+                line.contains(": UPDATE pgbench_tellers (key ")
+                    && line.ends_with(
+                        ") touched 0 rows, not 1: the pgbench tables do not hold what the \
+                         transaction expects"
+                    ),
+                "{mode:?}: {line}"
+            );
+        }
+        assert!(
+            err.contains("its 0 acknowledged commits"),
+            "{mode:?}: {err}"
+        );
+        assert_eq!(tagged_rows(&pg, &run_id(&o)), "0", "{mode:?}");
+    }
+}
+
 /// With several hosts in the DSN, every client must reach the server the setup
 /// checked: here the first server lets the role open 2 connections, so the third
 /// client would land on the second server (another cluster); it refuses to, and the

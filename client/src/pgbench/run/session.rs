@@ -3,6 +3,11 @@
 //! and bound (`prepared`), or prepared and pipelined (`--pipeline`), and the random
 //! values each transaction draws, with pgbench's distributions.
 //!
+//! A statement is answered by its CommandComplete (or its ErrorResponse); each Sync
+//! by one ReadyForQuery. Unpipelined, every statement has its Sync; pipelined, BEGIN
+//! and the five statements share one, as between pgbench's `\startpipeline` and
+//! `\endpipeline`, and COMMIT has its own (its answer is the acknowledgement).
+//!
 //! A session is driven by its job's poll loop: [`Session::start`] sends the first
 //! statement, [`Session::on_ready`] reads what arrived and sends the next one, until
 //! it returns [`Step::Committed`] or [`Step::Failed`] ([`Step::RolledBack`] after
@@ -49,11 +54,10 @@ pub(super) struct Session {
     pipeline: bool,
     /// Statements of the current transaction sent.
     sent: usize,
-    /// Of those, statements answered (ReadyForQuery received).
+    /// Of those, statements answered (CommandComplete received).
     done: usize,
-    /// The row count of the current statement's command tag, once its
-    /// CommandComplete arrived.
-    tag_rows: Option<u64>,
+    /// Syncs sent and not yet answered by their ReadyForQuery.
+    syncs: usize,
     /// END's command tag was `COMMIT`.
     commit_tag: bool,
     /// The transaction's first failure.
@@ -95,7 +99,7 @@ impl Session {
             pipeline: p.pipeline,
             sent: 0,
             done: 0,
-            tag_rows: None,
+            syncs: 0,
             commit_tag: false,
             failure: None,
             rolling_back: false,
@@ -111,9 +115,10 @@ impl Session {
         self.conn.fd()
     }
 
-    /// Whether END was sent and not answered: a COMMIT in flight.
+    /// Whether END was sent and its ReadyForQuery has not come: a COMMIT in flight
+    /// (END goes alone, once every earlier Sync was answered).
     pub(super) fn commit_in_flight(&self) -> bool {
-        !self.rolling_back && self.sent > END && self.done <= END
+        !self.rolling_back && self.sent > END && self.syncs > 0
     }
 
     /// Ends the session (Terminate, then the socket shut down): a stopped client's
@@ -135,7 +140,7 @@ impl Session {
         self.tag.push_str(tag);
         self.sent = 0;
         self.done = 0;
-        self.tag_rows = None;
+        self.syncs = 0;
         self.commit_tag = false;
         self.failure = None;
         self.rolling_back = false;
@@ -151,9 +156,9 @@ impl Session {
         self.rolling_back = true;
         self.done = 0;
         self.failure = None;
-        self.tag_rows = None;
         self.conn.queue_query("ROLLBACK");
         self.sent = 1;
+        self.syncs = 1;
         match self.conn.flush() {
             Ok(()) => Step::Pending,
             Err(e) => Step::RolledBack(Err(e)),
@@ -177,8 +182,9 @@ impl Session {
     }
 
     /// Queues statement `k` of the transaction with the current values: for the
-    /// prepared protocol, Bind and Execute of `s{k}` with the values as text; for the
-    /// simple one, [`SQL`]`[k]` with each `$n` replaced by its value (the tag quoted).
+    /// prepared protocol, Bind and Execute of `s{k}` with the values as text, and a
+    /// Sync unless `k` is pipelined and not the pipeline's last; for the simple one,
+    /// [`SQL`]`[k]` with each `$n` replaced by its value (the tag quoted).
     fn queue(&mut self, k: usize) {
         let Values {
             aid,
@@ -221,13 +227,16 @@ impl Session {
                 q.clear();
                 substitute(q, SQL[k], &params[..n], k == 5);
                 self.conn.queue_query(q);
+                self.syncs += 1;
             }
             Protocol::Prepared => {
                 let mut bytes: [&[u8]; 5] = [&[]; 5];
                 for (b, p) in bytes.iter_mut().zip(&params[..n]) {
                     *b = p.as_bytes();
                 }
-                self.conn.queue_execute(STMT_NAMES[k], &bytes[..n]);
+                let sync = !self.pipeline || k + 1 >= END;
+                self.conn.queue_execute(STMT_NAMES[k], &bytes[..n], sync);
+                self.syncs += sync as usize;
             }
         }
         self.sent += 1;
@@ -272,8 +281,14 @@ impl Session {
                         )));
                     }
                     // A tag that is not text failed the check above.
-                    self.tag_rows = b.tag().ok().map(command_rows);
-                    if self.done == END && !self.rolling_back {
+                    let rows = b.tag().ok().map(command_rows);
+                    let k = self.done;
+                    self.done += 1;
+                    if self.rolling_back {
+                        continue;
+                    }
+                    self.check_rows(k, rows);
+                    if k == END {
                         // END's tag is COMMIT, or ROLLBACK for an aborted transaction.
                         self.commit_tag = b.tag().ok() == Some("COMMIT");
                         if !self.commit_tag {
@@ -315,56 +330,66 @@ impl Session {
         }
     }
 
-    /// A statement was answered (its ReadyForQuery came, with transaction status
-    /// `status`): checks its row count, sends the next one, or says how the
-    /// transaction ended.
+    /// Statement `k` was answered with a command tag of `rows` rows: the first
+    /// failure is a count other than 1 where the script expects exactly one row.
+    fn check_rows(&mut self, k: usize, rows: Option<u64>) {
+        if self.failure.is_some() {
+            return;
+        }
+        let Some(check) = ROW_CHECKS[k] else { return };
+        let key = match check.1 {
+            Key::Aid => self.v.aid,
+            Key::Tid => self.v.tid,
+            Key::Bid => self.v.bid,
+        };
+        self.failure = match rows {
+            Some(1) => None,
+            Some(n) => Some(TxError::Rows(format!(
+                "{} (key {key}) touched {n} rows, not 1: the pgbench tables do not hold what \
+                 the transaction expects",
+                check.0
+            ))),
+            None => Some(TxError::Rows(format!(
+                "{} (key {key}) answered no command tag",
+                check.0
+            ))),
+        };
+    }
+
+    /// A Sync was answered (its ReadyForQuery came, with transaction status
+    /// `status`): when it was the last one out, says how the transaction ended or
+    /// sends the next statement.
     fn answered(&mut self, status: u8) -> Option<Step> {
-        let k = self.done;
-        self.done += 1;
-        let rows = self.tag_rows.take();
-        if self.done > self.sent {
+        if self.syncs == 0 {
             return Some(self.broken(PgError::Protocol(
                 "ReadyForQuery with no statement outstanding".into(),
             )));
         }
         if self.rolling_back {
-            return Some(Step::RolledBack(Ok(())));
+            self.syncs -= 1;
+            return (self.syncs == 0).then_some(Step::RolledBack(Ok(())));
         }
-        if k == END && self.failure.is_none() && !(self.commit_tag && status == b'I') {
+        // A failed statement makes the server skip the rest up to the Sync; without a
+        // failure every statement sent must have been answered by the last Sync's
+        // answer (checked before it counts: a COMMIT sent stays in flight).
+        if self.syncs == 1 && self.failure.is_none() && self.done != self.sent {
+            return Some(self.broken(PgError::Protocol(format!(
+                "ReadyForQuery after {} of {} statements were answered: the answers are out \
+                 of step",
+                self.done, self.sent
+            ))));
+        }
+        self.syncs -= 1;
+        if self.syncs > 0 {
+            return None; // another Sync's answer still to come
+        }
+        if self.done > END && self.failure.is_none() && !(self.commit_tag && status == b'I') {
             // Only a COMMIT tag and an idle session say the transaction committed.
             self.failure = Some(TxError::Rows(format!(
                 "END was answered without the COMMIT tag and an idle session (tag seen: {}, \
                  status {:?}): the transaction is not acknowledged",
                 self.commit_tag, status as char
             )));
-        }
-        if self.failure.is_none() {
-            if let Some(check) = ROW_CHECKS[k] {
-                let key = match check.1 {
-                    Key::Aid => self.v.aid,
-                    Key::Tid => self.v.tid,
-                    Key::Bid => self.v.bid,
-                };
-                match rows {
-                    Some(1) => {}
-                    Some(n) => {
-                        self.failure = Some(TxError::Rows(format!(
-                            "{} (key {key}) touched {n} rows, not 1: the pgbench tables do not \
-                             hold what the transaction expects",
-                            check.0
-                        )))
-                    }
-                    None => {
-                        self.failure = Some(TxError::Rows(format!(
-                            "{} (key {key}) answered no command tag",
-                            check.0
-                        )))
-                    }
-                }
-            }
-        }
-        if self.done < self.sent {
-            return None; // pipelined answers still to come
         }
         if let Some(f) = self.failure.take() {
             return Some(Step::Failed(f));

@@ -99,9 +99,11 @@ impl Conn {
         frontend::query(sql, &mut self.wbuf).expect("a query without NUL bytes");
     }
 
-    /// Queues Bind (text parameters, text results), Execute and Sync of the
-    /// prepared statement `name`.
-    pub(crate) fn queue_execute(&mut self, name: &str, params: &[&[u8]]) {
+    /// Queues Bind (text parameters, text results) and Execute of the prepared
+    /// statement `name`, and a Sync after them when `sync` (the server answers each
+    /// Sync with one ReadyForQuery; a statement that fails makes it skip the rest up
+    /// to the next Sync).
+    pub(crate) fn queue_execute(&mut self, name: &str, params: &[&[u8]], sync: bool) {
         let r = frontend::bind(
             "",
             name,
@@ -117,7 +119,9 @@ impl Conn {
         // Our serializer never fails, and Bind fails otherwise only past 2^15 values.
         assert!(r.is_ok(), "Bind of {} parameters", params.len());
         frontend::execute("", 0, &mut self.wbuf).expect("an unnamed portal");
-        frontend::sync(&mut self.wbuf);
+        if sync {
+            frontend::sync(&mut self.wbuf);
+        }
     }
 
     /// Whether queued bytes wait for the socket to take them.
