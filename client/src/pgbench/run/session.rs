@@ -62,6 +62,10 @@ pub(super) struct Session {
     commit_tag: bool,
     /// The transaction's first failure.
     failure: Option<TxError>,
+    /// The server answered a statement with an ErrorResponse since the last
+    /// ReadyForQuery: it skips what follows up to the next Sync, so no command tag
+    /// may come before that Sync's answer.
+    server_error: bool,
     /// A ROLLBACK is out instead of a transaction.
     rolling_back: bool,
     /// The current transaction's values and tag.
@@ -102,6 +106,7 @@ impl Session {
             syncs: 0,
             commit_tag: false,
             failure: None,
+            server_error: false,
             rolling_back: false,
             v: Values::default(),
             tag: String::new(),
@@ -143,6 +148,7 @@ impl Session {
         self.syncs = 0;
         self.commit_tag = false;
         self.failure = None;
+        self.server_error = false;
         self.rolling_back = false;
         let first = if self.pipeline { END } else { 1 };
         for k in 0..first {
@@ -156,6 +162,7 @@ impl Session {
         self.rolling_back = true;
         self.done = 0;
         self.failure = None;
+        self.server_error = false;
         self.conn.queue_query("ROLLBACK");
         self.sent = 1;
         self.syncs = 1;
@@ -273,7 +280,10 @@ impl Session {
                         TAGS.get(self.done).copied().unwrap_or("(none)")
                     };
                     let rollback_at_end = self.done == END && word == Some("ROLLBACK");
-                    if self.done >= self.sent || (word != Some(want) && !rollback_at_end) {
+                    if self.server_error
+                        || self.done >= self.sent
+                        || (word != Some(want) && !rollback_at_end)
+                    {
                         return self.broken(PgError::Protocol(format!(
                             "the command tag {:?} does not answer the statement sent ({want} \
                              expected): the answers are out of step",
@@ -281,7 +291,7 @@ impl Session {
                         )));
                     }
                     // A tag that is not text failed the check above.
-                    let rows = b.tag().ok().map(command_rows);
+                    let rows = b.tag().map(command_rows).unwrap_or(0);
                     let k = self.done;
                     self.done += 1;
                     if self.rolling_back {
@@ -304,8 +314,11 @@ impl Session {
                     if e.is_connection_error() {
                         return self.broken(e);
                     }
+                    self.server_error = true;
                     if !self.rolling_back {
-                        let at_commit = self.done == END;
+                        // COMMIT goes alone, once every earlier Sync was answered:
+                        // an error after it was sent is COMMIT's.
+                        let at_commit = self.sent > END;
                         self.failure.get_or_insert(TxError::Db(at_commit, e));
                     }
                 }
@@ -332,7 +345,7 @@ impl Session {
 
     /// Statement `k` was answered with a command tag of `rows` rows: the first
     /// failure is a count other than 1 where the script expects exactly one row.
-    fn check_rows(&mut self, k: usize, rows: Option<u64>) {
+    fn check_rows(&mut self, k: usize, rows: u64) {
         if self.failure.is_some() {
             return;
         }
@@ -342,18 +355,13 @@ impl Session {
             Key::Tid => self.v.tid,
             Key::Bid => self.v.bid,
         };
-        self.failure = match rows {
-            Some(1) => None,
-            Some(n) => Some(TxError::Rows(format!(
-                "{} (key {key}) touched {n} rows, not 1: the pgbench tables do not hold what \
-                 the transaction expects",
+        if rows != 1 {
+            self.failure = Some(TxError::Rows(format!(
+                "{} (key {key}) touched {rows} rows, not 1: the pgbench tables do not hold \
+                 what the transaction expects",
                 check.0
-            ))),
-            None => Some(TxError::Rows(format!(
-                "{} (key {key}) answered no command tag",
-                check.0
-            ))),
-        };
+            )));
+        }
     }
 
     /// A Sync was answered (its ReadyForQuery came, with transaction status
@@ -365,14 +373,17 @@ impl Session {
                 "ReadyForQuery with no statement outstanding".into(),
             )));
         }
+        // The server's skipping after an error ends at this Sync.
+        let server_error = std::mem::take(&mut self.server_error);
         if self.rolling_back {
             self.syncs -= 1;
             return (self.syncs == 0).then_some(Step::RolledBack(Ok(())));
         }
-        // A failed statement makes the server skip the rest up to the Sync; without a
-        // failure every statement sent must have been answered by the last Sync's
-        // answer (checked before it counts: a COMMIT sent stays in flight).
-        if self.syncs == 1 && self.failure.is_none() && self.done != self.sent {
+        // A statement the server failed makes it skip the rest up to the Sync;
+        // otherwise every statement sent must have been answered by the last Sync's
+        // answer (a failed row count is ours: the server skipped nothing). Checked
+        // before the Sync counts, so a COMMIT sent stays in flight.
+        if self.syncs == 1 && !server_error && self.done != self.sent {
             return Some(self.broken(PgError::Protocol(format!(
                 "ReadyForQuery after {} of {} statements were answered: the answers are out \
                  of step",
