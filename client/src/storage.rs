@@ -223,7 +223,7 @@ pub fn text(r: &StorageReport, what: &str) -> String {
         let _ = match (f.flushes, f.per_ack) {
             (Some(n), Some(x)) => writeln!(
                 s,
-                "flushes during the run: {}: {n} over {} {what} ({x:.2} per acknowledgement)",
+                "flushes during the run: {}: {n} over the {} {what} up to the last flush sample ({x:.2} per acknowledgement)",
                 f.disk, f.acknowledged
             ),
             _ => writeln!(s, "flushes during the run: {}: not counted", f.disk),

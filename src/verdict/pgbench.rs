@@ -194,7 +194,7 @@ pub fn ack_time(ranges: &[AckRange], s: u64, end_ms: u32) -> String {
     let from = if i > 0 { ranges[i - 1].ms } else { 0 };
     format!(
         "acknowledged between {:.3} and {:.3} s before the end ({:.3}–{:.3} s into the run; \
-         its range {}..={} was acknowledged by {:.3} s)",
+         its range, seqs {} to {}, was acknowledged by {:.3} s)",
         before(from),
         before(r.ms),
         secs(from),

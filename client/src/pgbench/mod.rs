@@ -175,10 +175,14 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     if out.aborted_clients > 0 {
         // As pgbench: a run with an aborted client is incomplete (exit 2). Its
         // acknowledgements stay valid: verify checks them.
+        let kept = match out.committed {
+            0 => "no commit was acknowledged, so verify has nothing to check".to_string(),
+            1 => "its 1 acknowledged commit stays valid for verify".to_string(),
+            n => format!("its {n} acknowledged commits stay valid for verify"),
+        };
         return Err(Error(format!(
-            "{} of {} clients aborted (their errors are above): the run is incomplete; \
-             its {} acknowledged commits stay valid for verify",
-            out.aborted_clients, params.clients, out.committed
+            "{} of {} clients aborted (their errors are above): the run is incomplete; {kept}",
+            out.aborted_clients, params.clients
         )));
     }
     Ok(())

@@ -45,26 +45,37 @@ pub fn summary(r: &PgReport, missing: &[&str]) -> String {
     for t in missing {
         parts.push(format!("{t} missing"));
     }
-    // (count, what, whether a configuration that promised nothing permits it: see
-    // `plugpull::verdict::pgbench::Failures`).
+    // (count, what in the singular and the plural, whether a configuration that
+    // promised nothing permits it: see `plugpull::verdict::pgbench::Failures`).
     let named = [
-        (r.lost_commits, "lost commits", true),
-        (r.ordering_violations, "ordering violations", true),
-        (r.duplicates, "duplicates", false),
-        (r.phantoms, "phantoms", false),
-        (r.malformed_tags, "malformed tags", false),
-        (r.amcheck.corruptions, "amcheck corruptions", true),
-        (r.damaged_pages, "damaged pages", true),
+        (r.lost_commits, "lost commit", "lost commits", true),
+        (
+            r.ordering_violations,
+            "ordering violation",
+            "ordering violations",
+            true,
+        ),
+        (r.duplicates, "duplicate", "duplicates", false),
+        (r.phantoms, "phantom", "phantoms", false),
+        (r.malformed_tags, "malformed tag", "malformed tags", false),
+        (
+            r.amcheck.corruptions,
+            "amcheck corruption",
+            "amcheck corruptions",
+            true,
+        ),
+        (r.damaged_pages, "damaged page", "damaged pages", true),
         (
             r.unattributed_checksum_failures,
+            "unattributed checksum failure",
             "unattributed checksum failures",
             true,
         ),
     ];
-    for (n, what, permitted) in named {
+    for (n, one, many, permitted) in named {
         // In an unpromised run only what no setting permits fails.
         if n > 0 && (r.promised || !permitted) {
-            parts.push(format!("{n} {what}"));
+            parts.push(format!("{n} {}", if n == 1 { one } else { many }));
         }
     }
     if r.promised && r.invariant.checked && !r.invariant.holds {
@@ -270,13 +281,13 @@ mod tests {
         r.invariant.checked = true;
         assert_eq!(
             summary(&r, &["pgbench_history"]),
-            "FAIL: pgbench_history missing, 2 lost commits, 1 duplicates, balance invariant broken \
+            "FAIL: pgbench_history missing, 2 lost commits, 1 duplicate, balance invariant broken \
              out of 10 acknowledged commits"
         );
         r.promised = false;
         assert_eq!(
             summary(&r, &[]),
-            "FAIL: 1 duplicates out of 10 acknowledged commits"
+            "FAIL: 1 duplicate out of 10 acknowledged commits"
         );
     }
 

@@ -258,7 +258,7 @@ fn each_lost_commit_gets_its_own_time() {
     assert_eq!(
         ack_time(&raw[&0], 6, end),
         "acknowledged between 1.001 and 1.000 s before the end (0.001–0.002 s into the run; \
-         its range 5..=9 was acknowledged by 0.002 s)"
+         its range, seqs 5 to 9, was acknowledged by 0.002 s)"
     );
     assert!(ack_time(&raw[&0], 1, end)
         .starts_with("acknowledged between 1.002 and 1.001 s before the end"));

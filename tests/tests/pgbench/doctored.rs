@@ -142,7 +142,7 @@ fn an_undone_commit_is_lost(d: &Doctor) {
         v["summary"]
             .as_str()
             .unwrap()
-            .starts_with("FAIL: 1 lost commits"),
+            .starts_with("FAIL: 1 lost commit out of "),
         "{v:#}"
     );
 }

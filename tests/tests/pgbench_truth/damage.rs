@@ -103,7 +103,8 @@ fn the_damaged_page_is_a_finding(l: &Listener, run1: &str, dsn: &str, p: &Flippe
     assert_eq!(
         v["summary"],
         json!(format!(
-            "FAIL: {on_page} lost commits, 1 damaged pages out of 600 acknowledged commits"
+            "FAIL: {on_page} lost commit{}, 1 damaged page out of 600 acknowledged commits",
+            if on_page == 1 { "" } else { "s" }
         )),
         "{v:#}"
     );
@@ -241,7 +242,7 @@ fn a_damaged_fsm_page_is_repaired_by_postgresql_by_design_not_a_failure() {
     );
     assert_eq!(
         v["summary"],
-        json!("FAIL: 1 damaged pages out of 100 acknowledged commits"),
+        json!("FAIL: 1 damaged page out of 100 acknowledged commits"),
         "{v:#}"
     );
 }
@@ -370,7 +371,7 @@ fn a_logged_page_outside_the_run_is_damage(
     );
     assert_eq!(
         v["summary"],
-        json!("FAIL: 1 damaged pages, 2 unattributed checksum failures out of 100 acknowledged commits"),
+        json!("FAIL: 1 damaged page, 2 unattributed checksum failures out of 100 acknowledged commits"),
         "{v:#}"
     );
 }
