@@ -298,6 +298,57 @@ fn a_run_whose_clients_aborted_exits_2_after_its_summary() {
     );
 }
 
+/// A run that started with durability promised, then `fsync=off` set on the server
+/// (`ALTER SYSTEM` and a reload, as an operator would mid-run): verify reads the
+/// settings again and says so in a note and at the end of the summary, and leaves
+/// the verdict alone (when the change came is not known); set back, nothing is said.
+#[test]
+fn verify_says_when_the_server_no_longer_promises_durability() {
+    let test = "verify_says_when_the_server_no_longer_promises_durability";
+    let Some((_dir, mut pg, l)) = setup(test) else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let o = write(
+        &l,
+        &dsn,
+        &["--init", "--clients", "2", "--transactions", "20"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = run_id(&o);
+    pg.set("fsync", "off");
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}");
+    let note = "the server now has fsync=off, though the run started with a configuration \
+                that promised durability: if it changed during the run, the commits \
+                acknowledged after the change were recorded as promised but were not, and a \
+                loss among them is the configuration's, not the storage's";
+    assert!(
+        v["notes"].as_array().unwrap().contains(&json!(note)),
+        "{v:#}"
+    );
+    assert_eq!(
+        v["summary"],
+        json!(
+            "PASS: 40 acknowledged commits, 40 present (0 beyond the acknowledged: in flight \
+             or unconfirmed), none lost; balances consistent; warning: the server no longer \
+             promises durability (see the note): losses after a change during the run are \
+             the configuration's"
+        )
+    );
+    pg.set("fsync", "on");
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!v["notes"].to_string().contains("now has"), "{v:#}");
+    assert_eq!(
+        v["summary"],
+        json!(
+            "PASS: 40 acknowledged commits, 40 present (0 beyond the acknowledged: in flight \
+             or unconfirmed), none lost; balances consistent"
+        )
+    );
+}
+
 /// Tables that are not pgbench's as the transaction expects (no teller rows: the
 /// teller UPDATE touches 0 rows) abort every client at its first transaction, named,
 /// in each protocol: pipelined, the statement's count is checked at its own command
