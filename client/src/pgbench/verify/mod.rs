@@ -19,6 +19,7 @@ pub mod amcheck;
 pub mod damage;
 pub mod pages;
 pub mod ready;
+pub mod settings;
 pub mod sql;
 
 use crate::pgbench::conn::{self, describe};
@@ -127,10 +128,7 @@ pub async fn verify(
     rep.server_reachable = true;
     rep.commits_checked = true;
     rep.timings.connect_ms = t_all.elapsed().as_millis() as u64;
-    let changed = settings_changed(&client, rep.promised).await;
-    if let Some((note, _)) = &changed {
-        rep.notes.push(note.clone());
-    }
+    let unsafe_now = settings::check(&client, &mut rep).await;
 
     let mut out = Findings::default();
     let missing = schema::missing_tables(&client).await.map_err(Error)?;
@@ -197,11 +195,8 @@ pub async fn verify(
     rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
 
     finish(&mut rep, out, &missing, &lags);
-    if changed.is_some_and(|(_, unsafe_now)| unsafe_now) {
-        rep.summary.push_str(
-            "; warning: the server no longer promises durability (see the note): losses \
-             after a change during the run are the configuration's",
-        );
+    if unsafe_now {
+        rep.summary.push_str(settings::WARNING);
     }
     if rep.ok && rep.acknowledged_commits == 0 {
         return Err(Error(format!(
@@ -210,42 +205,6 @@ pub async fn verify(
     }
     rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
     Ok(rep)
-}
-
-/// For a run that started with durability promised: a note when the server's
-/// settings now promise none (`fsync=off`, `synchronous_commit=off`, as
-/// [`conn::unsafe_settings`] reads them), or when they cannot be read. The writer
-/// checks them only at the run's start, so a change made during the run (`ALTER
-/// SYSTEM` and a reload) leaves later commits recorded as promised; their loss would
-/// then be the configuration's, not the storage's. The verdict is not changed: when
-/// the change came is not known. The flag: the settings were read and promise none.
-async fn settings_changed(client: &Client, promised: bool) -> Option<(String, bool)> {
-    if !promised {
-        return None;
-    }
-    match conn::read_settings(client).await {
-        Ok(now) => {
-            let list = conn::unsafe_settings(&now);
-            (!list.is_empty()).then(|| {
-                let note = format!(
-                    "the server now has {}, though the run started with a configuration that \
-                     promised durability: if it changed during the run, the commits \
-                     acknowledged after the change were recorded as promised but were not, \
-                     and a loss among them is the configuration's, not the storage's",
-                    list.join(", ")
-                );
-                (note, true)
-            })
-        }
-        Err(e) => Some((
-            format!(
-                "the server's settings could not be read now ({}): whether they still \
-                 promise durability is not known",
-                describe(&e)
-            ),
-            false,
-        )),
-    }
 }
 
 /// The report before anything is checked: the run as the ledger knows it.
