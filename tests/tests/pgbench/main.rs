@@ -15,6 +15,15 @@ use std::time::Duration;
 mod doctored;
 mod refusals;
 
+/// The transaction's three ways to the server, as `write pgbench` options: bound
+/// prepared statements, the same pipelined (one Sync for BEGIN and the five
+/// statements), and simple queries.
+const PROTOCOLS: [&[&str]; 3] = [
+    &["--protocol", "prepared"],
+    &["--protocol", "prepared", "--pipeline"],
+    &["--protocol", "simple"],
+];
+
 /// `plugpull write pgbench --listener L --dsn DSN EXTRA…`, to completion.
 fn write(l: &Listener, dsn: &str, extra: &[&str]) -> Output {
     let mut args = vec!["write", "pgbench", "--listener", l.addr(), "--dsn", dsn];
@@ -431,11 +440,7 @@ fn serialization_failures_are_rolled_back_counted_and_retried() {
     let dsn = pg.conninfo_db("bench");
     init_tables(&l, &dsn, &["--scale", "1"]);
     pg.psql("ALTER DATABASE bench SET default_transaction_isolation = 'repeatable read'");
-    for mode in [
-        &["--protocol", "prepared"][..],
-        &["--protocol", "prepared", "--pipeline"],
-        &["--protocol", "simple"],
-    ] {
+    for mode in PROTOCOLS {
         let mut args = vec![
             "--clients",
             "4",

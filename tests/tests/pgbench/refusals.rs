@@ -327,26 +327,20 @@ fn verify_says_when_the_server_no_longer_promises_durability() {
         v["notes"].as_array().unwrap().contains(&json!(note)),
         "{v:#}"
     );
+    let pass = "PASS: 40 acknowledged commits, 40 present (0 beyond the acknowledged: in \
+                flight or unconfirmed), none lost; balances consistent";
     assert_eq!(
         v["summary"],
-        json!(
-            "PASS: 40 acknowledged commits, 40 present (0 beyond the acknowledged: in flight \
-             or unconfirmed), none lost; balances consistent; warning: the server no longer \
-             promises durability (see the note): losses after a change during the run are \
-             the configuration's"
-        )
+        json!(format!(
+            "{pass}; warning: the server no longer promises durability (see the note): \
+             losses after a change during the run are the configuration's"
+        ))
     );
     pg.set("fsync", "on");
     let (code, v, err) = verify(&l, &run, &dsn, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(!v["notes"].to_string().contains("now has"), "{v:#}");
-    assert_eq!(
-        v["summary"],
-        json!(
-            "PASS: 40 acknowledged commits, 40 present (0 beyond the acknowledged: in flight \
-             or unconfirmed), none lost; balances consistent"
-        )
-    );
+    assert_eq!(v["summary"], json!(pass));
 }
 
 /// Tables that are not pgbench's as the transaction expects (no teller rows: the
@@ -363,11 +357,7 @@ fn a_statement_that_touches_no_row_aborts_the_client_in_every_protocol() {
     let dsn = pg.conninfo_db("bench");
     init_tables(&l, &dsn, &["--scale", "1"]);
     pg.psql_in("bench", "DELETE FROM pgbench_tellers");
-    for mode in [
-        &["--protocol", "prepared"][..],
-        &["--protocol", "prepared", "--pipeline"],
-        &["--protocol", "simple"],
-    ] {
+    for mode in PROTOCOLS {
         let mut args = vec!["--clients", "2", "--jobs", "1", "--transactions", "5"];
         args.extend_from_slice(mode);
         let o = write(&l, &dsn, &args);
