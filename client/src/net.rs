@@ -2,6 +2,10 @@
 //! HMAC proof, see `plugpull::auth`), then framed requests and responses, every one
 //! sealed with the session's MAC in both directions.
 
+mod polled;
+
+pub use polled::Polled;
+
 use crate::Error;
 use plugpull::auth::{Direction, Secret};
 use plugpull::wire::{self, ErrorKind, FrameError, Request, Response, MAX_FRAME, PROTOCOL_VERSION};
@@ -117,6 +121,29 @@ impl Writer {
             .await
             .map_err(|e| Error(format!("sending to listener: {e}")))
     }
+}
+
+/// The connection `r` and `w` are the two halves of, handed from the runtime's
+/// reactor to a [`Polled`] (see there why), with every byte `r` had already read.
+/// Must be called within the runtime, with nothing queued on `w` (after its flush).
+///
+/// Errors: the halves are not of one connection, or it was not authenticated.
+pub fn into_polled(r: Reader, w: Writer) -> Result<Polled, Error> {
+    let (Some(open), Some(seal)) = (r.open, w.seal) else {
+        return Err(Error(format!("listener {}: not authenticated", r.addr)));
+    };
+    debug_assert!(
+        w.wr.buffer().is_empty(),
+        "a frame was queued and not flushed"
+    );
+    let rbuf = r.rd.buffer().to_vec();
+    let sock =
+        r.rd.into_inner()
+            .reunite(w.wr.into_inner())
+            .map_err(|e| Error(format!("listener {}: {e}", r.addr)))?
+            .into_std()
+            .map_err(|e| Error(format!("listener {}: {e}", r.addr)))?;
+    Ok(Polled::new(sock, r.addr, rbuf, open, seal))
 }
 
 /// Connects to `addr` (`HOST:PORT`) and authenticates with `secret`.

@@ -181,9 +181,10 @@ impl Reporter {
             acks_open: true,
             abandoned: false,
             linger_until: None,
+            poll_at: None,
             flush_clock,
         };
-        let task = tokio::spawn(state.run(r, w));
+        let task = tokio::spawn(state.run(net::into_polled(r, w)?));
         Ok((
             Reporter {
                 sink: AckSink { lane, shared },

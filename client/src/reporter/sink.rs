@@ -89,6 +89,13 @@ impl Shared {
             .saturating_sub(self.confirmed.load(Ordering::Relaxed))
     }
 
+    /// Whether more than half of `--max-unconfirmed` acks wait: writers are held
+    /// up by the bound, or soon may be, so confirmations should be read as they
+    /// arrive rather than at the reporter's next tick.
+    pub(super) fn near_bound(&self) -> bool {
+        self.waiting().saturating_mul(2) > self.max_unconfirmed
+    }
+
     /// How long nothing was confirmed while acks waited (zero when none wait).
     pub(super) fn stalled(&self) -> Duration {
         self.stalled_at(Instant::now())

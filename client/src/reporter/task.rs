@@ -5,7 +5,12 @@
 //! Connected, it waits for whichever comes first: an ack (gathered; the batch goes
 //! out when full, or [`LINGER`] after its first ack; while acks keep coming it looks
 //! again every [`LINGER`] rather than being woken by each), the end of the run (every
-//! queued ack, then `Finish`/`DeviceError`), or an answer from the listener. When the
+//! queued ack, then `Finish`/`DeviceError`), or the next tick. Answers from the
+//! listener are read at the ticks: each linger tick, and every [`LINGER`] while a
+//! batch waits for its confirmation, so a confirmation costs no wake-up of its own
+//! (see [`crate::net::Polled`]); only while writers are held up by
+//! `--max-unconfirmed`, or the end of the run waits, is the socket watched and an
+//! answer read the moment it arrives. When the
 //! connection breaks it reconnects (250 ms after each failed attempt), sends
 //! `ResumeRun`, and resends what the listener does not hold (the [`Outbox`] decides
 //! what). A witness fault ends the
@@ -21,7 +26,7 @@ use super::lanes::Lanes;
 use super::outbox::Outbox;
 use super::sink::{Msg, Shared};
 use super::{BATCH_MAX, FINISH_DEADLINE, LINGER};
-use crate::net::{self, NetError, Reader, Writer};
+use crate::net::{self, NetError, Polled};
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{AckBatch, Acks, DeviceError, RunSummary};
@@ -42,9 +47,6 @@ pub(super) enum Ctrl {
     /// The run ended by a device error.
     DeviceError(DeviceError, Reply),
 }
-
-/// The answers of one connection, read by their own task, and its writing half.
-type Conn = (mpsc::UnboundedReceiver<Result<Response, NetError>>, Writer);
 
 /// The state of the reporter task.
 pub(super) struct Task {
@@ -73,22 +75,11 @@ pub(super) struct Task {
     pub(super) abandoned: bool,
     /// When the acks gathered so far must go out even if no more come.
     pub(super) linger_until: Option<tokio::time::Instant>,
+    /// When to look for answers (and push what the socket did not take) next, while
+    /// the socket is not watched and something waits for one.
+    pub(super) poll_at: Option<tokio::time::Instant>,
     /// When a sealed batch carries the leaf disks' flush counters.
     pub(super) flush_clock: crate::storage::FlushClock,
-}
-
-fn spawn_reader(mut r: Reader) -> mpsc::UnboundedReceiver<Result<Response, NetError>> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            let m = r.recv_checked().await;
-            let stop = m.is_err();
-            if tx.send(m).is_err() || stop {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 /// What one step on a live connection came to.
@@ -100,24 +91,24 @@ pub(super) enum Step {
     Fault(Error),
 }
 
-/// Sends, on the current connection, every pending batch not yet sent on it.
-async fn send_unsent(outbox: &mut Outbox, run: RunId, w: &mut Writer) -> Result<(), Error> {
+/// Queues, on the current connection, every pending batch not yet sent on it, and
+/// sends as much as the socket takes.
+fn send_unsent(outbox: &mut Outbox, run: RunId, c: &mut Polled) -> Result<(), Error> {
     while let Some(b) = outbox.next_unsent() {
         let batch = b.batch;
-        w.send(&Request::Acks {
+        c.queue(&Request::Acks {
             run,
             batch: b.clone(),
-        })
-        .await?;
+        });
         outbox.sent(batch);
     }
-    Ok(())
+    c.push()
 }
 
 impl Task {
     /// Runs until the end of the run is confirmed, or cannot be; answers it.
-    pub(super) async fn run(mut self, r: Reader, w: Writer) {
-        let mut conn: Option<Conn> = Some((spawn_reader(r), w));
+    pub(super) async fn run(mut self, c: Polled) {
+        let mut conn: Option<Polled> = Some(c);
         let mut lost_since: Option<Instant> = None;
         let mut last_said: Option<Instant> = None;
         loop {
@@ -129,7 +120,7 @@ impl Task {
                 // Dropped without an end, and every ack handed over is confirmed.
                 return;
             }
-            let Some((resp, w)) = conn.as_mut() else {
+            let Some(c) = conn.as_mut() else {
                 // Disconnected: retry 250 ms after each failed attempt (fixed, not
                 // growing: the writers pause after --max-unconfirmed-secs, so a slower
                 // retry would only stretch the pause); keep gathering acks meanwhile.
@@ -154,6 +145,7 @@ impl Task {
                         conn = Some(c);
                         lost_since = None;
                         self.ending_sent = false;
+                        self.poll_at = None;
                         // What the listener does not hold goes out at once: waiting
                         // for the next ack would wait forever once the writers have
                         // paused for want of confirmations.
@@ -182,7 +174,7 @@ impl Task {
                 }
                 continue;
             };
-            match self.step(resp, w).await.unwrap_or_else(Step::Lost) {
+            match self.step(c).await.unwrap_or_else(Step::Lost) {
                 Step::Continue => {}
                 Step::Done => {
                     let (_, reply) = self.ending.take().unwrap();
@@ -222,64 +214,104 @@ impl Task {
     }
 
     /// One step on a live connection: sends the end of the run if it is due, then
-    /// handles whichever comes first of an ack, the linger deadline, the end of the
-    /// run and an answer. `Err` when the connection broke.
-    async fn step(
-        &mut self,
-        resp: &mut mpsc::UnboundedReceiver<Result<Response, NetError>>,
-        w: &mut Writer,
-    ) -> Result<Step, Error> {
+    /// handles whichever comes first of an ack, a tick (the linger deadline, or a
+    /// look for answers), the end of the run and, while the socket is watched, an
+    /// answer. `Err` when the connection broke.
+    async fn step(&mut self, c: &mut Polled) -> Result<Step, Error> {
         if let Some((req, _)) = &self.ending {
             if !self.ending_sent {
-                send_unsent(&mut self.outbox, self.run, w).await?;
-                w.send(req).await?;
-                w.flush().await?;
+                send_unsent(&mut self.outbox, self.run, c)?;
+                c.queue(req);
+                c.push()?;
                 self.ending_sent = true;
             }
         }
+        // Watched while someone waits for an answer: the end of the run, or writers
+        // at or near the count bound (they would wait up to a tick longer for each
+        // confirmation).
+        c.watch(self.ending_sent || self.shared.near_bound())?;
+        let awaited = c.unsent() || (!c.watched() && !self.outbox.is_empty());
+        if !awaited {
+            self.poll_at = None;
+        } else if self.poll_at.is_none() {
+            self.poll_at = Some(tokio::time::Instant::now() + LINGER);
+        }
+        let tick = match (self.linger_until, self.poll_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         tokio::select! {
             // While a batch lingers the lanes are not waited on: acks still go onto
             // them the moment they are made, but the task does not say it sleeps, so
             // handing one over costs the writer no wake-up of this task (a futex call
             // and a context switch per ack otherwise); the linger's end takes them all.
             _ = self.lanes.wait(), if self.ending.is_none() && self.acks_open && self.linger_until.is_none() => {
-                self.gathered(w).await?;
+                self.gathered(c)?;
                 Ok(Step::Continue)
             }
-            _ = tokio::time::sleep_until(self.linger_until.unwrap_or_else(tokio::time::Instant::now)), if self.linger_until.is_some() => {
-                // While acks keep coming, the task looks again one LINGER from now
-                // instead of being woken by the next one: the writers then never wake
-                // it (no futex call in a writer's path), and no ack waits longer than
-                // LINGER. A look that finds none goes back to waiting on the lanes.
-                let more = self.drain() > 0;
-                self.linger_until = more.then(|| tokio::time::Instant::now() + LINGER);
-                self.seal();
-                send_unsent(&mut self.outbox, self.run, w).await?;
-                w.flush().await?;
-                Ok(Step::Continue)
+            _ = tokio::time::sleep_until(tick.unwrap_or_else(tokio::time::Instant::now)), if tick.is_some() => {
+                self.tick(c)
             }
             c = self.ctrl.recv(), if self.ending.is_none() && !self.abandoned => {
                 self.asked(c);
                 Ok(Step::Continue)
             }
-            r = resp.recv() => match r {
-                Some(Ok(Response::Confirmed { batch: 0, .. })) if self.ending_sent && self.outbox.is_empty() => Ok(Step::Done),
-                Some(Ok(Response::Confirmed { batch: 0, .. })) => Ok(Step::Continue),
-                Some(Ok(Response::Confirmed { batch, .. })) => Ok(self.told(batch, "Confirmed").map_or_else(Step::Fault, |_| Step::Continue)),
-                Some(Ok(other)) => Err(Error(format!("unexpected answer from listener: {other:?}"))),
-                Some(Err(e)) => Ok(step_of(e)),
-                None => Err(Error("listener connection closed".into())),
+            _ = c.readable() => self.answers(c),
+        }
+    }
+
+    /// A tick: at the linger deadline, seals what was gathered and sends it (while
+    /// acks keep coming, the task looks again one [`LINGER`] from now instead of
+    /// being woken by the next one: the writers then never wake it, and no ack
+    /// waits longer than [`LINGER`]; a look that finds none goes back to waiting on
+    /// the lanes). Every tick pushes what the socket did not take yet and reads the
+    /// answers that arrived.
+    fn tick(&mut self, c: &mut Polled) -> Result<Step, Error> {
+        let now = tokio::time::Instant::now();
+        if self.linger_until.is_some_and(|t| t <= now) {
+            let more = self.drain() > 0;
+            self.linger_until = more.then(|| now + LINGER);
+            self.seal();
+            send_unsent(&mut self.outbox, self.run, c)?;
+        }
+        if self.poll_at.is_some_and(|t| t <= now) {
+            self.poll_at = None;
+            c.push()?;
+        }
+        self.answers(c)
+    }
+
+    /// Handles every answer that arrived.
+    fn answers(&mut self, c: &mut Polled) -> Result<Step, Error> {
+        loop {
+            let r = match c.answer() {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(Step::Continue),
+                Err(e) => return Ok(step_of(e)),
+            };
+            match r {
+                Response::Confirmed { batch: 0, .. }
+                    if self.ending_sent && self.outbox.is_empty() =>
+                {
+                    return Ok(Step::Done)
+                }
+                Response::Confirmed { batch: 0, .. } => {}
+                Response::Confirmed { batch, .. } => {
+                    if let Err(f) = self.told(batch, "Confirmed") {
+                        return Ok(Step::Fault(f));
+                    }
+                }
+                other => return Err(Error(format!("unexpected answer from listener: {other:?}"))),
             }
         }
     }
 
     /// Gathers whatever is queued on the lanes; sends full batches at once, and
     /// starts the linger for what is left of a partial one.
-    async fn gathered(&mut self, w: &mut Writer) -> Result<(), Error> {
+    fn gathered(&mut self, c: &mut Polled) -> Result<(), Error> {
         self.drain();
         if self.outbox.next_unsent().is_some() {
-            send_unsent(&mut self.outbox, self.run, w).await?;
-            w.flush().await?;
+            send_unsent(&mut self.outbox, self.run, c)?;
         }
         if self.outbox.gathered() > 0 && self.linger_until.is_none() {
             self.linger_until = Some(tokio::time::Instant::now() + LINGER);
@@ -394,7 +426,7 @@ impl Task {
         }
     }
 
-    async fn reconnect(&mut self) -> Result<Conn, NetError> {
+    async fn reconnect(&mut self) -> Result<Polled, NetError> {
         let (mut r, mut w) = net::connect(&self.addr, &self.secret)
             .await
             .map_err(NetError::Lost)?;
@@ -418,7 +450,7 @@ impl Task {
                     "reconnected to listener {}: run {} resumed after batch {}",
                     self.addr, self.run, confirmed_batch
                 );
-                Ok((spawn_reader(r), w))
+                net::into_polled(r, w).map_err(NetError::Lost)
             }
             other => Err(NetError::Lost(Error(format!(
                 "listener answered ResumeRun with {other:?}"
