@@ -3,10 +3,10 @@
 //!
 //! A socket registered with the reactor wakes a runtime thread whenever bytes
 //! arrive, whether a task waits for them or not: one wake-up per confirmation, on
-//! top of the linger timer's one per batch. Here the reporter reads what arrived
-//! when it looks anyway (each linger tick, [`Polled::answer`]), and has the socket
-//! watched ([`Polled::watch`]) only while something waits for an answer: writers
-//! held up by `--max-unconfirmed`, or the end of the run. Frames queued with
+//! top of the linger timer's one per batch. Here the reporter, while acks flow,
+//! reads what arrived when it looks anyway (each linger tick, [`Polled::answer`]),
+//! and has the socket watched ([`Polled::watch`]) otherwise: when no linger runs,
+//! when writers are near `--max-unconfirmed`, and at the end of the run. Frames queued with
 //! [`Polled::queue`] go out as far as the socket takes them without blocking
 //! ([`Polled::push`]); what it did not take waits for the next push.
 //!
@@ -89,6 +89,11 @@ impl Polled {
         self.wpos < self.wbuf.len()
     }
 
+    /// Bytes queued that the socket has not taken yet.
+    pub fn queued(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
     /// Sends what is queued, as far as the socket takes it without blocking.
     ///
     /// Errors: the connection broke.
@@ -110,6 +115,10 @@ impl Polled {
         }
         if !self.unsent() {
             self.wbuf.clear();
+            self.wpos = 0;
+        } else if self.wpos >= 1 << 16 {
+            // What was sent goes, so the buffer holds only what waits.
+            self.wbuf.drain(..self.wpos);
             self.wpos = 0;
         }
         Ok(())
@@ -197,8 +206,10 @@ impl Polled {
             Sock::Watched(fd) => {
                 // Readiness is cleared before the reads that follow, so bytes that
                 // arrive after them set it again: none is missed.
-                if let Ok(mut guard) = fd.readable().await {
-                    guard.clear_ready();
+                match fd.readable().await {
+                    Ok(mut guard) => guard.clear_ready(),
+                    // The runtime is shutting down: nothing will come.
+                    Err(_) => std::future::pending().await,
                 }
             }
             _ => std::future::pending().await,
@@ -301,7 +312,10 @@ mod tests {
         );
         theirs.write_all(&f[..5]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        assert!(c.answer().unwrap().is_none(), "half a frame was taken whole");
+        assert!(
+            c.answer().unwrap().is_none(),
+            "half a frame was taken whole"
+        );
         theirs.write_all(&f[5..]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         match c.answer().unwrap() {

@@ -182,6 +182,7 @@ impl Reporter {
             abandoned: false,
             linger_until: None,
             poll_at: None,
+            near_bound: false,
             flush_clock,
         };
         let task = tokio::spawn(state.run(net::into_polled(r, w)?));

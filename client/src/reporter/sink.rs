@@ -89,11 +89,16 @@ impl Shared {
             .saturating_sub(self.confirmed.load(Ordering::Relaxed))
     }
 
-    /// Whether more than half of `--max-unconfirmed` acks wait: writers are held
-    /// up by the bound, or soon may be, so confirmations should be read as they
-    /// arrive rather than at the reporter's next tick.
-    pub(super) fn near_bound(&self) -> bool {
-        self.waiting().saturating_mul(2) > self.max_unconfirmed
+    /// Whether writers are held up by `--max-unconfirmed` or soon may be: more than
+    /// half of it waits, or, when it did (`was`), still more than a quarter (so a
+    /// count hovering at half does not flip it at every look).
+    pub(super) fn near_bound(&self, was: bool) -> bool {
+        let w = self.waiting();
+        if was {
+            w.saturating_mul(4) > self.max_unconfirmed
+        } else {
+            w.saturating_mul(2) > self.max_unconfirmed
+        }
     }
 
     /// How long nothing was confirmed while acks waited (zero when none wait).

@@ -5,12 +5,10 @@
 //! Connected, it waits for whichever comes first: an ack (gathered; the batch goes
 //! out when full, or [`LINGER`] after its first ack; while acks keep coming it looks
 //! again every [`LINGER`] rather than being woken by each), the end of the run (every
-//! queued ack, then `Finish`/`DeviceError`), or the next tick. Answers from the
-//! listener are read at the ticks: each linger tick, and every [`LINGER`] while a
-//! batch waits for its confirmation, so a confirmation costs no wake-up of its own
-//! (see [`crate::net::Polled`]); only while writers are held up by
-//! `--max-unconfirmed`, or the end of the run waits, is the socket watched and an
-//! answer read the moment it arrives. When the
+//! queued ack, then `Finish`/`DeviceError`), or an answer. While acks flow (a
+//! linger runs) answers are read at the linger ticks instead, so a confirmation
+//! costs no wake-up of its own (see [`crate::net::Polled`]), unless more than half
+//! of `--max-unconfirmed` acks wait or the end of the run was sent. When the
 //! connection breaks it reconnects (250 ms after each failed attempt), sends
 //! `ResumeRun`, and resends what the listener does not hold (the [`Outbox`] decides
 //! what). A witness fault ends the
@@ -75,9 +73,11 @@ pub(super) struct Task {
     pub(super) abandoned: bool,
     /// When the acks gathered so far must go out even if no more come.
     pub(super) linger_until: Option<tokio::time::Instant>,
-    /// When to look for answers (and push what the socket did not take) next, while
-    /// the socket is not watched and something waits for one.
+    /// When to send what the socket did not take, while no linger runs.
     pub(super) poll_at: Option<tokio::time::Instant>,
+    /// More than half of `--max-unconfirmed` acks wait (and have not fallen to a
+    /// quarter since): answers are read the moment they arrive.
+    pub(super) near_bound: bool,
     /// When a sealed batch carries the leaf disks' flush counters.
     pub(super) flush_clock: crate::storage::FlushClock,
 }
@@ -91,18 +91,29 @@ pub(super) enum Step {
     Fault(Error),
 }
 
-/// Queues, on the current connection, every pending batch not yet sent on it, and
-/// sends as much as the socket takes.
+/// Bytes queued on the connection beyond what its socket took, past which no
+/// further batch is queued (the outbox keeps it until the socket takes more).
+const QUEUE_AHEAD: usize = 1 << 20;
+
+/// Queues, on the current connection, the pending batches not yet sent on it (as
+/// long as fewer than [`QUEUE_AHEAD`] bytes wait there), and sends as much as the
+/// socket takes.
 fn send_unsent(outbox: &mut Outbox, run: RunId, c: &mut Polled) -> Result<(), Error> {
-    while let Some(b) = outbox.next_unsent() {
-        let batch = b.batch;
-        c.queue(&Request::Acks {
-            run,
-            batch: b.clone(),
-        });
-        outbox.sent(batch);
+    loop {
+        while c.queued() < QUEUE_AHEAD {
+            let Some(b) = outbox.next_unsent() else { break };
+            let batch = b.batch;
+            c.queue(&Request::Acks {
+                run,
+                batch: b.clone(),
+            });
+            outbox.sent(batch);
+        }
+        c.push()?;
+        if c.unsent() || outbox.next_unsent().is_none() {
+            return Ok(());
+        }
     }
-    c.push()
 }
 
 impl Task {
@@ -221,17 +232,25 @@ impl Task {
         if let Some((req, _)) = &self.ending {
             if !self.ending_sent {
                 send_unsent(&mut self.outbox, self.run, c)?;
-                c.queue(req);
-                c.push()?;
-                self.ending_sent = true;
+                // After every batch: the end goes once they are all queued.
+                if self.outbox.next_unsent().is_none() {
+                    c.queue(req);
+                    c.push()?;
+                    self.ending_sent = true;
+                }
             }
         }
-        // Watched while someone waits for an answer: the end of the run, or writers
-        // at or near the count bound (they would wait up to a tick longer for each
-        // confirmation).
-        c.watch(self.ending_sent || self.shared.near_bound())?;
-        let awaited = c.unsent() || (!c.watched() && !self.outbox.is_empty());
-        if !awaited {
+        // The socket is watched except while acks flow (a linger runs), whose ticks
+        // read the answers: a confirmation then costs no wake-up of its own. Watched
+        // otherwise, so the end of the run and writers at or near the count bound
+        // get their answer at once, and a connection that breaks while the run is
+        // idle is noticed then.
+        self.near_bound = self.shared.near_bound(self.near_bound);
+        c.watch(self.linger_until.is_none() || self.ending_sent || self.near_bound)?;
+        // What the socket did not take goes at the next tick (a linger tick's, or
+        // one of its own).
+        let stuck = c.unsent() || self.outbox.next_unsent().is_some();
+        if !stuck || self.linger_until.is_some() {
             self.poll_at = None;
         } else if self.poll_at.is_none() {
             self.poll_at = Some(tokio::time::Instant::now() + LINGER);
@@ -260,24 +279,20 @@ impl Task {
         }
     }
 
-    /// A tick: at the linger deadline, seals what was gathered and sends it (while
-    /// acks keep coming, the task looks again one [`LINGER`] from now instead of
-    /// being woken by the next one: the writers then never wake it, and no ack
-    /// waits longer than [`LINGER`]; a look that finds none goes back to waiting on
-    /// the lanes). Every tick pushes what the socket did not take yet and reads the
-    /// answers that arrived.
+    /// A tick: at the linger deadline, seals what was gathered (while acks keep
+    /// coming, the task looks again one [`LINGER`] from now instead of being woken
+    /// by the next one: the writers then never wake it, and no ack waits longer than
+    /// [`LINGER`]; a look that finds none goes back to waiting on the lanes). Every
+    /// tick sends what waits to be sent and reads the answers that arrived.
     fn tick(&mut self, c: &mut Polled) -> Result<Step, Error> {
         let now = tokio::time::Instant::now();
         if self.linger_until.is_some_and(|t| t <= now) {
             let more = self.drain() > 0;
             self.linger_until = more.then(|| now + LINGER);
             self.seal();
-            send_unsent(&mut self.outbox, self.run, c)?;
         }
-        if self.poll_at.is_some_and(|t| t <= now) {
-            self.poll_at = None;
-            c.push()?;
-        }
+        self.poll_at = None;
+        send_unsent(&mut self.outbox, self.run, c)?;
         self.answers(c)
     }
 
