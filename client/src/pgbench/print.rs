@@ -39,6 +39,9 @@ pub fn summary(r: &PgReport, missing: &[&str]) -> String {
                 r.unpromised_lost
             ));
         }
+        if let Some(gap) = amcheck_gap(&r.amcheck) {
+            s.push_str(&format!("; not measured: {gap}"));
+        }
         return s;
     }
     let mut parts = Vec::new();
@@ -86,6 +89,21 @@ pub fn summary(r: &PgReport, missing: &[&str]) -> String {
         parts.join(", "),
         r.acknowledged_commits
     )
+}
+
+/// What a PASS could not say because amcheck did not check everything: `None`
+/// when it checked every table and index.
+fn amcheck_gap(a: &plugpull::report::Amcheck) -> Option<String> {
+    match (&a.note, a.ran) {
+        (None, true) => None,
+        (Some(n), false) if n == super::verify::AMCHECK_SKIPPED => {
+            Some("corruption in the tables and indexes (amcheck skipped by --no-amcheck)".into())
+        }
+        (_, false) => Some(
+            "corruption in the tables and indexes (amcheck could not run: see the note)".into(),
+        ),
+        (_, true) => Some("corruption where amcheck could not run (see the note)".into()),
+    }
 }
 
 /// Prints the report for people (stdout): the run, the counts, the checks, at most
@@ -247,13 +265,48 @@ mod tests {
     use super::*;
 
     fn report() -> PgReport {
-        PgReport {
+        let mut r = PgReport {
             promised: true,
             acknowledged_commits: 10,
             present_commits: 11,
             unacknowledged_present: 1,
             ..Default::default()
-        }
+        };
+        r.amcheck.ran = true;
+        r
+    }
+
+    #[test]
+    fn a_pass_says_what_amcheck_did_not_check() {
+        let pass = "PASS: 10 acknowledged commits, 11 present (1 beyond the acknowledged: in \
+                    flight or unconfirmed), none lost; balances consistent";
+        let mut r = PgReport {
+            ok: true,
+            ..report()
+        };
+        assert_eq!(summary(&r, &[]), pass);
+        r.amcheck.ran = false;
+        r.amcheck.note = Some(crate::pgbench::verify::AMCHECK_SKIPPED.into());
+        assert_eq!(
+            summary(&r, &[]),
+            format!(
+                "{pass}; not measured: corruption in the tables and indexes (amcheck skipped \
+                 by --no-amcheck)"
+            )
+        );
+        r.amcheck.note = Some("amcheck could not run: permission denied".into());
+        assert_eq!(
+            summary(&r, &[]),
+            format!(
+                "{pass}; not measured: corruption in the tables and indexes (amcheck could not \
+                 run: see the note)"
+            )
+        );
+        r.amcheck.ran = true;
+        assert_eq!(
+            summary(&r, &[]),
+            format!("{pass}; not measured: corruption where amcheck could not run (see the note)")
+        );
     }
 
     #[test]

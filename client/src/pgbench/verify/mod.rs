@@ -16,6 +16,9 @@
 //! 5. weigh everything into the verdict and the summary line.
 
 pub mod amcheck;
+
+/// The amcheck note of a verify run with `--no-amcheck`.
+pub const AMCHECK_SKIPPED: &str = "skipped (--no-amcheck)";
 pub mod damage;
 pub mod pages;
 pub mod ready;
@@ -181,7 +184,7 @@ pub async fn verify(
     if !opts.no_amcheck {
         rep.amcheck = amcheck::amcheck(&client, &missing, &mut out.failures, &mut pages).await?;
     } else {
-        rep.amcheck.note = Some("skipped (--no-amcheck)".into());
+        rep.amcheck.note = Some(AMCHECK_SKIPPED.into());
     }
     let damage = Damage {
         pages,
