@@ -66,39 +66,50 @@ impl Reader {
     /// The next response, with failures told apart (see [`NetError`]).
     pub async fn recv_checked(&mut self) -> Result<Response, NetError> {
         // The listener we dialled is trusted with full-size frames from the start.
-        match wire::read_frame_with::<Response, _>(
+        let r = wire::read_frame_with::<Response, _>(
             &mut self.rd,
             &mut self.buf,
             MAX_FRAME,
             self.open.as_mut(),
         )
-        .await
-        {
-            Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) if self.first => {
-                Err(NetError::Lost(Error(format!(
+        .await;
+        if let Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) = &r {
+            if self.first {
+                return Err(NetError::Lost(Error(format!(
                     "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",
                     self.addr
-                ))))
+                ))));
             }
-            Err(FrameError::Mac(e)) => Err(NetError::Forged(Error(format!(
-                "witness fault: {e}; something between this agent and listener {} forged or altered it, so nothing it said can be trusted",
-                self.addr
-            )))),
-            Ok(Some(Response::Error { kind, message })) => Err(NetError::Refused(
-                kind,
-                Error(format!("listener {} refused: {message}", self.addr)),
-            )),
-            Ok(Some(r)) => {
-                self.first = false;
-                Ok(r)
-            }
-            Ok(None) => Err(NetError::Lost(Error(format!(
-                "listener {} closed the connection",
-                self.addr
-            )))),
-            Err(e) => Err(NetError::Lost(Error(format!("listener {}: {e}", self.addr)))),
         }
+        let r = checked(&self.addr, r);
+        if r.is_ok() {
+            self.first = false;
+        }
+        r
     }
+}
+
+/// What reading a frame from listener `addr` came to (`Ok(None)`: the connection
+/// ended), as a response or the failure named for people: the one place both
+/// readers, [`Reader`] and [`Polled`], sort failures into [`NetError`]s.
+fn checked(addr: &str, r: Result<Option<Response>, FrameError>) -> Result<Response, NetError> {
+    match r {
+        Err(FrameError::Mac(e)) => Err(NetError::Forged(Error(format!(
+            "witness fault: {e}; something between this agent and listener {addr} forged or altered it, so nothing it said can be trusted"
+        )))),
+        Ok(Some(Response::Error { kind, message })) => Err(NetError::Refused(
+            kind,
+            Error(format!("listener {addr} refused: {message}")),
+        )),
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(NetError::Lost(closed(addr))),
+        Err(e) => Err(NetError::Lost(Error(format!("listener {addr}: {e}")))),
+    }
+}
+
+/// The failure of a connection listener `addr` closed.
+fn closed(addr: &str) -> Error {
+    Error(format!("listener {addr} closed the connection"))
 }
 
 impl Writer {

@@ -13,10 +13,10 @@
 //! Frames and their seals are those of [`super::Reader`] and [`super::Writer`]
 //! (`plugpull::wire::frame`, `plugpull::auth`), continued on the same session.
 
-use super::NetError;
+use super::{checked, closed, NetError};
 use crate::Error;
 use plugpull::auth::Direction;
-use plugpull::wire::{self, frame, Request, Response, PREFIX_LEN};
+use plugpull::wire::{self, frame, FrameError, Request, Response, PREFIX_LEN};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use tokio::io::unix::AsyncFd;
@@ -101,12 +101,7 @@ impl Polled {
         while self.unsent() {
             let r = self.stream()?.write(&self.wbuf[self.wpos..]);
             match r {
-                Ok(0) => {
-                    return Err(Error(format!(
-                        "listener {} closed the connection",
-                        self.addr
-                    )))
-                }
+                Ok(0) => return Err(closed(&self.addr)),
                 Ok(n) => self.wpos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -132,37 +127,27 @@ impl Polled {
     /// that fails its seal, [`NetError::Refused`] for the listener's `Error`.
     pub fn answer(&mut self) -> Result<Option<Response>, NetError> {
         loop {
-            let lost = |e: String| NetError::Lost(Error(format!("listener {}: {e}", self.addr)));
-            if let Some(n) = frame::check(&self.rbuf).map_err(|e| lost(e.to_string()))? {
-                let body = self.open.open(&self.rbuf[PREFIX_LEN..n]).map_err(|e| {
-                    NetError::Forged(Error(format!(
-                        "witness fault: {e}; something between this agent and listener {} forged or altered it, so nothing it said can be trusted",
-                        self.addr
-                    )))
-                })?;
-                let r = frame::decode::<Response>(body).map_err(|e| lost(e.to_string()))?;
+            let whole = frame::check(&self.rbuf);
+            if let Ok(Some(n)) = whole {
+                let r = self
+                    .open
+                    .open(&self.rbuf[PREFIX_LEN..n])
+                    .map_err(FrameError::Mac)
+                    .and_then(frame::decode::<Response>);
                 self.rbuf.drain(..n);
-                return match r {
-                    Response::Error { kind, message } => Err(NetError::Refused(
-                        kind,
-                        Error(format!("listener {} refused: {message}", self.addr)),
-                    )),
-                    r => Ok(Some(r)),
-                };
+                return checked(&self.addr, r.map(Some)).map(Some);
+            }
+            if let Err(e) = whole {
+                return checked(&self.addr, Err(e)).map(Some);
             }
             let mut chunk = [0u8; READ_CHUNK];
             let r = self.stream().map_err(NetError::Lost)?.read(&mut chunk);
             match r {
-                Ok(0) => {
-                    return Err(NetError::Lost(Error(format!(
-                        "listener {} closed the connection",
-                        self.addr
-                    ))))
-                }
+                Ok(0) => return checked(&self.addr, Ok(None)).map(Some),
                 Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(lost(e.to_string())),
+                Err(e) => return checked(&self.addr, Err(FrameError::Io(e))).map(Some),
             }
         }
     }
