@@ -16,9 +16,6 @@
 //! 5. weigh everything into the verdict and the summary line.
 
 pub mod amcheck;
-
-/// The amcheck note of a verify run with `--no-amcheck`.
-pub const AMCHECK_SKIPPED: &str = "skipped (--no-amcheck)";
 pub mod damage;
 pub mod pages;
 pub mod ready;
@@ -38,6 +35,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio_postgres::{Client, Config};
+
+/// The amcheck note of a verify run with `--no-amcheck`.
+pub const AMCHECK_SKIPPED: &str = "skipped (--no-amcheck)";
 
 /// How many findings a report lists at most.
 pub use plugpull::report::MAX_FINDINGS;
