@@ -121,6 +121,18 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
     postcard::from_bytes(body).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
+/// Checks and strips the tag of a sealed frame body (without its prefix) under
+/// `open` (which counts the frame), and decodes the message: the reverse of
+/// [`encode_sealed`].
+///
+/// Errors: [`FrameError::Mac`] for a body that fails its tag, [`FrameError::Malformed`].
+pub fn decode_sealed<T: DeserializeOwned>(
+    body: &[u8],
+    open: &mut Direction,
+) -> Result<T, FrameError> {
+    decode(open.open(body).map_err(FrameError::Mac)?)
+}
+
 /// Reads one frame from `r` into `buf` and decodes it. `Ok(None)` on a clean end of
 /// stream before a frame starts.
 ///
@@ -170,7 +182,7 @@ pub async fn read_frame_with<T: DeserializeOwned, R: AsyncRead + Unpin>(
         return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
     }
     match open {
-        Some(d) => decode(d.open(buf).map_err(FrameError::Mac)?).map(Some),
+        Some(d) => decode_sealed(buf, d).map(Some),
         None => decode(buf).map(Some),
     }
 }

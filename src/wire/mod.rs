@@ -40,8 +40,8 @@ pub mod frame;
 pub use campaign::{CampaignRequest, CampaignResponse};
 
 pub use frame::{
-    check, decode, encode, encode_sealed, read_frame, read_frame_with, write_frame, FrameError,
-    HANDSHAKE_MAX_FRAME, MAX_FRAME, PREFIX_LEN,
+    check, decode, decode_sealed, encode, encode_sealed, read_frame, read_frame_with, write_frame,
+    FrameError, HANDSHAKE_MAX_FRAME, MAX_FRAME, PREFIX_LEN,
 };
 
 use crate::ledger::{AckBatch, DeviceError, Manifest, RunSummary, TornTail};

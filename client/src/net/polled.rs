@@ -129,11 +129,7 @@ impl Polled {
         loop {
             let whole = frame::check(&self.rbuf);
             if let Ok(Some(n)) = whole {
-                let r = self
-                    .open
-                    .open(&self.rbuf[PREFIX_LEN..n])
-                    .map_err(FrameError::Mac)
-                    .and_then(frame::decode::<Response>);
+                let r = wire::decode_sealed::<Response>(&self.rbuf[PREFIX_LEN..n], &mut self.open);
                 self.rbuf.drain(..n);
                 return checked(&self.addr, r.map(Some)).map(Some);
             }
@@ -251,7 +247,7 @@ mod tests {
         s.read_exact(&mut prefix).unwrap();
         let mut body = vec![0u8; frame::body_len(prefix, wire::MAX_FRAME).unwrap()];
         s.read_exact(&mut body).unwrap();
-        frame::decode(open.open(&body).unwrap()).unwrap()
+        wire::decode_sealed(&body, open).unwrap()
     }
 
     #[test]
