@@ -6,11 +6,11 @@
 
 use crate::campaign::print::{cut_line, CONFIDENCE, HEADER};
 use crate::campaign::{call, json_failure};
-use crate::verify::RunLedger;
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::campaign::history::{counting, judge_hand, HandRun, VerifyRecord};
 use plugpull::campaign::{CutRecord, RollUp};
+use plugpull::ledger::RunLedger;
 use plugpull::report::Report;
 use plugpull::wire::{CampaignRequest, CampaignResponse};
 

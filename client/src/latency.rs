@@ -85,3 +85,12 @@ impl LatencySummary {
         }
     }
 }
+
+/// Prints the pgbench-style latency lines of a write run (average, stddev, p50, p99, max; ms).
+pub fn print_latency(l: &LatencySummary) {
+    println!("latency average = {:.3} ms", l.average);
+    println!("latency stddev = {:.3} ms", l.stddev);
+    println!("latency p50 = {:.3} ms", l.p50);
+    println!("latency p99 = {:.3} ms", l.p99);
+    println!("latency max = {:.3} ms", l.max);
+}

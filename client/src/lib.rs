@@ -4,6 +4,7 @@
 //! succeeded), 1 = findings, 2 = could not do the job (a [`Error`]).
 
 pub mod agent;
+pub mod blockdev;
 pub mod campaign;
 pub mod demo;
 pub mod file;
@@ -11,8 +12,10 @@ pub mod files;
 pub mod history;
 pub mod interrupt;
 pub mod latency;
+pub mod ledger;
 pub mod manifest;
 pub mod net;
+pub mod pg;
 pub mod pgbench;
 pub mod power;
 pub mod probe;
@@ -20,6 +23,7 @@ pub mod progress;
 pub mod report;
 pub mod reporter;
 pub mod rig;
+pub mod run;
 pub mod storage;
 pub mod target_id;
 pub mod verify;

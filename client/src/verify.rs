@@ -4,13 +4,13 @@
 //! [`crate::pgbench`]), print one report, and
 //! exit 0 (nothing acknowledged lost or damaged), 1 (findings) or 2 (could not verify).
 
+use crate::ledger::fetch;
 use crate::manifest::hostname;
-use crate::net;
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{self, AckBatch, Acks, DeviceError, Entry, Manifest, Tail, Workload};
+use plugpull::ledger::{RunLedger, Workload};
 use plugpull::report::Report;
-use plugpull::wire::{Request, Response};
+use plugpull::verdict::device_error_rule;
 use plugpull::RunId;
 use std::path::PathBuf;
 
@@ -42,158 +42,14 @@ pub struct VerifyArgs {
     pub history: bool,
 }
 
-/// A fetched and checked ledger.
-pub struct RunLedger {
-    /// The run.
-    pub run: RunId,
-    /// Its manifest.
-    pub manifest: Manifest,
-    /// Its ack batches, in ledger order.
-    pub batches: Vec<AckBatch>,
-    /// Whether the agent finished normally.
-    pub finished: bool,
-    /// The leaf disks' flush counters at the run's end (its `Finished` or
-    /// `DeviceError` entry), when recorded.
-    pub end_flushes: Option<plugpull::ledger::FlushSample>,
-    /// How the run ended, when a device error ended it.
-    pub device_error: Option<DeviceError>,
-    /// Acknowledgements the ledger holds after its device-error entry (the agent
-    /// sends none; any makes the run unverifiable).
-    pub acks_after_error: u64,
-    /// How the run was chosen, in words (`given with --run`, or the newest run of
-    /// the host by the listener's record).
-    pub chosen: String,
-}
-
-/// Fetches a run's ledger and checks every entry's CRC.
-///
-/// Errors: unreachable listener, unknown run, damaged ledger (naming the offset).
-pub async fn fetch(
-    listener: &str,
-    secret: &Secret,
-    run: Option<RunId>,
-    host: &str,
-) -> Result<RunLedger, Error> {
-    let (mut r, mut w) = net::connect(listener, secret).await?;
-    w.send(&Request::FetchLedger {
-        run,
-        host: host.to_string(),
-    })
-    .await?;
-    w.flush().await?;
-    let mut bytes = Vec::new();
-    let (run, torn) = loop {
-        match r.recv().await? {
-            Response::LedgerChunk {
-                run,
-                bytes: b,
-                last,
-                torn,
-            } => {
-                bytes.extend_from_slice(&b);
-                if last {
-                    break (run, torn);
-                }
-            }
-            other => {
-                return Err(Error(format!(
-                    "listener answered FetchLedger with {other:?}"
-                )))
-            }
+impl From<&VerifyArgs> for FileVerifyOptions {
+    /// The two fields of `plugpull verify`'s arguments a file run reads.
+    fn from(a: &VerifyArgs) -> Self {
+        FileVerifyOptions {
+            target: a.target.clone(),
+            quiet: a.json,
         }
-    };
-    let mut manifest = None;
-    let mut batches = Vec::new();
-    let mut finished = None;
-    let mut invalid = None;
-    let mut device_error: Option<DeviceError> = None;
-    let mut acks_after_error = 0;
-    let (id, tail) = ledger::scan(&bytes, |_, e| match e {
-        Entry::Manifest(m) => manifest = Some(*m),
-        Entry::Acks(b) => {
-            if device_error.is_some() {
-                acks_after_error += b.acks.count();
-            }
-            batches.push(b)
-        }
-        Entry::Finished(s) => finished = Some(s),
-        Entry::DeviceError(d) => device_error = Some(d),
-        Entry::Invalid { error } => invalid = Some(error),
-    })
-    .map_err(|e| Error(format!("cannot verify run {run}: {e}")))?;
-    if id != run {
-        return Err(Error(format!(
-            "listener sent the ledger of run {id} when asked for run {run}"
-        )));
     }
-    if let Tail::Torn { valid_len, .. } = tail {
-        return Err(Error(format!("cannot verify run {run}: the ledger the listener sent ends in a torn entry at byte {valid_len}")));
-    }
-    // The witness's record must be whole (issue 9): gap-free, the agent's own count
-    // matched, torn tails accounted for; a witness fault the agent recorded is final.
-    if let Some(e) = invalid {
-        return Err(Error(format!("run {run} cannot be judged: {e}")));
-    }
-    let record = ledger::check_record(&mut batches, finished.as_ref(), &torn)
-        .map_err(|e| Error(format!("run {run}: {e}")))?;
-    if let Some(end) = &device_error {
-        ledger::check_device_error_count(record.acks, end)
-            .map_err(|e| Error(format!("run {run}: {e}")))?;
-    }
-    Ok(RunLedger {
-        run,
-        manifest: manifest.expect("scan guarantees a manifest"),
-        batches,
-        end_flushes: finished
-            .as_ref()
-            .and_then(|f| f.flushes.clone())
-            .or_else(|| device_error.as_ref().and_then(|d| d.flushes.clone())),
-        finished: finished.is_some(),
-        device_error,
-        acks_after_error,
-        chosen: String::new(),
-    })
-}
-
-/// The device-error rule: a run that a device error ended is judged on the acks
-/// confirmed before the error, unless writes were acknowledged after it (ledger
-/// entries after the error, or acks stamped later than it): then nothing it measured
-/// can be trusted. Returns the line the report shows, if a device error ended the run.
-///
-/// Errors (exit 2): acknowledgements after the device error.
-pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, Error> {
-    let Some(end) = &l.device_error else {
-        return Ok(None);
-    };
-    let later = l.acks_after_error
-        + l.batches
-            .iter()
-            .map(|b| match &b.acks {
-                Acks::File(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
-                Acks::Files(v) => v.iter().filter(|a| a.ms as u64 > end.ms).count() as u64,
-                Acks::Pg(_) => 0,
-            })
-            .sum::<u64>();
-    let at = end.ms as f64 / 1000.0;
-    if !end.device {
-        return Err(Error(format!(
-            "run {}: the writer stopped at {at:.3} s into the run on an error that is not a device failure ({}): \
-             the run itself went wrong, so nothing it measured counts",
-            l.run, end.error
-        )));
-    }
-    if later > 0 {
-        return Err(Error(format!(
-            "run {}: writes were acknowledged after its device error at {at:.3} s into the run ({}): \
-             a success after a failed write or durability call cannot be trusted, so nothing this run measured counts",
-            l.run, end.error
-        )));
-    }
-    Ok(Some(format!(
-        "run ended by a device error at {at:.3} s into the run: {} (the device lost power or went away; \
-         if it came back under a new name, give --target); the {} acknowledgements confirmed before it are judged",
-        end.error, end.acknowledged
-    )))
 }
 
 /// How `plugpull verify` ended once it printed its report (one JSON object with
@@ -306,7 +162,7 @@ pub async fn judge(
                 .into()
         }
         Workload::Pgbench(pm) => {
-            device_error_rule(&l)?;
+            device_error_rule(&l).map_err(|e| Error(e.to_string()))?;
             crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg)
                 .await?
                 .into()
@@ -366,103 +222,19 @@ pub fn print_report(report: &Report, json: bool, show: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plugpull::ledger::{FileAck, FileManifest, TargetIdentity};
-    use plugpull::modes::{Pattern, SyncMode};
-
-    /// A file run's ledger holding acks stamped at `ms`, ended by `end`.
-    fn ledger(ms: &[u32], end: Option<DeviceError>) -> RunLedger {
-        let acks = ms
-            .iter()
-            .enumerate()
-            .map(|(i, &ms)| FileAck {
-                seq: i as u64 + 1,
-                block: i as u64,
-                ms,
-            })
-            .collect();
-        RunLedger {
-            run: RunId(0x3f9c_0e12_a4b5_d678),
-            manifest: Manifest {
-                host: "sut".into(),
-                started_unix_ms: 0,
-                tool_version: "0".into(),
-                workload: Workload::File(FileManifest {
-                    target: "/mnt/t.dat".into(),
-                    size: 1 << 20,
-                    block_size: 4096,
-                    jobs: 1,
-                    sync: SyncMode::Fdatasync,
-                    pattern: Pattern::Random,
-                    identity: TargetIdentity::default(),
-                    prior_runs: Vec::new(),
-                    prior_foreign: false,
-                    atomic: None,
-                }),
-                boot_id: String::new(),
-                listener_order: 1,
-                listener_created_unix_ms: 0,
-                storage: Default::default(),
-            },
-            batches: vec![AckBatch {
-                batch: 1,
-                promised: true,
-                acks: Acks::File(acks),
-                flushes: None,
-            }],
-            finished: false,
-            end_flushes: None,
-            device_error: end,
-            acks_after_error: 0,
-            chosen: String::new(),
-        }
-    }
-
-    fn eio(ms: u64, device: bool) -> DeviceError {
-        DeviceError {
-            error: "fdatasync after block 7: Input/output error (os error 5)".into(),
-            ms,
-            issued: 3,
-            acknowledged: 2,
-            last_seq: 2,
-            device,
-            flushes: None,
-        }
-    }
 
     #[test]
-    fn the_device_error_rule_judges_acks_before_the_error_and_refuses_any_after_it() {
-        assert_eq!(device_error_rule(&ledger(&[10, 20], None)).unwrap(), None);
-        assert_eq!(
-            device_error_rule(&ledger(&[10, 1500], Some(eio(1500, true)))).unwrap(),
-            Some(
-                "run ended by a device error at 1.500 s into the run: fdatasync after block 7: \
-                 Input/output error (os error 5) (the device lost power or went away; if it came \
-                 back under a new name, give --target); the 2 acknowledgements confirmed before it \
-                 are judged"
-                    .to_string()
-            )
-        );
-        assert_eq!(
-            device_error_rule(&ledger(&[10, 1501], Some(eio(1500, true))))
-                .unwrap_err()
-                .0,
-            "run 3f9c0e12a4b5d678: writes were acknowledged after its device error at 1.500 s into \
-             the run (fdatasync after block 7: Input/output error (os error 5)): a success after a \
-             failed write or durability call cannot be trusted, so nothing this run measured counts"
-        );
-        let mut after = ledger(&[10], Some(eio(1500, true)));
-        after.acks_after_error = 1;
-        assert!(device_error_rule(&after)
-            .unwrap_err()
-            .0
-            .contains("writes were acknowledged after its device error"));
-        assert_eq!(
-            device_error_rule(&ledger(&[10], Some(eio(250, false))))
-                .unwrap_err()
-                .0,
-            "run 3f9c0e12a4b5d678: the writer stopped at 0.250 s into the run on an error that is \
-             not a device failure (fdatasync after block 7: Input/output error (os error 5)): the run \
-             itself went wrong, so nothing it measured counts"
-        );
+    fn the_verify_command_line_gives_the_two_fields_a_file_run_reads() {
+        let args = VerifyArgs {
+            run: None,
+            host: Some("sut".into()),
+            target: Some(PathBuf::from("/dev/sdb")),
+            json: true,
+            show: 3,
+            history: false,
+        };
+        let o = FileVerifyOptions::from(&args);
+        assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
+        assert!(o.quiet);
     }
 }

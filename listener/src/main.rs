@@ -20,6 +20,7 @@
 
 mod accept;
 mod campaigns;
+mod limits;
 mod session;
 mod store;
 mod verified;

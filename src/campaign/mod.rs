@@ -23,6 +23,7 @@
 pub mod history;
 pub mod judge;
 pub mod record;
+pub mod rollup;
 pub mod state;
 
 use crate::RunId;
@@ -30,7 +31,8 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 pub use judge::{judge, CutFacts};
-pub use state::{Campaign, HostView, RollUp};
+pub use rollup::RollUp;
+pub use state::{Campaign, HostView};
 
 /// What `plugpull campaign create` records: the whole plan, fixed for the campaign's
 /// life. Holds no secret (power URIs name secret *files*; `PowerUri::parse` refuses

@@ -3,6 +3,7 @@
 //! agent fills it in; the listener adds its own order and clock; verify compares it
 //! with what it finds.
 
+use crate::probe::pg::PgSettings;
 use crate::RunId;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,47 @@ pub struct Manifest {
     pub listener_created_unix_ms: u64,
     /// The storage under test as the agent found it when the run started.
     pub storage: Storage,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Manifest {
+    /// A file run's manifest for tests: host `host`, target `target` of `size` bytes in
+    /// blocks of `block_size` bytes, one job, `fdatasync`, random pattern, no identity,
+    /// no prior runs, no atomic claim; listener order 0, started at 1 ms after the epoch.
+    /// (Feature `testing`.)
+    pub fn example_file(host: &str, target: &str, size: u64, block_size: u32) -> Manifest {
+        Manifest {
+            host: host.into(),
+            started_unix_ms: 1,
+            tool_version: "test".into(),
+            workload: Workload::File(FileManifest {
+                target: target.into(),
+                size,
+                block_size,
+                jobs: 1,
+                sync: crate::modes::SyncMode::Fdatasync,
+                pattern: crate::modes::Pattern::Random,
+                identity: TargetIdentity::default(),
+                prior_runs: Vec::new(),
+                prior_foreign: false,
+                atomic: None,
+            }),
+            boot_id: String::new(),
+            listener_order: 0,
+            listener_created_unix_ms: 0,
+            storage: Storage::default(),
+        }
+    }
+
+    /// A pgbench run's manifest for tests: host `host`, default settings
+    /// ([`PgManifest::default`]), otherwise as [`Manifest::example_file`].
+    /// (Feature `testing`.)
+    pub fn example_pgbench(host: &str) -> Manifest {
+        Manifest {
+            workload: Workload::Pgbench(PgManifest::default()),
+            ..Manifest::example_file(host, "", 0, 512)
+        }
+    }
 }
 
 /// The storage under a run, recorded at its start (`docs/probe.md`): the probe of
@@ -273,33 +315,4 @@ pub struct PgManifest {
     pub stats_reset_start: String,
     /// Whether each transaction was sent as one pipeline (`--pipeline`).
     pub pipeline: bool,
-}
-
-/// The PostgreSQL settings a pgbench run records, as `pg_settings` shows them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
-pub struct PgSettings {
-    /// `server_version`.
-    pub server_version: String,
-    /// `fsync`.
-    pub fsync: String,
-    /// `synchronous_commit` as the agent's session sees it (role and database settings apply).
-    pub synchronous_commit: String,
-    /// `full_page_writes`.
-    pub full_page_writes: String,
-    /// `wal_sync_method`.
-    pub wal_sync_method: String,
-    /// `data_checksums`.
-    pub data_checksums: String,
-    /// `data_directory` (`(hidden)` without `pg_read_all_settings`).
-    pub data_directory: String,
-    /// `wal_log_hints` (hint-bit changes WAL-logged: torn pages are repaired by
-    /// full-page images also when checksums are off).
-    pub wal_log_hints: String,
-    /// `data_sync_retry` (`on`: a failed fsync is retried instead of a PANIC, which
-    /// can lose data the kernel dropped; PostgreSQL 12+, 11.2+).
-    pub data_sync_retry: String,
-    /// `commit_delay`, µs.
-    pub commit_delay: String,
-    /// `synchronous_standby_names` (empty: no synchronous standby).
-    pub synchronous_standby_names: String,
 }

@@ -41,12 +41,16 @@
 //!   rule, [`Tail`], [`LedgerError`].
 //! * `check.rs` — what verify checks in the record itself: [`check_record`],
 //!   [`check_device_error_count`], [`is_device_errno`].
+//! * `run.rs` — a run's ledger as verify reads it, checked whole:
+//!   [`RunLedger::from_bytes`], [`RunLedgerError`].
 
 mod check;
 mod entry;
 mod format;
 mod manifest;
+mod run;
 
+pub use crate::probe::pg::PgSettings;
 pub use check::{
     check_device_error_count, check_record, is_device_errno, RecordCheck, WitnessLoss,
 };
@@ -58,6 +62,7 @@ pub use format::{
     MAX_ENTRY,
 };
 pub use manifest::{
-    FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgSettings, Storage,
-    TargetIdentity, Workload,
+    FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, Storage, TargetIdentity,
+    Workload,
 };
+pub use run::{RunLedger, RunLedgerError};

@@ -10,8 +10,36 @@
 //! directory's stack is a whole nested [`Probe`] in `data_directory_stack`.
 
 use super::{Probe, Warning, WarningId};
-use crate::ledger::PgSettings;
 use serde::{Deserialize, Serialize};
+
+/// The PostgreSQL settings a pgbench run records, as `pg_settings` shows them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct PgSettings {
+    /// `server_version`.
+    pub server_version: String,
+    /// `fsync`.
+    pub fsync: String,
+    /// `synchronous_commit` as the agent's session sees it (role and database settings apply).
+    pub synchronous_commit: String,
+    /// `full_page_writes`.
+    pub full_page_writes: String,
+    /// `wal_sync_method`.
+    pub wal_sync_method: String,
+    /// `data_checksums`.
+    pub data_checksums: String,
+    /// `data_directory` (`(hidden)` without `pg_read_all_settings`).
+    pub data_directory: String,
+    /// `wal_log_hints` (hint-bit changes WAL-logged: torn pages are repaired by
+    /// full-page images also when checksums are off).
+    pub wal_log_hints: String,
+    /// `data_sync_retry` (`on`: a failed fsync is retried instead of a PANIC, which
+    /// can lose data the kernel dropped; PostgreSQL 12+, 11.2+).
+    pub data_sync_retry: String,
+    /// `commit_delay`, µs.
+    pub commit_delay: String,
+    /// `synchronous_standby_names` (empty: no synchronous standby).
+    pub synchronous_standby_names: String,
+}
 
 /// What `probe --dsn` found about the server.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

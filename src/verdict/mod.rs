@@ -5,6 +5,8 @@
 //! evidence ([`SectorSpan`]s of [`Content`], the [`LaterWrite`] that proves a
 //! reordering) and the [`Classification`] of a whole run. The rules live beside it:
 //!
+//! * [`device_error`] — the device-error rule every workload applies first: a run a
+//!   device error ended is judged on what was confirmed before it, or refused.
 //! * [`file`](mod@file) — the file workload's rules, block by block:
 //!   [`classify_block`], then [`Tally`] over every block with its [`AckTable`]
 //!   (re-exported here).
@@ -16,10 +18,12 @@
 //! The verdicts are tabled, with what each means on disk, in the README's
 //! "Verdicts (file workload)" section.
 
+pub mod device_error;
 pub mod file;
 pub mod files;
 pub mod pgbench;
 
+pub use device_error::{device_error_rule, DeviceErrorRefusal};
 pub use file::{classify_block, AckTable, BlockCheck, Tally};
 
 use crate::RunId;

@@ -16,7 +16,7 @@ pub(super) struct DeviceResult {
     /// The pgbench run's report, when the PostgreSQL part ran.
     pub pg: Option<PgReport>,
     /// Each verified run's ledger and report, for the demo's HTML report.
-    pub runs: Vec<(crate::verify::RunLedger, plugpull::report::Report)>,
+    pub runs: Vec<(plugpull::ledger::RunLedger, plugpull::report::Report)>,
 }
 
 impl DeviceResult {

@@ -201,9 +201,9 @@ async fn verify_files(
     addr: &str,
     run: plugpull::RunId,
     show: usize,
-) -> Result<(crate::verify::RunLedger, plugpull::report::FilesReport), Error> {
+) -> Result<(plugpull::ledger::RunLedger, plugpull::report::FilesReport), Error> {
     let secret = plugpull::auth::Secret::default();
-    let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
+    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::Files(fm) = &l.manifest.workload else {
         return Err(Error(format!("run {run} is not a files run")));
     };
@@ -259,9 +259,9 @@ async fn verify_pg(
     addr: &str,
     run: plugpull::RunId,
     opts: &crate::pgbench::PgVerifyArgs,
-) -> Result<(crate::verify::RunLedger, crate::pgbench::PgReport), Error> {
+) -> Result<(plugpull::ledger::RunLedger, crate::pgbench::PgReport), Error> {
     let secret = plugpull::auth::Secret::default();
-    let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
+    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::Pgbench(pm) = &l.manifest.workload else {
         return Err(Error(format!("run {run} is not a pgbench run")));
     };

@@ -291,9 +291,9 @@ async fn verify_file(
     addr: &str,
     run: plugpull::RunId,
     show: usize,
-) -> Result<(crate::verify::RunLedger, FileReport), Error> {
+) -> Result<(plugpull::ledger::RunLedger, FileReport), Error> {
     let secret = plugpull::auth::Secret::default();
-    let l = crate::verify::fetch(addr, &secret, Some(run), "").await?;
+    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
     let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
         return Err(Error(format!("run {run} is not a file run")));
     };

@@ -24,27 +24,23 @@ pub mod print;
 pub mod readahead;
 pub mod target;
 pub mod verify;
-pub(crate) mod watermark;
 pub(crate) mod worker;
 
-use crate::latency::LatencyStats;
 use crate::manifest::make_manifest;
-use crate::reporter::{AckSink, Reporter};
+use crate::reporter::Reporter;
+use crate::run::{check_times, device_error_end, end_run, wait_for_workers, Shared};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{DeviceError, FileManifest, Manifest, RunSummary, Workload};
+use plugpull::ledger::{FileManifest, Manifest, Workload};
 use plugpull::record::{Encoder, SECTOR};
 use plugpull::units::{parse_duration, parse_size};
-use plugpull::RunId;
 use print::{print_write_head, print_write_summary, WriteSummary};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use target::{check_direct_alignment, prepare_target, target_kind, LockedTarget};
-use worker::{open_for_writes, Plan, Shared, WorkerOut};
+use worker::{open_for_writes, Plan};
 
 pub use plugpull::modes::{Pattern, SyncMode};
 
@@ -130,16 +126,6 @@ pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     Ok(a.size / a.block_size)
 }
 
-/// Refuses a `--duration` or `-P/--progress` of 0 s (every write workload's).
-pub fn check_times(duration: Option<Duration>, progress: Option<Duration>) -> Result<(), Error> {
-    if duration.is_some_and(|d| d.is_zero()) {
-        return Err("--duration must be more than 0 s".into());
-    }
-    if progress.is_some_and(|d| d.is_zero()) {
-        return Err("-P/--progress must be more than 0 s".into());
-    }
-    Ok(())
-}
 /// Runs `plugpull write file`. Returns `Ok(true)` when the run ended as planned,
 /// `Ok(false)` (exit 1) when it ended by a device error: a `pwrite` or durability call
 /// failed (EIO, ENODEV, ENXIO, ENOSPC, …). The run is then the cut: every worker stops,
@@ -273,186 +259,6 @@ fn run_manifest(
             .then(|| atomic::claim(&args.atomic, args.block_size, &target, probe.as_ref())),
     });
     Ok((make_manifest(workload, storage), target, probe))
-}
-
-/// The counters behind the `-P` progress line, as of the last line printed.
-struct ProgressMeter {
-    at: Instant,
-    done: u64,
-    lat_us: u64,
-    lat_us2: u64,
-    flushes: plugpull::ledger::FlushSample,
-}
-
-impl ProgressMeter {
-    /// The progress line since the last one: write rate and the mean and standard
-    /// deviation of their latency (ms), with the listener's acknowledged count.
-    fn line(&mut self, sh: &Shared, start: Instant, sink: &AckSink) -> crate::progress::Progress {
-        let now = Instant::now();
-        let flushes = sink.flush_sample();
-        let (n, s1, s2) = sh.acked();
-        let dn = (n - self.done) as f64;
-        let (mean, sd) = if dn > 0.0 {
-            let m = (s1 - self.lat_us) as f64 / dn;
-            let var = ((s2 - self.lat_us2) as f64 / dn - m * m).max(0.0);
-            (m / 1000.0, var.sqrt() / 1000.0)
-        } else {
-            (0.0, 0.0)
-        };
-        let line = crate::progress::Progress {
-            elapsed_s: start.elapsed().as_secs_f64(),
-            rate: dn / (now - self.at).as_secs_f64(),
-            unit: "writes/s",
-            lat_ms: mean,
-            stddev_ms: sd,
-            failed: None,
-            flushes_per_op: crate::storage::FlushCounters::fewest_per_op(
-                &self.flushes,
-                &flushes,
-                n - self.done,
-            ),
-            acknowledged: sink.confirmed(),
-        };
-        *self = ProgressMeter {
-            at: now,
-            done: n,
-            lat_us: s1,
-            lat_us2: s2,
-            flushes,
-        };
-        line
-    }
-}
-
-/// Waits for every writer thread, printing a progress line every `progress` on stderr;
-/// an interrupt (Ctrl-C) stops the workers after their writes in flight.
-pub(crate) async fn wait_for_workers(
-    handles: Vec<JoinHandle<WorkerOut>>,
-    sh: &Shared,
-    sink: AckSink,
-    progress: Option<Duration>,
-    start: Instant,
-) -> Vec<WorkerOut> {
-    let joined = tokio::task::spawn_blocking(move || {
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("writer thread panicked"))
-            .collect::<Vec<_>>()
-    });
-    tokio::pin!(joined);
-    let mut tick = progress.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
-    let mut meter = ProgressMeter {
-        at: Instant::now(),
-        done: 0,
-        lat_us: 0,
-        lat_us2: 0,
-        flushes: sink.flush_sample(),
-    };
-    let mut interrupted = false;
-    let interrupt = crate::interrupt::interrupted();
-    tokio::pin!(interrupt);
-    loop {
-        tokio::select! {
-            r = &mut joined => break r.expect("join writers"),
-            _ = async { tick.as_mut().unwrap().tick().await }, if tick.is_some() => {
-                eprintln!("{}", meter.line(sh, start, &sink));
-            }
-            _ = &mut interrupt, if !interrupted => {
-                interrupted = true;
-                eprintln!("interrupted: finishing the writes in flight");
-                sh.stop.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// How a write run ended, once the listener has its end.
-pub(crate) struct RunEnd {
-    /// Writes issued.
-    pub(crate) issued: u64,
-    /// Acknowledgements the listener confirmed.
-    pub(crate) confirmed: u64,
-    /// Every worker's latencies merged (its count is the local acknowledgements).
-    pub(crate) hist: LatencyStats,
-    /// Blocks written at least once.
-    pub(crate) covered: u64,
-    /// The failed call that ended the run, as the ledger records it.
-    pub(crate) device_error: Option<DeviceError>,
-}
-
-/// Merges the workers' results and tells the listener how the run ended: its device
-/// error, or its summary.
-///
-/// Errors: the listener could not be reached to confirm the end.
-pub(crate) async fn end_run(
-    reporter: Reporter,
-    sh: &Shared,
-    outs: &[WorkerOut],
-    elapsed: Duration,
-) -> Result<RunEnd, Error> {
-    let issued = sh.issued();
-    let mut hist = LatencyStats::new();
-    let mut covered = 0;
-    for o in outs {
-        hist.merge(&o.hist);
-        covered += o.covered;
-    }
-    let local_acks = hist.count();
-    let device_error = sh.first_error().map(|(error, at, device)| DeviceError {
-        error,
-        ms: reporter.sink().ms_at(at) as u64,
-        issued,
-        acknowledged: local_acks,
-        last_seq: sh.last_seq(),
-        device,
-        flushes: None,
-    });
-    let confirmed = match &device_error {
-        Some(end) => reporter.device_error(end.clone()).await?,
-        None => {
-            reporter
-                .finish(RunSummary {
-                    issued,
-                    acknowledged: local_acks,
-                    duration_ms: elapsed.as_millis() as u64,
-                    flushes: None,
-                })
-                .await?
-        }
-    };
-    Ok(RunEnd {
-        issued,
-        confirmed,
-        hist,
-        covered,
-        device_error,
-    })
-}
-
-/// The end of a run a failed call stopped: exit 1 with the cut explained when it was a
-/// device error; an error (exit 2) when it was not, since the run itself went wrong.
-pub(crate) fn device_error_end(
-    run: RunId,
-    end: &DeviceError,
-    confirmed: u64,
-    listener: &str,
-) -> Result<bool, Error> {
-    let at = end.ms as f64 / 1000.0;
-    if !end.device {
-        return Err(Error(format!(
-            "run {run} stopped at {at:.3} s into the run on an error that is not a device failure: {}; \
-             the run itself went wrong (not the device), so `verify` will refuse it",
-            end.error
-        )));
-    }
-    eprintln!(
-        "plugpull: run {run} ended by a device error {at:.3} s into the run: {}; no acknowledgement was made after it; \
-         {confirmed} acknowledgements were confirmed by the listener before it. The device lost power, went away or \
-         filled up: this is the cut. Verify the run with `plugpull verify --listener {listener} --run {run}` (and the same secret) once the \
-         device is back (if it came back under a new name, give --target)",
-        end.error
-    );
-    Ok(false)
 }
 
 #[cfg(test)]

@@ -79,20 +79,11 @@ pub fn print_write_summary(s: &WriteSummary, json: bool) {
         s.writes_acknowledged
     );
     println!("writes/s = {:.1}", s.writes_per_sec);
-    print_latency(&s.latency_ms);
+    crate::latency::print_latency(&s.latency_ms);
     println!(
         "coverage: {:.1}% of blocks written at least once ({} of {})",
         s.coverage_percent, s.blocks_written, s.blocks
     );
-}
-
-/// Prints the pgbench-style latency lines of a write run (average, stddev, p50, p99, max; ms).
-pub fn print_latency(l: &LatencySummary) {
-    println!("latency average = {:.3} ms", l.average);
-    println!("latency stddev = {:.3} ms", l.stddev);
-    println!("latency p50 = {:.3} ms", l.p50);
-    println!("latency p99 = {:.3} ms", l.p99);
-    println!("latency max = {:.3} ms", l.max);
 }
 
 /// Prints the human report of a file run.

@@ -8,14 +8,14 @@
 
 use super::medium::{locate, open_target, Opened};
 use super::readahead::ReadAhead;
+use crate::ledger::fetch;
 use crate::target_id;
-use crate::verify::{device_error_rule, fetch, RunLedger, VerifyArgs};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{Acks, FileManifest, Workload};
+use plugpull::ledger::{Acks, FileManifest, RunLedger, Workload};
 use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::units::human_bytes;
-use plugpull::verdict::{classify_block, AckTable, Tally};
+use plugpull::verdict::{classify_block, device_error_rule, AckTable, Tally};
 use plugpull::RunId;
 use std::path::PathBuf;
 
@@ -29,16 +29,6 @@ pub struct FileVerifyOptions {
     /// No progress bar on stderr (`--json`); a bar is drawn only on a terminal and
     /// for targets of 256 MiB or more anyway.
     pub quiet: bool,
-}
-
-impl From<&VerifyArgs> for FileVerifyOptions {
-    /// The two fields of `plugpull verify`'s arguments a file run reads.
-    fn from(a: &VerifyArgs) -> Self {
-        FileVerifyOptions {
-            target: a.target.clone(),
-            quiet: a.json,
-        }
-    }
 }
 
 /// Verifies a file run: the device-error rule, then reads its target and classifies
@@ -65,7 +55,7 @@ pub async fn verify_file_run(
     listener: &str,
     secret: &Secret,
 ) -> Result<FileReport, Error> {
-    let device_error = device_error_rule(l)?;
+    let device_error = device_error_rule(l).map_err(|e| Error(e.to_string()))?;
     let read = read_file_target(l, fm, opts)?;
     let (prior, reused_by) = place_other_runs(l, fm, &read.tally, listener, secret).await;
     let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
@@ -419,20 +409,5 @@ mod tests {
         assert_eq!(boot_relation(a, b), "rebooted");
         assert_eq!(boot_relation("", b), "unknown");
         assert_eq!(boot_relation(a, ""), "unknown");
-    }
-
-    #[test]
-    fn the_verify_command_line_gives_the_two_fields_a_file_run_reads() {
-        let args = VerifyArgs {
-            run: None,
-            host: Some("sut".into()),
-            target: Some(PathBuf::from("/dev/sdb")),
-            json: true,
-            show: 3,
-            history: false,
-        };
-        let o = FileVerifyOptions::from(&args);
-        assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
-        assert!(o.quiet);
     }
 }

@@ -18,9 +18,9 @@ pub mod print;
 pub mod verify;
 mod worker;
 
-use crate::file::worker::Shared;
 use crate::manifest::make_manifest;
 use crate::reporter::{Reporter, FILES_MAX_UNCONFIRMED};
+use crate::run::Shared;
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{FilesManifest, Workload};
@@ -93,7 +93,7 @@ pub fn check_args(a: &WriteArgs) -> Result<Unsafe, Error> {
     if a.steps == Some(0) {
         return Err("--steps must be at least 1".into());
     }
-    crate::file::check_times(a.duration, a.progress)?;
+    crate::run::check_times(a.duration, a.progress)?;
     let mut u = Unsafe::default();
     for s in &a.unsafe_steps {
         match s.as_str() {
@@ -168,9 +168,9 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     };
     let handles = worker::spawn(&plan, &sh, || reporter.sink())?;
     let outs =
-        crate::file::wait_for_workers(handles, &sh, reporter.sink(), args.progress, start).await;
+        crate::run::wait_for_workers(handles, &sh, reporter.sink(), args.progress, start).await;
     let elapsed = start.elapsed();
-    let end = crate::file::end_run(reporter, &sh, &outs, elapsed).await?;
+    let end = crate::run::end_run(reporter, &sh, &outs, elapsed).await?;
     drop(lock);
     print::print_write_summary(
         &print::WriteSummary {
@@ -192,7 +192,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     );
     match &end.device_error {
         None => Ok(true),
-        Some(e) => crate::file::device_error_end(run, e, end.confirmed, listener),
+        Some(e) => crate::run::device_error_end(run, e, end.confirmed, listener),
     }
 }
 

@@ -61,7 +61,7 @@ pub fn print_write_summary(s: &WriteSummary, json: bool) {
         s.steps_acknowledged
     );
     println!("steps/s = {:.1}", s.steps_per_sec);
-    crate::file::print::print_latency(&s.latency_ms);
+    crate::latency::print_latency(&s.latency_ms);
     println!("names touched: {} of {}", s.names_touched, s.files);
 }
 

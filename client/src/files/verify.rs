@@ -8,10 +8,10 @@
 
 use super::MARKER;
 use crate::target_id::{self, OnRunFs};
-use crate::verify::{device_error_rule, RunLedger};
 use crate::Error;
-use plugpull::ledger::{Acks, FilesAck, FilesManifest};
+use plugpull::ledger::{Acks, FilesAck, FilesManifest, RunLedger};
 use plugpull::report::{FilesHead, FilesReport};
+use plugpull::verdict::device_error_rule;
 use plugpull::verdict::files::schedule::{parse_name, Unsafe};
 use plugpull::verdict::files::{judge, FilesRun, Found, Walk, READ_CAP};
 use std::io::Read;
@@ -69,7 +69,7 @@ pub fn verify_files_run(
     fm: &FilesManifest,
     target: Option<&PathBuf>,
 ) -> Result<FilesReport, Error> {
-    let device_error = device_error_rule(l)?;
+    let device_error = device_error_rule(l).map_err(|e| Error(e.to_string()))?;
     let dir = target.cloned().unwrap_or_else(|| PathBuf::from(&fm.target));
     // A directory gone from the run's own filesystem is the run's loss: its entry was
     // fsynced in its parent before the first step (`prepare_dir`).

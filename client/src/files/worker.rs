@@ -5,9 +5,9 @@
 //! After the first failed call no worker hands over an acknowledgement (fsyncgate), as
 //! in the file workload ([`Shared`]).
 
-use crate::file::worker::{Shared, WorkerOut};
 use crate::latency::LatencyStats;
 use crate::reporter::AckSink;
+use crate::run::{Shared, WorkerOut};
 use crate::Error;
 use plugpull::ledger::FilesAck;
 use plugpull::record::{Encoder, SECTOR};

@@ -6,7 +6,7 @@
 //! that every acknowledged commit survived. See `docs/pgbench.md` for the user's
 //! guide and the verifier's rules.
 //!
-//! * [`conn`] — libpq-style connection settings, error classification, server settings.
+//! * the connection itself is [`crate::pg`]: libpq-style settings, error classification, server settings.
 //! * [`schema`] — `pgbench -i` compatible tables and the balance sums.
 //! * [`tag`] — the 22-character tag in `pgbench_history.filler`: run, client, seq.
 //! * [`run`] — the clients and their transaction; `summary` — what `write` prints after.
@@ -22,7 +22,6 @@
 //! history row, which names the transaction, so the verifier can tell which
 //! acknowledged commits are missing, one by one.
 
-pub mod conn;
 pub mod print;
 pub mod run;
 pub mod schema;
@@ -36,6 +35,7 @@ pub use verify::{verify, PgVerifyArgs};
 use verify::damage;
 
 use crate::manifest::make_manifest;
+use crate::pg;
 use crate::reporter::{Reporter, ReporterOptions, PG_MAX_UNCONFIRMED};
 use crate::Error;
 use plugpull::auth::Secret;
@@ -207,7 +207,7 @@ fn check_args(args: &WriteArgs) -> Result<(), Error> {
 struct Server {
     /// Connection settings for the clients.
     cfg: tokio_postgres::Config,
-    /// The server's [`conn::SERVER_IDENTITY_SQL`]: every client must reach it.
+    /// The server's [`pg::SERVER_IDENTITY_SQL`]: every client must reach it.
     identity: String,
     /// What the ledger records of the run.
     manifest: PgManifest,
@@ -221,43 +221,38 @@ struct Server {
 /// `--allow-unsafe-config`), creates or checks the tables, and reads the balance
 /// sums and the checksum-failure counter the verifier starts from.
 async fn setup(args: &WriteArgs) -> Result<Server, Error> {
-    let cfg = conn::config(args.dsn.as_deref()).map_err(Error)?;
-    let conninfo = conn::redacted(&cfg);
-    let client = conn::connect(&cfg).await.map_err(|e| {
+    let cfg = pg::config(args.dsn.as_deref()).map_err(Error)?;
+    let conninfo = pg::redacted(&cfg);
+    let client = pg::connect(&cfg).await.map_err(|e| {
         Error(format!(
             "cannot connect to PostgreSQL at {conninfo}: {}",
-            conn::describe(&e)
+            pg::describe(&e)
         ))
     })?;
-    let settings = conn::read_settings(&client).await.map_err(|e| {
+    let settings = pg::read_settings(&client).await.map_err(|e| {
         Error(format!(
             "cannot read the server settings: {}",
-            conn::describe(&e)
+            pg::describe(&e)
         ))
     })?;
     let promised = check_promised(args, &settings)?;
     let identity: String = client
-        .query_one(conn::SERVER_IDENTITY_SQL, &[])
+        .query_one(pg::SERVER_IDENTITY_SQL, &[])
         .await
-        .map_err(|e| {
-            Error(format!(
-                "cannot identify the server: {}",
-                conn::describe(&e)
-            ))
-        })?
+        .map_err(|e| Error(format!("cannot identify the server: {}", pg::describe(&e))))?
         .get(0);
     let scale = tables(args, &client).await?;
     let start_sums = schema::sums(&client).await.map_err(|e| {
         Error(format!(
             "cannot read the balance sums: {}",
-            conn::describe(&e)
+            pg::describe(&e)
         ))
     })?;
     let (checksum_failures_start, stats_reset_start) =
         damage::counter(&client).await.map_err(|e| {
             Error(format!(
                 "cannot read pg_stat_database: {}",
-                conn::describe(&e)
+                pg::describe(&e)
             ))
         })?;
     let (storage, probe) = crate::storage::probe_server_for_run(
@@ -295,7 +290,7 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
 /// Whether a successful COMMIT promises durability with these settings. When it
 /// does not: an error, or with `--allow-unsafe-config` a warning on stderr.
 fn check_promised(args: &WriteArgs, settings: &PgSettings) -> Result<bool, Error> {
-    let unsafe_settings = conn::unsafe_settings(settings);
+    let unsafe_settings = pg::unsafe_settings(settings);
     let promised = unsafe_settings.is_empty();
     if !promised {
         let list = unsafe_settings.join(", ");

@@ -1,13 +1,13 @@
 //! The human output of a pgbench run's report ([`PgReport`]): the one-line summary
 //! and the report `plugpull verify` prints without `--json`.
 
-use super::conn;
+use crate::pg;
 use plugpull::ledger::PgSettings;
 use plugpull::report::PgReport;
 
 /// The settings that made the acknowledgements unpromised, e.g. `fsync=off`.
 fn unpromised_why(s: &PgSettings) -> String {
-    let v = conn::unsafe_settings(s);
+    let v = pg::unsafe_settings(s);
     if v.is_empty() {
         "as recorded".into()
     } else {

@@ -15,7 +15,7 @@
 //! Existing tables are never dropped or truncated: they may hold the tags of runs
 //! not yet verified.
 
-use super::conn::describe;
+use crate::pg::describe;
 use tokio_postgres::Client;
 
 /// The four pgbench tables, in the order pgbench creates them.

@@ -60,11 +60,11 @@ impl Scratch {
     }
 
     /// The block device `dev` itself, opened as `write file` opens one
-    /// ([`crate::file::target::open_block_exclusive`]: `O_EXCL`, so a mounted or held
+    /// ([`crate::blockdev::open_block_exclusive`]: `O_EXCL`, so a mounted or held
     /// device is refused with EBUSY).
     /// Its first [`WRITE_SIZE`] bytes are read first, to be put back ([`Scratch::restore`]).
     fn device(dev: &Path) -> Result<Scratch, Error> {
-        let file = crate::file::target::open_block_exclusive(dev)?;
+        let file = crate::blockdev::open_block_exclusive(dev)?;
         let mut saved = vec![0u8; WRITE_SIZE];
         file.read_exact_at(&mut saved, 0).map_err(|e| {
             Error(format!(

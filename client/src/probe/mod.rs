@@ -317,8 +317,8 @@ pub fn finish(p: &mut Probe) {
 /// For `plugpull probe` only (never for a `write` run, which holds its device
 /// open exclusively by then): the note for a block device `write file` would refuse.
 /// `write` opens a device exclusively
-/// ([`crate::file::target::open_block_exclusive`]; asked here read-only,
-/// [`crate::file::target::block_in_use`], and closed at once), and the kernel
+/// ([`crate::blockdev::open_block_exclusive`]; asked here read-only,
+/// [`crate::blockdev::block_in_use`], and closed at once), and the kernel
 /// refuses that while the device is mounted or held, before `--force` is looked at. The note quotes `write`'s own refusal,
 /// after where the device is mounted (from `/proc/self/mountinfo`). `None` for a
 /// target that is not a block device.
@@ -329,7 +329,7 @@ fn held_note(target: &Path) -> Option<String> {
         return None;
     }
     let rdev = meta.rdev();
-    let refused = crate::file::target::block_in_use(&dev)?;
+    let refused = crate::blockdev::block_in_use(&dev)?;
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut at: Vec<String> = mountinfo::parse(&text)
         .into_iter()

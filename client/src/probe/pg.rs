@@ -1,5 +1,5 @@
 //! `plugpull probe --dsn`: the server's settings (`pg_settings`, through
-//! [`crate::pgbench::conn`]), its data directory probed like a target, and its
+//! [`crate::pg`]), its data directory probed like a target, and its
 //! backend's `/proc/PID/maps` checked for `libeatmydata`. The pure model and the
 //! `pg-*` rules are the core's [`plugpull::probe::pg`].
 //!
@@ -8,7 +8,7 @@
 //! pgbench` at its start).
 
 use super::{finish, probe};
-use crate::pgbench::conn;
+use crate::pg as conn;
 use crate::Error;
 use plugpull::probe::pg::{self, PgProbe};
 use plugpull::probe::Probe;

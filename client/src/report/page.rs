@@ -5,8 +5,8 @@
 use super::figures::{bars_svg, lag_svg, map_svg, timeline_svg};
 use super::html::Page;
 use super::run::{ack_times, file_map, lost_per_client, run_end, timeline};
-use crate::verify::RunLedger;
 use crate::Error;
+use plugpull::ledger::RunLedger;
 use plugpull::report::{FileReport, FilesReport, LagBucket, PgReport, Report};
 use plugpull::verdict::Verdict;
 

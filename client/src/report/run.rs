@@ -3,8 +3,8 @@
 //! binned into a map coloured by verdict class, lost commits per client. Nothing here
 //! judges a block or a commit again: the verdicts are the report's.
 
-use crate::verify::RunLedger;
 use plugpull::ledger::Acks;
+use plugpull::ledger::RunLedger;
 use plugpull::report::{FileReport, PgReport};
 use plugpull::verdict::Verdict;
 

@@ -17,7 +17,7 @@
 
 mod answer;
 
-use crate::accept::{ConnectionCap, Handshake};
+use crate::limits::{ConnectionCap, Handshake};
 use crate::store::{Append, RunHandle, Store, StoreError, LIVE_APPEND};
 use answer::{answer_in_order, Pending};
 use plugpull::auth::{Direction, Secret, Session};

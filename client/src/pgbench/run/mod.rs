@@ -79,7 +79,7 @@ pub struct Params {
     /// Connection settings, one connection per client.
     pub cfg: Config,
     /// The identity of the server the setup checked
-    /// ([`crate::pgbench::conn::SERVER_IDENTITY_SQL`]): a client connects only there.
+    /// ([`crate::pg::SERVER_IDENTITY_SQL`]): a client connects only there.
     pub server: String,
     /// pgbench scale factor.
     pub scale: u32,

@@ -86,7 +86,7 @@ impl Session {
         let mut conn = Conn::connect(&p.cfg, &p.server).map_err(|e| {
             format!(
                 "client {c}: cannot connect to PostgreSQL at {}: {e}",
-                crate::pgbench::conn::redacted(&p.cfg),
+                crate::pg::redacted(&p.cfg),
             )
         })?;
         if p.protocol == Protocol::Prepared {

@@ -2,7 +2,7 @@
 //! heaps, `bt_index_check(…, heapallindexed)` for the indexes.
 
 use super::damage;
-use crate::pgbench::conn::{self, describe};
+use crate::pg::{self, describe};
 use crate::pgbench::schema;
 use crate::Error;
 use plugpull::report::{Amcheck, PgFinding, PgFindingKind};
@@ -99,7 +99,7 @@ async fn heaps(
                     findings.push(am_finding(format!("verify_heapam({t}): {}", describe(&e))));
                 }
             }
-            Err(e) if e.code().is_some() && !conn::is_connection_error(&e) => {
+            Err(e) if e.code().is_some() && !pg::is_connection_error(&e) => {
                 // verify_heapam may be missing (amcheck < 1.3), or not ours to call.
                 notes.push(format!("verify_heapam({t}): {}", describe(&e)));
             }
@@ -141,7 +141,7 @@ async fn indexes(
                 am.relations_checked += 1;
                 am.ran = true;
             }
-            Err(e) if conn::is_connection_error(&e) => {
+            Err(e) if pg::is_connection_error(&e) => {
                 return Err(Error(format!("amcheck: {}", describe(&e))))
             }
             Err(e) if damage::is_page_error(&e) => {

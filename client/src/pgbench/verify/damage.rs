@@ -21,7 +21,7 @@
 //! Log lines count only when written since the run started and naming a file of the
 //! run's database (`base/D/…` with D its OID).
 
-use crate::pgbench::conn::describe;
+use crate::pg::describe;
 pub use plugpull::report::Page;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;

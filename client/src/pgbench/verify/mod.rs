@@ -22,7 +22,7 @@ pub mod ready;
 pub mod settings;
 pub mod sql;
 
-use crate::pgbench::conn::{self, describe};
+use crate::pg::{self, describe};
 use crate::pgbench::{print, schema, tag};
 use crate::Error;
 use pages::Damage;
@@ -104,8 +104,8 @@ pub async fn verify(
 ) -> Result<PgReport, Error> {
     let t_all = Instant::now();
     let dsn = opts.dsn.as_deref().unwrap_or(&pg.conninfo);
-    let cfg = conn::config(Some(dsn)).map_err(Error)?;
-    let conninfo = conn::redacted(&cfg);
+    let cfg = pg::config(Some(dsn)).map_err(Error)?;
+    let conninfo = pg::redacted(&cfg);
     let acks = rules::merge_acks(batches);
     let raw = rules::raw_acks(batches);
     let end_ms = rules::end_ms(&raw);
@@ -269,7 +269,7 @@ impl Counting<'_> {
             .batch_execute("SET work_mem = '256MB'; SET statement_timeout = 0")
             .await
             .map_err(q("cannot set work_mem"))?;
-        let client2 = conn::connect(self.cfg).await.map_err(|e| {
+        let client2 = pg::connect(self.cfg).await.map_err(|e| {
             Error(format!(
                 "cannot open a second connection to {}: {}",
                 self.conninfo,

@@ -5,7 +5,7 @@
 use super::damage::{self, Page};
 use super::ready::{self, ServerFiles};
 use super::sql::{q, Findings};
-use crate::pgbench::conn::describe;
+use crate::pg::describe;
 use crate::pgbench::schema;
 use crate::Error;
 use plugpull::report::{PgFinding, PgFindingKind, PgReport};

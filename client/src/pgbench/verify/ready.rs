@@ -25,7 +25,7 @@
 //! `pg_controldata` and the last lines of the server log (`--pg-log`, else the newest
 //! file in `PGDATA/log`).
 
-use crate::pgbench::conn::{self, describe};
+use crate::pg::{self, describe};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -81,18 +81,18 @@ pub async fn wait(
     let deadline = start + pg_wait;
     let mut seen_starting = false;
     loop {
-        let e = match conn::connect(cfg).await {
+        let e = match pg::connect(cfg).await {
             Ok(c) => return Ok(Ready::Up(c)),
             Err(e) => e,
         };
-        if conn::is_not_postgres(&e) {
+        if pg::is_not_postgres(&e) {
             return Err(Error(format!(
                 "{conninfo} answered, but not as a PostgreSQL server does ({}): is --dsn right?",
                 describe(&e)
             )));
         }
         let starting = e.code() == Some(&SqlState::CANNOT_CONNECT_NOW);
-        if !starting && !conn::is_transient_connect_error(&e) {
+        if !starting && !pg::is_transient_connect_error(&e) {
             return Err(Error(format!(
                 "cannot connect to PostgreSQL at {conninfo}: {}",
                 describe(&e)

@@ -1,11 +1,11 @@
 //! The server's durability settings read again at verify time.
 //!
-//! `write` checks them only at the run's start (see `crate::pgbench::conn`), so a
+//! `write` checks them only at the run's start (see `crate::pg`), so a
 //! change made during the run (`ALTER SYSTEM SET fsync = off` and a reload) leaves
 //! the commits after it recorded as promised. verify cannot tell when a change came;
 //! it says what the server promises now, and leaves the verdict to the counts.
 
-use crate::pgbench::conn::{self, describe};
+use crate::pg::{self, describe};
 use plugpull::report::PgReport;
 use tokio_postgres::Client;
 
@@ -17,16 +17,16 @@ pub const WARNING: &str = "; warning: the server no longer promises durability (
 
 /// For a run that started with durability promised (`rep.promised`): adds a note to
 /// `rep.notes` when the server's settings now promise none (`fsync=off`,
-/// `synchronous_commit=off`, as [`conn::unsafe_settings`] reads them), or when they
+/// `synchronous_commit=off`, as [`pg::unsafe_settings`] reads them), or when they
 /// cannot be read. True when they were read and promise none: the summary then ends
 /// with [`WARNING`].
 pub async fn check(client: &Client, rep: &mut PgReport) -> bool {
     if !rep.promised {
         return false;
     }
-    match conn::read_settings(client).await {
+    match pg::read_settings(client).await {
         Ok(now) => {
-            let list = conn::unsafe_settings(&now);
+            let list = pg::unsafe_settings(&now);
             if list.is_empty() {
                 return false;
             }

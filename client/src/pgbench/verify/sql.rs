@@ -9,7 +9,7 @@
 //! `generate_series` for the missing seqs; every such query takes the run's tag
 //! prefix (`filler LIKE $1`) as its first parameter.
 
-use crate::pgbench::conn::describe;
+use crate::pg::describe;
 use crate::Error;
 use futures_util::StreamExt;
 use plugpull::report::{PgFinding, PgFindingKind, MAX_FINDINGS};

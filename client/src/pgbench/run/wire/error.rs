@@ -42,25 +42,25 @@ impl PgError {
     }
 
     /// Whether the connection is gone: a socket error, the server closed it, a
-    /// server error that ends the session ([`crate::pgbench::conn::ends_session`],
+    /// server error that ends the session ([`crate::pg::ends_session`],
     /// on the unlocalized severity, field `V`), or a protocol violation (no later
     /// answer can be trusted).
     pub(crate) fn is_connection_error(&self) -> bool {
         match self {
-            PgError::Server(e) => crate::pgbench::conn::ends_session(&e.severity, &e.code),
+            PgError::Server(e) => crate::pg::ends_session(&e.severity, &e.code),
             _ => true,
         }
     }
 }
 
 impl std::fmt::Display for PgError {
-    /// One line; a server error as [`crate::pgbench::conn::server_message`].
+    /// One line; a server error as [`crate::pg::server_message`].
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PgError::Io(e) => write!(f, "connection error: {e}"),
             PgError::Closed => write!(f, "the server closed the connection unexpectedly"),
             PgError::Protocol(s) => write!(f, "protocol error: {s}"),
-            PgError::Server(e) => f.write_str(&crate::pgbench::conn::server_message(
+            PgError::Server(e) => f.write_str(&crate::pg::server_message(
                 &e.severity,
                 &e.message,
                 &e.code,

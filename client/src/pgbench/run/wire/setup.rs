@@ -189,7 +189,7 @@ impl Conn {
             TargetSessionAttrs::ReadOnly => Some(true),
             _ => None,
         };
-        let here = conn.query_value(crate::pgbench::conn::SERVER_IDENTITY_SQL)?;
+        let here = conn.query_value(crate::pg::SERVER_IDENTITY_SQL)?;
         if here != server {
             return Err(PgError::Protocol(format!(
                 "the server at {} ({here}) is not the one the run's setup checked ({server})",
