@@ -4,8 +4,7 @@
 //! facts about the target (shrunk, gone, rebooted since) are said. Real listener,
 //! writer and verifier; real files, loop devices and ext4.
 
-#[path = "../verify_common/mod.rs"]
-mod verify_common;
+use crate::verify_common;
 
 use plugpull::record::Encoder;
 use plugpull_tests::blockdev::{skip_without_loop, Loop, Mount};

@@ -3,8 +3,7 @@
 //! write is one fault, unserializable names its proof, and the run verified is the
 //! run that was cut. Real listener, writer and verifier on real files.
 
-#[path = "../verify_common/mod.rs"]
-mod verify_common;
+use crate::verify_common;
 
 use plugpull::record::Encoder;
 use plugpull::RunId;
