@@ -37,13 +37,13 @@ fn claim_block(path: &Path, write: bool) -> Result<File, (bool, Error)> {
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
-                (true, Error(format!(
+                (true, Error::Msg(format!(
                     "target {} is in use: it is mounted, or held by LVM, MD RAID, device-mapper or \
                      another program (the kernel refused an exclusive open: {e}); unmount or release it first",
                     path.display()
                 )))
             } else {
-                (false, Error(format!("cannot open target {}: {e}", path.display())))
+                (false, Error::Msg(format!("cannot open target {}: {e}", path.display())))
             }
         })
 }

@@ -36,7 +36,7 @@ pub async fn record(listener: &str, secret: &Secret, l: &RunLedger, report: &Rep
     if let Err(e) = call(listener, secret, CampaignRequest::RecordVerify(Box::new(r))).await {
         eprintln!(
             "warning: the listener did not keep this verify for `verify --history`: {}",
-            e.0
+            e
         );
     }
 }
@@ -53,7 +53,7 @@ pub async fn fetch(listener: &str, secret: &Secret, host: &str) -> Result<Vec<Ha
     .await?
     {
         CampaignResponse::History(runs) => Ok(runs),
-        other => Err(Error(format!(
+        other => Err(Error::Msg(format!(
             "listener {listener} answered History with {other:?}"
         ))),
     }
@@ -90,7 +90,7 @@ pub fn show(host: &str, runs: &[HandRun], json: bool) -> Result<bool, Error> {
         if json {
             println!("{}", serde_json::json!({"ok": false, "error": why}));
         }
-        return Err(Error(why));
+        return Err(Error::Msg(why));
     }
     let cuts: Vec<CutRecord> = runs
         .iter()
@@ -135,7 +135,7 @@ pub fn show(host: &str, runs: &[HandRun], json: bool) -> Result<bool, Error> {
         println!("{}", roll.bound_line(CONFIDENCE));
     }
     match nothing {
-        Some(why) => Err(Error(why)),
+        Some(why) => Err(Error::Msg(why)),
         None => Ok(roll.failed == 0),
     }
 }

@@ -41,11 +41,11 @@ pub async fn fetch(
                 }
             }
             other => {
-                return Err(Error(format!(
+                return Err(Error::Msg(format!(
                     "listener answered FetchLedger with {other:?}"
                 )))
             }
         }
     };
-    RunLedger::from_bytes(run, &bytes, &torn).map_err(|e| Error(e.to_string()))
+    Ok(RunLedger::from_bytes(run, &bytes, &torn)?)
 }

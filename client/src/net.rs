@@ -75,7 +75,7 @@ impl Reader {
         .await;
         if let Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) = &r {
             if self.first {
-                return Err(NetError::Lost(Error(format!(
+                return Err(NetError::Lost(Error::Msg(format!(
                     "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",
                     self.addr
                 ))));
@@ -94,22 +94,22 @@ impl Reader {
 /// readers, [`Reader`] and [`Polled`], sort failures into [`NetError`]s.
 fn checked(addr: &str, r: Result<Option<Response>, FrameError>) -> Result<Response, NetError> {
     match r {
-        Err(FrameError::Mac(e)) => Err(NetError::Forged(Error(format!(
+        Err(FrameError::Mac(e)) => Err(NetError::Forged(Error::WitnessFault(format!(
             "witness fault: {e}; something between this agent and listener {addr} forged or altered it, so nothing it said can be trusted"
         )))),
         Ok(Some(Response::Error { kind, message })) => Err(NetError::Refused(
             kind,
-            Error(format!("listener {addr} refused: {message}")),
+            Error::Msg(format!("listener {addr} refused: {message}")),
         )),
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(NetError::Lost(closed(addr))),
-        Err(e) => Err(NetError::Lost(Error(format!("listener {addr}: {e}")))),
+        Err(e) => Err(NetError::Lost(Error::Msg(format!("listener {addr}: {e}")))),
     }
 }
 
 /// The failure of a connection listener `addr` closed.
 fn closed(addr: &str) -> Error {
-    Error(format!("listener {addr} closed the connection"))
+    Error::Msg(format!("listener {addr} closed the connection"))
 }
 
 impl Writer {
@@ -122,7 +122,7 @@ impl Writer {
         self.wr
             .write_all(&frame)
             .await
-            .map_err(|e| Error(format!("sending to listener: {e}")))
+            .map_err(|e| Error::Msg(format!("sending to listener: {e}")))
     }
 
     /// Sends everything queued.
@@ -130,7 +130,7 @@ impl Writer {
         self.wr
             .flush()
             .await
-            .map_err(|e| Error(format!("sending to listener: {e}")))
+            .map_err(|e| Error::Msg(format!("sending to listener: {e}")))
     }
 }
 
@@ -141,7 +141,10 @@ impl Writer {
 /// Errors: the halves are not of one connection, or it was not authenticated.
 pub fn into_polled(r: Reader, w: Writer) -> Result<Polled, Error> {
     let (Some(open), Some(seal)) = (r.open, w.seal) else {
-        return Err(Error(format!("listener {}: not authenticated", r.addr)));
+        return Err(Error::Msg(format!(
+            "listener {}: not authenticated",
+            r.addr
+        )));
     };
     debug_assert!(
         w.wr.buffer().is_empty(),
@@ -151,9 +154,9 @@ pub fn into_polled(r: Reader, w: Writer) -> Result<Polled, Error> {
     let sock =
         r.rd.into_inner()
             .reunite(w.wr.into_inner())
-            .map_err(|e| Error(format!("listener {}: {e}", r.addr)))?
+            .map_err(|e| Error::Msg(format!("listener {}: {e}", r.addr)))?
             .into_std()
-            .map_err(|e| Error(format!("listener {}: {e}", r.addr)))?;
+            .map_err(|e| Error::Msg(format!("listener {}: {e}", r.addr)))?;
     Ok(Polled::new(sock, r.addr, rbuf, open, seal))
 }
 
@@ -164,13 +167,14 @@ pub fn into_polled(r: Reader, w: Writer) -> Result<Polled, Error> {
 pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Error> {
     let sock = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
-        .map_err(|_| {
-            Error(format!(
-                "cannot reach listener at {addr}: timed out after {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ))
+        .map_err(|_| Error::Unreachable {
+            addr: addr.to_string(),
+            reason: format!("timed out after {} s", CONNECT_TIMEOUT.as_secs()),
         })?
-        .map_err(|e| Error(format!("cannot reach listener at {addr}: {e}")))?;
+        .map_err(|e| Error::Unreachable {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
     let _ = sock.set_nodelay(true);
     let (rd, wr) = sock.into_split();
     let mut r = Reader {
@@ -192,7 +196,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Er
     .await?;
     w.flush().await?;
     let step = |what: &'static str| {
-        Error(format!(
+        Error::Msg(format!(
             "listener at {addr} did not answer the handshake ({what}) within {} s",
             CONNECT_TIMEOUT.as_secs()
         ))
@@ -206,15 +210,15 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Er
         proof,
     } = challenge
     else {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "listener at {addr} answered Hello with {challenge:?}"
         )));
     };
     if version != PROTOCOL_VERSION {
-        return Err(Error(format!("protocol version mismatch: listener speaks {version}, this plugpull speaks {PROTOCOL_VERSION}")));
+        return Err(Error::Msg(format!("protocol version mismatch: listener speaks {version}, this plugpull speaks {PROTOCOL_VERSION}")));
     }
     if !secret.check_listener_proof(&nonce, &theirs, &proof) {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "listener at {addr} could not prove it holds our secret (the secrets differ, or only one side has one: give both the same --secret-file or PLUGPULL_SECRET)"
         )));
     }
@@ -233,7 +237,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Er
             w.seal = Some(session.send);
             Ok((r, w))
         }
-        other => Err(Error(format!(
+        other => Err(Error::Msg(format!(
             "listener at {addr} answered Auth with {other:?}"
         ))),
     }
@@ -254,6 +258,6 @@ pub struct ListenerArgs {
 impl ListenerArgs {
     /// The shared secret. Errors: the file cannot be read.
     pub fn secret(&self) -> Result<Secret, Error> {
-        Secret::load(self.secret_file.as_deref()).map_err(Error)
+        Secret::load(self.secret_file.as_deref()).map_err(Error::Msg)
     }
 }

@@ -102,7 +102,7 @@ impl FlushClock {
 pub fn probe_for_run(target: &Path, seconds: Option<f64>) -> (Storage, Option<Probe>) {
     match crate::probe::probe(target) {
         Ok(p) => record(p, Some(target), seconds),
-        Err(e) => not_probed(e.0),
+        Err(e) => not_probed(e.to_string()),
     }
 }
 
@@ -123,7 +123,7 @@ pub async fn probe_server_for_run(
         })
         .await
         .unwrap_or_else(|e| not_probed(format!("the probe failed: {e}"))),
-        Err(e) => not_probed(e.0),
+        Err(e) => not_probed(e.to_string()),
     }
 }
 

@@ -42,16 +42,6 @@ pub struct VerifyArgs {
     pub history: bool,
 }
 
-impl From<&VerifyArgs> for FileVerifyOptions {
-    /// The two fields of `plugpull verify`'s arguments a file run reads.
-    fn from(a: &VerifyArgs) -> Self {
-        FileVerifyOptions {
-            target: a.target.clone(),
-            quiet: a.json,
-        }
-    }
-}
-
 /// How `plugpull verify` ended once it printed its report (one JSON object with
 /// `--json`). An `Err` from [`verify`] means no report was printed.
 #[derive(Debug)]
@@ -88,7 +78,10 @@ pub async fn command(
         Ok(Reported::NotMeasured(e)) => Err(e),
         Err(e) => {
             if args.json {
-                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "ok": false, "error": e.to_string() })
+                );
             }
             Err(e)
         }
@@ -111,7 +104,9 @@ pub async fn verify(
     crate::history::record(listener, secret, &l, &report).await;
     if report.not_measured() {
         // Exit 2 with the report already printed (one JSON object with --json).
-        return Ok(Reported::NotMeasured(Error(report.summary().to_string())));
+        return Ok(Reported::NotMeasured(Error::NotMeasured(
+            report.summary().to_string(),
+        )));
     }
     Ok(Reported::Judged(report.ok()))
 }
@@ -144,6 +139,50 @@ pub async fn judge(
             plugpull::units::utc(l.manifest.started_unix_ms)
         );
     }
+    let opts = VerifyOptions::of(args, pg);
+    let report = judge_ledger(&l, &opts, listener, secret).await?;
+    Ok((l, report))
+}
+
+/// What verifying a run needs besides its ledger, for every workload.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions<'a> {
+    /// Read this path instead of the manifest's target (`--target`: a device renamed
+    /// after reboot, or a copy; a files run's directory).
+    pub target: Option<PathBuf>,
+    /// No progress bar on stderr (`--json`).
+    pub quiet: bool,
+    /// How to reach and check the run's PostgreSQL server (pgbench runs).
+    pub pg: &'a crate::pgbench::PgVerifyArgs,
+}
+
+impl<'a> VerifyOptions<'a> {
+    /// The options `plugpull verify`'s arguments give.
+    pub fn of(args: &VerifyArgs, pg: &'a crate::pgbench::PgVerifyArgs) -> VerifyOptions<'a> {
+        VerifyOptions {
+            target: args.target.clone(),
+            quiet: args.json,
+            pg,
+        }
+    }
+}
+
+/// Judges the run whose checked ledger is `l`, whatever its workload: the
+/// device-error rule first ([`device_error_rule`]), then the workload's own verify
+/// (file: its target block by block; files: its directory name by name; pgbench: its
+/// server's commits, invariant and pages), then the "stack under test" section with
+/// the cut evidence, taken while the run's data is read. Prints nothing on stdout.
+/// `listener` and `secret` reach the other runs a file run's target holds.
+///
+/// Errors (exit 2): writes acknowledged after a device error, or the workload's own
+/// refusals (the target or server could not be used, nothing was acknowledged).
+pub async fn judge_ledger(
+    l: &RunLedger,
+    opts: &VerifyOptions<'_>,
+    listener: &str,
+    secret: &Secret,
+) -> Result<Report, Error> {
+    let device_error = device_error_rule(l)?;
     // The cut evidence (boot id, the drives' power-loss counters through smartctl and
     // nvme, tens of ms to seconds) is taken while the run's data is read, not after.
     let evidence = {
@@ -152,36 +191,32 @@ pub async fn judge(
     };
     let mut report: Report = match &l.manifest.workload {
         Workload::File(fm) => {
-            verify_file_run(&l, fm, &FileVerifyOptions::from(args), listener, secret)
-                .await?
-                .into()
+            let fo = FileVerifyOptions {
+                target: opts.target.clone(),
+                quiet: opts.quiet,
+            };
+            let others = crate::file::others::ListenerRuns {
+                addr: listener,
+                secret,
+            };
+            verify_file_run(l, fm, &fo, &others).await?.into()
         }
         Workload::Files(fm) => {
-            let t = args.target.as_ref();
-            tokio::task::block_in_place(|| crate::files::verify::verify_files_run(&l, fm, t))?
-                .into()
+            let t = opts.target.as_ref();
+            tokio::task::block_in_place(|| crate::files::verify::verify_files_run(l, fm, t))?.into()
         }
         Workload::Pgbench(pm) => {
-            device_error_rule(&l).map_err(|e| Error(e.to_string()))?;
-            crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, pg)
+            crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts.pg)
                 .await?
                 .into()
         }
     };
+    report.set_device_error(device_error);
     let evidence = evidence
         .await
-        .map_err(|e| Error(format!("the cut-evidence snapshot failed: {e}")))?;
-    report.set_storage(storage_with(&l, evidence));
-    Ok((l, report))
-}
-
-/// The "stack under test" section of the report on run `l` (`StorageReport::build`),
-/// with the cut-evidence snapshot taken now (its tools run in `block_in_place`).
-pub fn storage_of(l: &RunLedger) -> plugpull::report::StorageReport {
-    let evidence = tokio::task::block_in_place(|| {
-        crate::storage::cut_evidence_now(&l.manifest.storage, &l.manifest.host)
-    });
-    storage_with(l, evidence)
+        .map_err(|e| Error::Msg(format!("the cut-evidence snapshot failed: {e}")))?;
+    report.set_storage(storage_with(l, evidence));
+    Ok(report)
 }
 
 /// The "stack under test" section of the report on run `l`, with the cut evidence
@@ -224,7 +259,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_verify_command_line_gives_the_two_fields_a_file_run_reads() {
+    fn the_verify_command_line_gives_the_fields_a_run_reads() {
         let args = VerifyArgs {
             run: None,
             host: Some("sut".into()),
@@ -233,7 +268,8 @@ mod tests {
             show: 3,
             history: false,
         };
-        let o = FileVerifyOptions::from(&args);
+        let pg = crate::pgbench::PgVerifyArgs::default();
+        let o = VerifyOptions::of(&args, &pg);
         assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
         assert!(o.quiet);
     }

@@ -208,27 +208,7 @@ mod tests {
     use crate::ledger::*;
 
     fn manifest() -> Entry {
-        Entry::Manifest(Box::new(Manifest {
-            host: "h".into(),
-            started_unix_ms: 1,
-            tool_version: "0".into(),
-            workload: Workload::File(FileManifest {
-                target: "/t".into(),
-                size: 8192,
-                block_size: 4096,
-                jobs: 1,
-                sync: crate::modes::SyncMode::Fdatasync,
-                pattern: crate::modes::Pattern::Random,
-                identity: Default::default(),
-                prior_runs: Vec::new(),
-                prior_foreign: false,
-                atomic: None,
-            }),
-            boot_id: String::new(),
-            listener_order: 0,
-            listener_created_unix_ms: 0,
-            storage: Default::default(),
-        }))
+        Entry::Manifest(Box::new(Manifest::example_file("h", "/t", 8192, 4096)))
     }
 
     fn acks(batch: u64, n: u64) -> Entry {
@@ -396,16 +376,7 @@ mod proptests {
     }
 
     fn ledger_of(batches: &[Vec<(u64, u64)>]) -> (Vec<u8>, Vec<Entry>) {
-        let mut entries = vec![Entry::Manifest(Box::new(Manifest {
-            host: "p".into(),
-            started_unix_ms: 0,
-            tool_version: "t".into(),
-            workload: Workload::Pgbench(PgManifest::default()),
-            boot_id: String::new(),
-            listener_order: 0,
-            listener_created_unix_ms: 0,
-            storage: Default::default(),
-        }))];
+        let mut entries = vec![Entry::Manifest(Box::new(Manifest::example_pgbench("p")))];
         for (i, b) in batches.iter().enumerate() {
             entries.push(Entry::Acks(AckBatch {
                 batch: i as u64 + 1,

@@ -69,6 +69,17 @@ impl Report {
         }
     }
 
+    /// Sets the line that says a device error ended the run and what is judged
+    /// ([`crate::verdict::device_error_rule`]). A pgbench report has no such line (its
+    /// clients end on the server's errors, never on a device error of their own).
+    pub fn set_device_error(&mut self, line: Option<String>) {
+        match self {
+            Report::File(r) => r.device_error = line,
+            Report::Files(r) => r.device_error = line,
+            Report::Pgbench(_) => {}
+        }
+    }
+
     /// Sets the storage section.
     pub fn set_storage(&mut self, s: StorageReport) {
         match self {

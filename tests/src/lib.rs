@@ -34,28 +34,9 @@ pub fn raw_manifest(
     size: u64,
     block_size: u32,
 ) -> Box<plugpull::ledger::Manifest> {
-    use plugpull::ledger::{FileManifest, Manifest, Workload};
-    Box::new(Manifest {
-        host: host.into(),
-        started_unix_ms: 1,
-        tool_version: "test".into(),
-        workload: Workload::File(FileManifest {
-            target: target.into(),
-            size,
-            block_size,
-            jobs: 1,
-            sync: plugpull::modes::SyncMode::Fdatasync,
-            pattern: plugpull::modes::Pattern::Random,
-            identity: Default::default(),
-            prior_runs: Vec::new(),
-            prior_foreign: false,
-            atomic: None,
-        }),
-        boot_id: String::new(),
-        listener_order: 0,
-        listener_created_unix_ms: 0,
-        storage: Default::default(),
-    })
+    Box::new(plugpull::ledger::Manifest::example_file(
+        host, target, size, block_size,
+    ))
 }
 
 /// The path of a workspace binary built beside this test executable.

@@ -173,7 +173,7 @@ fn ext4_on_a_loop_device_counts_its_flushes() {
     let gone = mnt.at.join("no-dir/not-yet");
     let err = measure(&gone, 0.2, &leaves, false).unwrap_err();
     assert_eq!(
-        err.0,
+        err.to_string(),
         format!(
             "cannot probe {}: No such file or directory (os error 2)",
             gone.display()
@@ -221,7 +221,7 @@ fn a_raw_device_is_refused() {
     let before = std::fs::read(&img).unwrap();
     let err = measure(Path::new(&lp.dev), 0.2, &[], false).unwrap_err();
     assert_eq!(
-        err.0,
+        err.to_string(),
         "--seconds on a block device writes its first 4 KiB (put back after the loop): give --force to allow it"
     );
     assert_eq!(
@@ -243,7 +243,7 @@ fn an_existing_scratch_name_is_never_clobbered() {
     std::fs::write(&name, b"someone else's").unwrap();
     let err = measure(dir.path(), 0.1, &[], false).unwrap_err();
     assert_eq!(
-        err.0,
+        err.to_string(),
         format!(
             "cannot create scratch file {}: File exists (os error 17)",
             name.display()
@@ -254,7 +254,7 @@ fn an_existing_scratch_name_is_never_clobbered() {
     for bad in [0.0, -1.0, f64::NAN] {
         let err = measure(dir.path(), bad, &[], false).unwrap_err();
         assert_eq!(
-            err.0,
+            err.to_string(),
             format!("probe --seconds must be a number above 0, not {bad}")
         );
     }

@@ -37,7 +37,7 @@ impl AgentConfig {
     /// Errors: unreadable, writable by others, or not valid TOML of this shape.
     pub fn read(path: &Path) -> Result<AgentConfig, Error> {
         let meta = std::fs::metadata(path).map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot read the agent configuration {}: {e} (docs/campaign.md shows one)",
                 path.display()
             ))
@@ -45,7 +45,7 @@ impl AgentConfig {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         if meta.mode() & 0o022 != 0 || (meta.uid() != 0 && meta.uid() != me) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "the agent configuration {} must belong to root (or this user) and be writable by no one else (mode {:04o}, owner uid {}): chown root: and chmod 644 it",
                 path.display(),
                 meta.mode() & 0o7777,
@@ -53,8 +53,9 @@ impl AgentConfig {
             )));
         }
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Error(format!("cannot read {}: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| Error(format!("{}: {}", path.display(), e.message())))
+            .map_err(|e| Error::Msg(format!("cannot read {}: {e}", path.display())))?;
+        toml::from_str(&text)
+            .map_err(|e| Error::Msg(format!("{}: {}", path.display(), e.message())))
     }
 
     /// Whether `w` writes only what this configuration lists; `Err` names what it
@@ -139,7 +140,7 @@ mod tests {
 
     #[test]
     fn campaign_workloads_refuse_what_the_campaign_decides() {
-        let msg = |l: &str| parse(l).unwrap_err().0;
+        let msg = |l: &str| parse(l).unwrap_err().to_string();
         assert_eq!(
             msg("file --target /t --size 1MiB -T 30s"),
             "--workload \"file --target /t --size 1MiB -T 30s\": -T is not accepted: every run goes on until its cut"

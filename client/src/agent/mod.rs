@@ -99,7 +99,7 @@ struct Me {
 /// Runs the agent until it is stopped. Errors (exit 2): the secret or the
 /// configuration cannot be read.
 pub async fn agent(args: &AgentArgs) -> Result<bool, Error> {
-    let secret = Secret::load(Some(&args.secret_file)).map_err(Error)?;
+    let secret = Secret::load(Some(&args.secret_file)).map_err(Error::Msg)?;
     // Read now to fail at once on a bad file; read again before every run set, so a
     // fixed configuration needs no restart.
     AgentConfig::read(&args.config)?;
@@ -130,7 +130,7 @@ pub async fn agent(args: &AgentArgs) -> Result<bool, Error> {
         };
         let next = match call(&args.listener, &me.secret, req).await {
             Ok(CampaignResponse::Next(n)) => n,
-            Ok(other) => Err(Error(format!("listener answered Next with {other:?}")))?,
+            Ok(other) => Err(Error::Msg(format!("listener answered Next with {other:?}")))?,
             Err(e) => {
                 log(
                     &me,
@@ -211,14 +211,14 @@ async fn run_set(me: &Me, campaign: &str, number: u32, workloads: &[String]) {
         Ok(x) => x,
         Err(e) => {
             // Recorded (and logged) once per campaign and reason, not at every retry.
-            let key = format!("{campaign}\n{}", e.0);
+            let key = format!("{campaign}\n{}", e);
             let again =
                 std::mem::replace(&mut *me.last_refusal.lock().unwrap(), key.clone()) == key;
             if !again {
                 log(me, &format!("refused run set {number}: {e}"));
                 let ev = Event::Refused {
                     host: me.host.clone(),
-                    reason: e.0,
+                    reason: e.to_string(),
                     at_ms: crate::manifest::now_unix_ms(),
                 };
                 let _ = append(&me.args.listener, &me.secret, campaign, ev).await;
@@ -336,7 +336,7 @@ fn start_all(me: &Me, workloads: &[String]) -> Result<(Vec<Running>, Vec<RunId>)
     let config = AgentConfig::read(&me.args.config)?;
     for line in &lines {
         let w = workload::parse(line)?;
-        config.allows(&w, &me.args.config).map_err(Error)?;
+        config.allows(&w, &me.args.config).map_err(Error::Msg)?;
     }
     let mut children: Vec<Running> = Vec::new();
     let mut runs = Vec::new();
@@ -369,7 +369,7 @@ fn start_one(me: &Me, line: &str) -> Result<(Running, RunId), Error> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| Error(format!("cannot start plugpull write: {e}")))?;
+        .map_err(|e| Error::Msg(format!("cannot start plugpull write: {e}")))?;
     let prefix = format!("plugpull agent [{}] {}: ", me.host, words[0]);
     let err_lines = crate::rig::proc::lines(c.stderr.take().expect("piped"));
     let out = BufReader::new(c.stdout.take().expect("piped"));
@@ -384,12 +384,12 @@ fn start_one(me: &Me, line: &str) -> Result<(Running, RunId), Error> {
         }
     });
     let run = match rx.recv_timeout(START_LIMIT) {
-        Ok(id) => id.parse::<RunId>().map_err(Error)?,
+        Ok(id) => id.parse::<RunId>().map_err(Error::Msg)?,
         Err(_) => {
             let _ = c.kill();
             let _ = c.wait();
             let tail: Vec<String> = err_lines.iter().collect();
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "`plugpull write {line}` did not start: {}",
                 tail.join(" / ")
             )));

@@ -29,13 +29,13 @@ pub fn plan(a: &PlanArgs) -> Result<bool, Error> {
         .rate
         .map(|r| stats::cuts_needed(r, a.confidence))
         .transpose()
-        .map_err(Error)?;
+        .map_err(Error::Msg)?;
     // What the planned number of cuts (or the given one) shows when none fails.
     let shown_by = a.cuts.or(need);
     let shown = shown_by
         .map(|n| stats::rate_shown(n, a.confidence))
         .transpose()
-        .map_err(Error)?;
+        .map_err(Error::Msg)?;
     if a.json {
         println!(
             "{}",
@@ -45,10 +45,16 @@ pub fn plan(a: &PlanArgs) -> Result<bool, Error> {
         return Ok(true);
     }
     if let Some(r) = a.rate {
-        println!("{}", stats::need_sentence(r, a.confidence).map_err(Error)?);
+        println!(
+            "{}",
+            stats::need_sentence(r, a.confidence).map_err(Error::Msg)?
+        );
     }
     if let Some(n) = shown_by {
-        println!("{}", stats::plan_sentence(n, a.confidence).map_err(Error)?);
+        println!(
+            "{}",
+            stats::plan_sentence(n, a.confidence).map_err(Error::Msg)?
+        );
     }
     println!(
         "(valid cuts only: not-measured and invalid cuts do not count; a failed cut shows the rate is above 0)"
@@ -104,7 +110,7 @@ fn configuration(c: &Campaign) -> Option<String> {
 /// Errors: a campaign has no valid cut (nothing to compare).
 pub fn compare(a: &Campaign, b: &Campaign, args: &CompareArgs) -> Result<bool, Error> {
     if a.definition.name == b.definition.name {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "campaign {} compared with itself: give two campaigns",
             a.definition.name
         )));
@@ -112,7 +118,7 @@ pub fn compare(a: &Campaign, b: &Campaign, args: &CompareArgs) -> Result<bool, E
     let (ra, rb) = (a.roll_up(), b.roll_up());
     for (c, r) in [(a, &ra), (b, &rb)] {
         if r.valid == 0 {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "campaign {} has no valid cut ({}): nothing to compare",
                 c.definition.name,
                 r.line()
@@ -120,7 +126,7 @@ pub fn compare(a: &Campaign, b: &Campaign, args: &CompareArgs) -> Result<bool, E
         }
     }
     let (na, nb) = (&a.definition.name, &b.definition.name);
-    let f = stats::fisher_exact(ra.failed, ra.valid, rb.failed, rb.valid).map_err(Error)?;
+    let f = stats::fisher_exact(ra.failed, ra.valid, rb.failed, rb.valid).map_err(Error::Msg)?;
     let (ca, cb) = (configuration(a), configuration(b));
     let diff = match (&ca, &cb) {
         (Some(x), Some(y)) => Some(config_difference(x, y)),

@@ -199,7 +199,10 @@ pub async fn command(cmd: &CampaignCmd) -> Result<bool, Error> {
 /// With `--json`, a failure still prints one object on stdout: `{"ok":false,"error":…}`.
 pub fn json_failure(json: bool, r: Result<bool, Error>) -> Result<bool, Error> {
     if let (true, Err(e)) = (json, &r) {
-        println!("{}", serde_json::json!({"ok": false, "error": e.0}));
+        println!(
+            "{}",
+            serde_json::json!({"ok": false, "error": e.to_string()})
+        );
     }
     r
 }
@@ -209,7 +212,7 @@ pub fn json_failure(json: bool, r: Result<bool, Error>) -> Result<bool, Error> {
 pub fn definition(a: &CreateArgs) -> Result<Definition, Error> {
     plugpull::campaign::check_name(&a.name)?;
     if a.hosts.len() != a.powers.len() {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "{} --host but {} --power: give one --power per --host, in the same order",
             a.hosts.len(),
             a.powers.len()
@@ -217,17 +220,17 @@ pub fn definition(a: &CreateArgs) -> Result<Definition, Error> {
     }
     let mut hosts = Vec::new();
     if a.boot_timeout.is_zero() {
-        return Err(Error("--boot-timeout must be more than 0 s".into()));
+        return Err(Error::Msg("--boot-timeout must be more than 0 s".into()));
     }
     for (host, power) in a.hosts.iter().zip(&a.powers) {
         if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "--host {host:?}: a host name is the name its agent announces, without spaces"
             )));
         }
-        PowerUri::parse(power).map_err(|e| Error(format!("--power for {host}: {e}")))?;
+        PowerUri::parse(power).map_err(|e| Error::Msg(format!("--power for {host}: {e}")))?;
         if hosts.iter().any(|h: &HostPlan| &h.host == host) {
-            return Err(Error(format!("--host {host} is given twice")));
+            return Err(Error::Msg(format!("--host {host} is given twice")));
         }
         hosts.push(HostPlan {
             host: host.clone(),
@@ -281,7 +284,7 @@ pub async fn call(
     w.flush().await?;
     match r.recv().await? {
         Response::Campaign(a) => Ok(*a),
-        other => Err(Error(format!(
+        other => Err(Error::Msg(format!(
             "listener {listener} answered a campaign request with {other:?}"
         ))),
     }
@@ -297,7 +300,7 @@ pub async fn load(listener: &str, secret: &Secret, name: &str) -> Result<Campaig
     .await?
     {
         CampaignResponse::State { definition, events } => Ok(Campaign { definition, events }),
-        other => Err(Error(format!(
+        other => Err(Error::Msg(format!(
             "listener {listener} answered Load with {other:?}"
         ))),
     }
@@ -316,7 +319,7 @@ pub async fn append(
     };
     match call(listener, secret, req).await? {
         CampaignResponse::Appended { .. } => Ok(()),
-        other => Err(Error(format!(
+        other => Err(Error::Msg(format!(
             "listener {listener} answered Append with {other:?}"
         ))),
     }

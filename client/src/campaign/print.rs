@@ -20,7 +20,7 @@ pub fn show(c: &Campaign, args: &ShowArgs) -> Result<(), Error> {
     if let Some(path) = &args.junit {
         let xml = junit(c)?;
         std::fs::write(path, xml)
-            .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
+            .map_err(|e| Error::Msg(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(())
 }
@@ -229,7 +229,7 @@ pub fn junit(c: &Campaign) -> Result<String, Error> {
     }
     report
         .to_string()
-        .map_err(|e| Error(format!("JUnit report: {e}")))
+        .map_err(|e| Error::Msg(format!("JUnit report: {e}")))
 }
 
 /// A cut's JUnit status: failure = a failed verdict, skipped = not measured, error =

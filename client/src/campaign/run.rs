@@ -88,7 +88,7 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
     }
     let mut stopped = Vec::new();
     while let Some(j) = tasks.join_next().await {
-        let (host, r) = j.map_err(|e| Error(format!("controller task: {e}")))?;
+        let (host, r) = j.map_err(|e| Error::Msg(format!("controller task: {e}")))?;
         if let Err(e) = r {
             eprintln!("plugpull: {host}: {e}");
             stopped.push(format!("{host}: {e}"));
@@ -110,7 +110,7 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
             eprintln!("plugpull: {why}");
             Ok(false)
         } else {
-            Err(Error(why))
+            Err(Error::Msg(why))
         }
     };
     // Under --json one object only: the campaign, or on exit 2 the failure object
@@ -122,7 +122,7 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, print::junit(&c)?)
-            .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
+            .map_err(|e| Error::Msg(format!("cannot write {}: {e}", path.display())))?;
     }
     result
 }
@@ -131,7 +131,7 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
 /// any failed, 2 when no cut was valid (nothing was measured: never a pass).
 pub fn outcome(r: &plugpull::campaign::RollUp) -> Result<bool, Error> {
     if r.valid == 0 {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "no valid cut ({}): nothing was measured",
             r.line()
         )));
@@ -147,11 +147,11 @@ async fn pause(w: &Witness, host: &str, reason: String) -> Error {
         at_ms: crate::manifest::now_unix_ms(),
     };
     if let Err(e) = w.append(ev).await {
-        return Error(format!(
+        return Error::Msg(format!(
             "{reason} (and the pause could not be recorded: {e})"
         ));
     }
-    Error(reason)
+    Error::Msg(reason)
 }
 
 async fn runs_state(w: &Witness, runs: &[RunId]) -> Result<Vec<RunState>, Error> {
@@ -162,7 +162,7 @@ async fn runs_state(w: &Witness, runs: &[RunId]) -> Result<Vec<RunState>, Error>
         .await?
     {
         CampaignResponse::Runs(s) => Ok(s),
-        other => Err(Error(format!("listener answered Runs with {other:?}"))),
+        other => Err(Error::Msg(format!("listener answered Runs with {other:?}"))),
     }
 }
 
@@ -171,7 +171,7 @@ async fn runs_state(w: &Witness, runs: &[RunId]) -> Result<Vec<RunState>, Error>
 async fn drive(uri: &str, action: &'static str) -> Result<String, Error> {
     let uri = uri.to_string();
     tokio::task::spawn_blocking(move || {
-        let parsed = PowerUri::parse(&uri).map_err(Error)?;
+        let parsed = PowerUri::parse(&uri).map_err(Error::Msg)?;
         let d = crate::power::open(&parsed)?;
         match action {
             "off" => d.off().map(|_| String::new()),
@@ -180,11 +180,11 @@ async fn drive(uri: &str, action: &'static str) -> Result<String, Error> {
         }
     })
     .await
-    .map_err(|e| Error(format!("power driver task: {e}")))?
+    .map_err(|e| Error::Msg(format!("power driver task: {e}")))?
 }
 
 async fn host_loop(w: &Witness, host: &str, power: &str) -> Result<(), Error> {
-    let scheme = PowerUri::parse(power).map_err(Error)?;
+    let scheme = PowerUri::parse(power).map_err(Error::Msg)?;
     loop {
         let c = w.load().await?;
         let v = c.host(host);
@@ -332,7 +332,7 @@ async fn pull(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(Pull
         };
         return Ok((f, true));
     }
-    let off_error = drive(power, "off").await.err().map(|e| e.0);
+    let off_error = drive(power, "off").await.err().map(|e| e.to_string());
     let off_at = listener_now(w, &p.runs).await?;
     tokio::time::sleep(Duration::from_millis(SILENCE_GRACE_MS + 1000)).await;
     let last_ack = last_ack(w, &p.runs).await?;

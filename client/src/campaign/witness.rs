@@ -44,7 +44,7 @@ impl Witness {
         let mut said: Option<Instant> = None;
         loop {
             match call(&self.addr, &self.secret, req.clone()).await {
-                Err(e) if e.0.starts_with("cannot reach listener") => {
+                Err(e @ Error::Unreachable { .. }) => {
                     if since.elapsed() > UNREACHABLE_LIMIT {
                         return Err(e);
                     }
@@ -67,7 +67,9 @@ impl Witness {
         };
         match self.call(req).await? {
             CampaignResponse::Appended { .. } => Ok(()),
-            other => Err(Error(format!("listener answered Append with {other:?}"))),
+            other => Err(Error::Msg(format!(
+                "listener answered Append with {other:?}"
+            ))),
         }
     }
 
@@ -78,7 +80,7 @@ impl Witness {
         };
         match self.call(req).await? {
             CampaignResponse::State { definition, events } => Ok(Campaign { definition, events }),
-            other => Err(Error(format!("listener answered Load with {other:?}"))),
+            other => Err(Error::Msg(format!("listener answered Load with {other:?}"))),
         }
     }
 
@@ -88,7 +90,7 @@ impl Witness {
     pub async fn load(&self) -> Result<Campaign, Error> {
         let c = self.load_any().await?;
         if c.controller() != Some(self.id) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "another `plugpull campaign run --name {}` started: this one stops so that only one controller cuts",
                 self.name
             )));

@@ -19,7 +19,7 @@ pub enum Workload {
 ///
 /// Errors: unbalanced quotes.
 pub fn words(line: &str) -> Result<Vec<String>, Error> {
-    shlex::split(line).ok_or_else(|| Error(format!("--workload {line:?}: unbalanced quotes")))
+    shlex::split(line).ok_or_else(|| Error::Msg(format!("--workload {line:?}: unbalanced quotes")))
 }
 
 /// The options a campaign's `file` workload may give: those that shape the load.
@@ -92,28 +92,28 @@ pub fn parse(line: &str) -> Result<Workload, Error> {
                 "--force" => "a campaign may not overwrite data that is not plugpull's: run `plugpull write file --force` on the machine once by hand if the target needs it",
                 _ => "a campaign workload takes only the options that shape the load (docs/campaign.md), nothing that writes elsewhere or ends the run",
             };
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "--workload {line:?}: {flag} is not accepted: {why}"
             )));
         }
     }
     let w = Workload::try_parse_from(&words).map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "--workload {line:?}: {}",
             e.render().to_string().trim()
         ))
     })?;
     if let Workload::File(a) = &w {
-        crate::file::check_args(a).map_err(|e| Error(format!("--workload {line:?}: {e}")))?;
+        crate::file::check_args(a).map_err(|e| Error::Msg(format!("--workload {line:?}: {e}")))?;
     }
     if let Workload::Pgbench(a) = &w {
         let Some(dsn) = &a.dsn else {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "--workload {line:?}: name the database with --dsn (the agent's configuration allows databases by their conninfo)"
             )));
         };
         if has_password(dsn) {
-            return Err(Error(
+            return Err(Error::Msg(
                 "--workload: the --dsn holds a password, and a campaign record holds no secret: put it in the agent's ~/.pgpass or a PGPASSFILE on the machine under test".into(),
             ));
         }

@@ -50,7 +50,7 @@ pub async fn run(
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect();
     write_private(&secret_path, &format!("{text}\n"))?;
-    let secret = Secret::load(Some(&secret_path)).map_err(Error)?;
+    let secret = Secret::load(Some(&secret_path)).map_err(Error::Msg)?;
     let l = rig::listener::Listener::start(
         &sibling("plugpull-listener")?,
         &dir.join("listener-data"),
@@ -74,7 +74,8 @@ pub async fn run(
         })
         .collect();
     write_private(&config, &format!("targets = [{}]\n", listed.join(", ")))?;
-    let me = std::env::current_exe().map_err(|e| Error(format!("cannot locate plugpull: {e}")))?;
+    let me =
+        std::env::current_exe().map_err(|e| Error::Msg(format!("cannot locate plugpull: {e}")))?;
     let mut machines = Machines(Vec::new());
     let mut powers = Vec::new();
     for (i, (host, mode)) in HOSTS.iter().enumerate() {
@@ -187,5 +188,5 @@ fn write_private(path: &Path, text: &str) -> Result<(), Error> {
         .mode(0o600)
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| Error::Msg(format!("cannot write {}: {e}", path.display())))
 }

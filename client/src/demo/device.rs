@@ -104,7 +104,9 @@ fn start_pg(ctx: &Ctx, bin: &Path, mnt: &Path, ddir: &Path) -> Result<PgPart, Er
     let mut cluster = Cluster::init(bin, layout, &[], "plugpull demo", "", "")?;
     if let Err(out) = cluster.start(60)? {
         let tail = cluster.log_tail(8);
-        return Err(Error(format!("PostgreSQL did not start:\n{out}{tail}")));
+        return Err(Error::Msg(format!(
+            "PostgreSQL did not start:\n{out}{tail}"
+        )));
     }
     let dsn = cluster.conninfo_db("postgres");
     println!("== plugpull write pgbench --init --scale 1 --clients 4");
@@ -164,8 +166,12 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
     let mut runs = vec![(file_ledger, Report::File(file.clone()))];
     println!();
     println!("== verify: files workload (run {files_run})");
-    let (files_ledger, files) = verify_files(&ctx.addr, files_run, 5).await?;
-    runs.push((files_ledger, Report::Files(files.clone())));
+    let pg_none = crate::pgbench::PgVerifyArgs::default();
+    let (files_ledger, report) = super::verify_run(&ctx.addr, files_run, 5, &pg_none).await?;
+    let Report::Files(files) = report.clone() else {
+        return Err(Error::Msg(format!("run {files_run} is not a files run")));
+    };
+    runs.push((files_ledger, report));
     let mut pg_report = None;
     if let Some(p) = &mut pg {
         println!();
@@ -177,9 +183,12 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
             "30s"
         };
         let dsn = p.cluster.conninfo_db("postgres");
-        let opts = pg_verify_args(&dsn, &p.cluster.log, wait).map_err(Error)?;
-        let (pg_ledger, r) = verify_pg(&ctx.addr, p.run, &opts).await?;
-        runs.push((pg_ledger, Report::Pgbench(r.clone())));
+        let opts = pg_verify_args(&dsn, &p.cluster.log, wait).map_err(Error::Msg)?;
+        let (pg_ledger, report) = super::verify_run(&ctx.addr, p.run, 10, &opts).await?;
+        let Report::Pgbench(r) = report.clone() else {
+            return Err(Error::Msg(format!("run {} is not a pgbench run", p.run)));
+        };
+        runs.push((pg_ledger, report));
         pg_report = Some(r);
         let _ = p.cluster.stop("fast", 30)?;
         let _ = p.cluster.kill_all();
@@ -193,24 +202,6 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
         pg: pg_report,
         runs,
     })
-}
-
-/// Verifies files run `run` at the listener `addr` with the verifier's own function,
-/// prints its report (`show` findings) and returns it.
-async fn verify_files(
-    addr: &str,
-    run: plugpull::RunId,
-    show: usize,
-) -> Result<(plugpull::ledger::RunLedger, plugpull::report::FilesReport), Error> {
-    let secret = plugpull::auth::Secret::default();
-    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
-    let plugpull::ledger::Workload::Files(fm) = &l.manifest.workload else {
-        return Err(Error(format!("run {run} is not a files run")));
-    };
-    let mut report = crate::files::verify::verify_files_run(&l, fm, None)?;
-    report.storage = crate::verify::storage_of(&l);
-    crate::files::print::print_files_report(&report, show);
-    Ok((l, report))
 }
 
 /// The power cut: the writers SIGKILLed, the device's power pulled, PostgreSQL
@@ -251,23 +242,4 @@ fn restart_pg(c: &mut Cluster) -> Result<bool, Error> {
             Ok(false)
         }
     }
-}
-
-/// Verifies a pgbench run with the verifier's own function, prints its report and
-/// returns it.
-async fn verify_pg(
-    addr: &str,
-    run: plugpull::RunId,
-    opts: &crate::pgbench::PgVerifyArgs,
-) -> Result<(plugpull::ledger::RunLedger, crate::pgbench::PgReport), Error> {
-    let secret = plugpull::auth::Secret::default();
-    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
-    let plugpull::ledger::Workload::Pgbench(pm) = &l.manifest.workload else {
-        return Err(Error(format!("run {run} is not a pgbench run")));
-    };
-    let mut report =
-        crate::pgbench::verify(l.run, &l.manifest, pm, &l.batches, l.finished, opts).await?;
-    report.storage = crate::verify::storage_of(&l);
-    crate::pgbench::print::print_human(&report, 10);
-    Ok((l, report))
 }

@@ -15,7 +15,7 @@ pub(super) async fn sigkill_demo(dir: &Path, args: &DemoArgs) -> Result<bool, Er
     let listener = super::start_listener(dir)?;
     let addr = listener.addr().to_string();
     let target = dir.join("target.dat");
-    let me = std::env::current_exe().map_err(|e| Error(e.to_string()))?;
+    let me = std::env::current_exe().map_err(|e| Error::Msg(e.to_string()))?;
     println!(
         "== writing checksummed blocks to {} with 4 jobs; the cut comes after {} s",
         target.display(),

@@ -116,7 +116,7 @@ pub fn report_path(args: &DemoArgs) -> Result<PathBuf, Error> {
         .truncate(false)
         .open(&path)
         .map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot write the report to {}: {e}",
                 path.display()
             ))
@@ -129,7 +129,7 @@ pub fn report_path(args: &DemoArgs) -> Result<PathBuf, Error> {
 /// Errors: the file cannot be written.
 pub fn write_report(path: &Path, html: &str) -> Result<(), Error> {
     std::fs::write(path, html).map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot write the report to {}: {e}",
             path.display()
         ))
@@ -146,7 +146,7 @@ pub fn write_report(path: &Path, html: &str) -> Result<(), Error> {
 pub async fn demo(args: &DemoArgs) -> Result<bool, Error> {
     let dir = std::env::temp_dir().join(format!("plugpull-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
-        .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
+        .map_err(|e| Error::Msg(format!("cannot create {}: {e}", dir.display())))?;
     proc::detach_children();
     // A task of its own sees Ctrl-C even while the flow waits in the rig.
     let watcher = tokio::spawn(async {
@@ -164,11 +164,11 @@ pub async fn demo(args: &DemoArgs) -> Result<bool, Error> {
     };
     let result = tokio::select! {
         r = run(&dir, args) => r,
-        _ = until_cancelled => Err(Error("interrupted".into())),
+        _ = until_cancelled => Err(Error::Msg("interrupted".into())),
     };
     watcher.abort();
     let result = if proc::cancelled() {
-        Err(Error("interrupted".into()))
+        Err(Error::Msg("interrupted".into()))
     } else {
         result
     };
@@ -187,7 +187,7 @@ fn fuse_unavailable() -> Option<String> {
         return Some(why.into());
     }
     if let Err(e) = sibling("plugpull-simfs") {
-        return Some(e.0);
+        return Some(e.to_string());
     }
     None
 }
@@ -211,7 +211,7 @@ fn start_listener(dir: &Path) -> Result<rig::listener::Listener, Error> {
 async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     if let Some(why) = fuse_unavailable() {
         if args.cuts.is_some() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "demo --cuts needs the power-cut simulator, and FUSE is not available: {why}"
             )));
         }
@@ -242,7 +242,7 @@ async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
     let ctx = device::Ctx {
         dir: dir.to_path_buf(),
         addr: listener.addr().to_string(),
-        me: std::env::current_exe().map_err(|e| Error(e.to_string()))?,
+        me: std::env::current_exe().map_err(|e| Error::Msg(e.to_string()))?,
         simfs: sibling("plugpull-simfs")?,
         pg,
         args: args.clone(),
@@ -281,28 +281,41 @@ fn start_writer(
     let mut cmd = proc::command(me);
     cmd.args(args).args(load.split(' '));
     let w = rig::writer::Following::new(rig::writer::spawn(cmd, &format!("the {what}"))?);
-    let run = w.run.parse().map_err(Error)?;
+    let run = w.run.parse().map_err(Error::Msg)?;
     Ok((w, run))
 }
 
-/// Verifies file run `run` at the listener `addr` with the verifier's own function
-/// (device-error rule included), prints its report (`show` findings) and returns it.
+/// Verifies run `run` at the listener `addr` exactly as `plugpull verify` does
+/// ([`crate::verify::judge_ledger`]: device-error rule, the workload's verify, the
+/// storage section), with `pg` for a pgbench run's server; prints its human report
+/// (`show` findings of each kind) and returns the ledger and the report.
+async fn verify_run(
+    addr: &str,
+    run: plugpull::RunId,
+    show: usize,
+    pg: &crate::pgbench::PgVerifyArgs,
+) -> Result<(plugpull::ledger::RunLedger, plugpull::report::Report), Error> {
+    let secret = plugpull::auth::Secret::default();
+    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
+    let opts = crate::verify::VerifyOptions {
+        target: None,
+        quiet: false,
+        pg,
+    };
+    let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
+    crate::verify::print_report(&report, false, show);
+    Ok((l, report))
+}
+
+/// Verifies file run `run` ([`verify_run`]; a file run needs no server options).
 async fn verify_file(
     addr: &str,
     run: plugpull::RunId,
     show: usize,
 ) -> Result<(plugpull::ledger::RunLedger, FileReport), Error> {
-    let secret = plugpull::auth::Secret::default();
-    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
-    let plugpull::ledger::Workload::File(fm) = &l.manifest.workload else {
-        return Err(Error(format!("run {run} is not a file run")));
-    };
-    let opts = crate::file::verify::FileVerifyOptions {
-        target: None,
-        quiet: false,
-    };
-    let mut report = crate::file::verify::verify_file_run(&l, fm, &opts, addr, &secret).await?;
-    report.storage = crate::verify::storage_of(&l);
-    crate::file::print::print_file_report(&report, show);
-    Ok((l, report))
+    let pg = crate::pgbench::PgVerifyArgs::default();
+    match verify_run(addr, run, show, &pg).await? {
+        (l, plugpull::report::Report::File(r)) => Ok((l, r)),
+        _ => Err(Error::Msg(format!("run {run} is not a file run"))),
+    }
 }

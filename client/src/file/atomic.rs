@@ -143,7 +143,7 @@ pub fn check_rwf(a: &AtomicArgs, target: &Path, block_size: u64) -> Result<(), E
         ),
         Ok(Some(_)) => return Ok(()),
     };
-    Err(Error(format!(
+    Err(Error::Msg(format!(
         "--atomic rwf refused: {why}{sysfs}. RWF_ATOMIC writes of --block-size {block_size} are not offered by \
          the kernel, the filesystem or the device here; choose a --block-size they offer, or --atomic none to \
          test the device's natural behaviour"
@@ -247,7 +247,7 @@ mod tests {
             atomic: AtomicMode::Rwf,
         };
         assert_eq!(
-            check_atomic_args(&rwf, SyncMode::Fdatasync).unwrap_err().0,
+            check_atomic_args(&rwf, SyncMode::Fdatasync).unwrap_err().to_string(),
             "--atomic rwf needs --sync direct-dsync (it was fdatasync): the kernel takes RWF_ATOMIC writes only with O_DIRECT (man 2 pwritev2)"
         );
         assert!(check_atomic_args(&rwf, SyncMode::DirectDsync).is_ok());

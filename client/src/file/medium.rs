@@ -65,7 +65,7 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
                 return Ok(Some(found));
             }
         }
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "target {shown} is not the device run's data was written to ({problem}); the run wrote {}; \
              give --target with the device that has this identity",
             target_id::describe_device(id)
@@ -74,7 +74,7 @@ pub fn locate(fm: &FileManifest, target: Option<&Path>) -> Result<Option<PathBuf
     match target_id::on_run_fs(&path, "target", id, given, &fm.target) {
         Ok(OnRunFs::Present) => Ok(Some(path)),
         Ok(OnRunFs::Gone(_)) => Ok(None),
-        Err(e) => Err(Error(format!("cannot verify: {e}"))),
+        Err(e) => Err(Error::Msg(format!("cannot verify: {e}"))),
     }
 }
 
@@ -89,15 +89,16 @@ pub fn open_target(path: &Path) -> Result<Opened, Error> {
     // A FIFO or other non-file would block the open or mean nothing: refused at once,
     // before the open, by the writer's own guard.
     let Some(meta) = super::target::target_kind(path)? else {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "cannot read target {shown}: it does not exist"
         )));
     };
     let is_block = meta.file_type().is_block_device();
-    let plain = File::open(path).map_err(|e| Error(format!("cannot read target {shown}: {e}")))?;
+    let plain =
+        File::open(path).map_err(|e| Error::Msg(format!("cannot read target {shown}: {e}")))?;
     // The writer holds an exclusive flock(2) for the whole run.
     if let Err(std::fs::TryLockError::WouldBlock) = plain.try_lock_shared() {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "target {shown} is still being written: a plugpull writer holds its lock; \
              verify after the writer has ended (or the machine was cut and rebooted)"
         )));
@@ -123,7 +124,7 @@ pub fn open_target(path: &Path) -> Result<Opened, Error> {
             ));
         }
     }
-    let len = len_of(&plain).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
+    let len = len_of(&plain).map_err(|e| Error::Msg(format!("cannot size target {shown}: {e}")))?;
     let (file, mode) = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)

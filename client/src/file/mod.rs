@@ -10,6 +10,7 @@
 //! * `worker`: the writer threads (`pwrite` + durability call, the watermark).
 //! * [`medium`]: finding the target after the cut and reading it from the medium.
 //! * [`verify`]: reading a run's target and judging every block.
+//! * [`others`]: placing the other runs whose records the target holds.
 //! * [`print`]: the write summary and the human verify report.
 //!
 //! Worker `j` of `N` owns the blocks `b ≡ j (mod N)`, so each block is written by one
@@ -20,6 +21,7 @@
 
 pub mod atomic;
 pub mod medium;
+pub mod others;
 pub mod print;
 pub mod readahead;
 pub mod target;
@@ -240,7 +242,7 @@ fn run_manifest(
 ) -> Result<(Manifest, PathBuf, Option<plugpull::probe::Probe>), Error> {
     let target = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
     let identity = crate::target_id::identify(&target)
-        .map_err(|e| Error(format!("cannot identify target {}: {e}", target.display())))?;
+        .map_err(|e| Error::Msg(format!("cannot identify target {}: {e}", target.display())))?;
     let (prior_runs, prior_foreign) = File::open(&target)
         .map(|f| target::scan_prior(&f, size))
         .unwrap_or((Vec::new(), true));
@@ -279,7 +281,7 @@ mod tests {
     }
 
     fn refusal(extra: &[&str]) -> String {
-        check_args(&args(extra)).unwrap_err().0
+        check_args(&args(extra)).unwrap_err().to_string()
     }
 
     #[test]

@@ -119,7 +119,7 @@ fn read_all(
                             read_full_at(&f, &mut buf.bytes_mut()[..want], at)
                         }
                         Err(e) => {
-                            let _ = out.send(Err(Error(format!(
+                            let _ = out.send(Err(Error::Msg(format!(
                                 "cannot read target {}: {e}",
                                 path.display()
                             ))));
@@ -133,7 +133,7 @@ fn read_all(
         let got = match got {
             Ok(n) => n,
             Err(e) => {
-                let _ = out.send(Err(Error(format!(
+                let _ = out.send(Err(Error::Msg(format!(
                     "reading target {} at byte {at}: {e}",
                     path.display()
                 ))));

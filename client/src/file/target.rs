@@ -30,7 +30,7 @@ pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Error> {
     let shown = path.display();
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error(format!("cannot look up target {shown}: {e}"))),
+        Err(e) => Err(Error::Msg(format!("cannot look up target {shown}: {e}"))),
         Ok(m) => {
             let t = m.file_type();
             if t.is_file() || t.is_block_device() {
@@ -47,7 +47,7 @@ pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Error> {
             } else {
                 "neither a regular file nor a block device"
             };
-            Err(Error(format!(
+            Err(Error::Msg(format!(
                 "target {shown} is {kind}: give a regular file or a block device"
             )))
         }
@@ -219,13 +219,13 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
             .create(created)
             .truncate(false)
             .open(path)
-            .map_err(|e| Error(format!("cannot open target {shown}: {e}")))?
+            .map_err(|e| Error::Msg(format!("cannot open target {shown}: {e}")))?
     };
     let fail = |msg: String| {
         if created {
             let _ = std::fs::remove_file(path);
         }
-        Err(Error(msg))
+        Err(Error::Msg(msg))
     };
     // An exclusive flock(2), held until the run ends.
     if f.try_lock().is_err() {
@@ -242,9 +242,10 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         }
     }
     if block_device {
-        let have = len_of(&f).map_err(|e| Error(format!("cannot size target {shown}: {e}")))?;
+        let have =
+            len_of(&f).map_err(|e| Error::Msg(format!("cannot size target {shown}: {e}")))?;
         if have < size {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "target {shown} is too small: it holds {} ({have} bytes), --size asks for {} ({size} bytes)",
                 human_bytes(have),
                 human_bytes(size)
@@ -280,14 +281,14 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         ));
     }
     f.sync_all()
-        .map_err(|e| Error(format!("fsync of target {shown}: {e}")))?;
+        .map_err(|e| Error::Msg(format!("fsync of target {shown}: {e}")))?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| Error(format!("fsync of directory {}: {e}", dir.display())))?;
+        .map_err(|e| Error::Msg(format!("fsync of directory {}: {e}", dir.display())))?;
     Ok(LockedTarget { _lock: f })
 }
 
@@ -299,7 +300,7 @@ pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Erro
     let block_device = f.metadata().is_ok_and(|m| m.file_type().is_block_device());
     if let Some((align, source)) = direct_alignment(f, block_device) {
         if !bs.is_multiple_of(align) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "--sync direct-dsync: --block-size {bs} is not a multiple of {align} bytes, {source} of target {shown}, \
                  so O_DIRECT writes would fail; give --block-size {} (or a multiple of it), or --sync dsync",
                 align.max(4096)
@@ -312,13 +313,13 @@ pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Erro
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "--sync direct-dsync: cannot open target {shown} with O_DIRECT: {e}"
             ))
         })?;
     let mut buf = AlignedBuf::new(bs as usize);
     match probe.read_at(buf.bytes_mut(), 0) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error(format!(
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error::Msg(format!(
             "--sync direct-dsync: target {shown} refused an O_DIRECT read of one --block-size {bs} block ({e}): \
              its alignment is larger than {bs} bytes; give a larger --block-size, or --sync dsync"
         ))),

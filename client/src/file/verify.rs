@@ -7,15 +7,14 @@
 //! tell: wrong target, reused target, nothing of the run on it.
 
 use super::medium::{locate, open_target, Opened};
+use super::others::{place_other_runs, OtherRuns};
 use super::readahead::ReadAhead;
-use crate::ledger::fetch;
 use crate::target_id;
 use crate::Error;
-use plugpull::auth::Secret;
-use plugpull::ledger::{Acks, FileManifest, RunLedger, Workload};
+use plugpull::ledger::{Acks, FileManifest, RunLedger};
 use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::units::human_bytes;
-use plugpull::verdict::{classify_block, device_error_rule, AckTable, Tally};
+use plugpull::verdict::{classify_block, AckTable, Tally};
 use plugpull::RunId;
 use std::path::PathBuf;
 
@@ -31,17 +30,18 @@ pub struct FileVerifyOptions {
     pub quiet: bool,
 }
 
-/// Verifies a file run: the device-error rule, then reads its target and classifies
-/// every block. Used by `plugpull verify` and by `plugpull demo`.
+/// Verifies a file run whose ledger passed the device-error rule
+/// ([`crate::verify::judge_ledger`] applies it): reads its target and classifies
+/// every block.
 ///
 /// Runs whose records are on the target are the target's prior contents when the
 /// manifest's `prior_runs` lists them, or when the listener created them before this
 /// run on the same target (a sampled start-of-run scan of a large target can miss
-/// them; their ledgers are fetched from `listener` to tell). Any other run's record
+/// them; `others` looks their manifests up, [`ListenerRuns`] at the listener). Any other run's record
 /// is a later run's: it excuses a lost write from `unserializable`, and a target
 /// holding only such records is refused as the wrong one.
 ///
-/// Errors (exit 2): writes acknowledged after a device error; nothing was acknowledged
+/// Errors (exit 2): nothing was acknowledged
 /// ("not measured"); the target is not the run's (a block device with another
 /// identity; only records of runs that were not on it when the run started); its
 /// filesystem is not mounted; a writer still holds it; it exists but cannot be read.
@@ -52,52 +52,11 @@ pub async fn verify_file_run(
     l: &RunLedger,
     fm: &FileManifest,
     opts: &FileVerifyOptions,
-    listener: &str,
-    secret: &Secret,
+    others: &impl OtherRuns,
 ) -> Result<FileReport, Error> {
-    let device_error = device_error_rule(l).map_err(|e| Error(e.to_string()))?;
     let read = read_file_target(l, fm, opts)?;
-    let (prior, reused_by) = place_other_runs(l, fm, &read.tally, listener, secret).await;
-    let mut report = judge_file(l, fm, read, &prior, &reused_by)?;
-    report.device_error = device_error;
-    Ok(report)
-}
-
-/// Places the other runs whose records [`read_file_target`] found: earlier than `l`
-/// on the same target (the manifest's `prior_runs`, or created before it by the
-/// listener: a sampled start-of-run scan can miss them), or later on the same target
-/// (it was reused). Their ledgers are fetched from `listener`; a run that cannot be
-/// fetched, or was on another target, is neither.
-async fn place_other_runs(
-    l: &RunLedger,
-    fm: &FileManifest,
-    tally: &Tally,
-    listener: &str,
-    secret: &Secret,
-) -> (Vec<RunId>, Vec<RunId>) {
-    let mut prior = fm.prior_runs.clone();
-    let mut reused_by = Vec::new();
-    for &r in tally.other_runs() {
-        if prior.contains(&r) {
-            continue;
-        }
-        let Ok(o) = fetch(listener, secret, Some(r), "").await else {
-            continue;
-        };
-        let same = match &o.manifest.workload {
-            Workload::File(ofm) => {
-                ofm.target == fm.target || target_id::same_target(&ofm.identity, &fm.identity)
-            }
-            Workload::Pgbench(_) | Workload::Files(_) => false,
-        };
-        let order = o.manifest.listener_order;
-        if same && order > 0 && order < l.manifest.listener_order {
-            prior.push(r);
-        } else if same && order > l.manifest.listener_order {
-            reused_by.push(r);
-        }
-    }
-    (prior, reused_by)
+    let (prior, reused_by) = place_other_runs(l, fm, read.tally.other_runs(), others).await;
+    judge_file(l, fm, read, &prior, &reused_by)
 }
 
 /// What reading a file run's target found, before the other runs' records on it are
@@ -128,13 +87,13 @@ fn read_file_target(
         if let Acks::File(v) = &b.acks {
             for a in v {
                 if !acks.add(a.seq, a.block, a.ms) {
-                    return Err(Error(format!("ledger of run {} acknowledges block {} beyond the target's {blocks} blocks", l.run, a.block)));
+                    return Err(Error::Msg(format!("ledger of run {} acknowledges block {} beyond the target's {blocks} blocks", l.run, a.block)));
                 }
             }
         }
     }
     if acks.acknowledged == 0 {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "not measured: run {} has no acknowledged writes in the ledger",
             l.run
         )));
@@ -247,7 +206,7 @@ fn judge_file(
         .map(|r| r.to_string())
         .collect();
     if !later.is_empty() && outcome.run_data_blocks > 0 {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "target {} holds records of run {} but also of later runs on the same target ({}): \
              the target was reused before run {} was verified, and the blocks they overwrote cannot be judged",
             shown_path.display(),
@@ -264,7 +223,7 @@ fn judge_file(
             .map(|r| r.to_string())
             .collect();
         if !unknown.is_empty() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "target {} holds no record of run {} but records of other plugpull runs in {} blocks \
                  (runs {}, which were not on the target when run {} started): \
                  wrong --target, or a later run reused this target",
@@ -276,7 +235,7 @@ fn judge_file(
             )));
         }
         if let (Some(what), 0) = (&other_file, outcome.run_data_blocks) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                         "target {} holds no record of run {} and is not the file the run wrote ({what}): wrong --target?",
                         shown_path.display(),
                         l.run

@@ -62,7 +62,7 @@ pub fn open_for_writes(path: &Path, sync: SyncMode) -> Result<File, Error> {
         SyncMode::Fdatasync | SyncMode::Fsync => {}
     }
     o.open(path).map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot open target {} for writing ({}): {e}",
             path.display(),
             sync.name()

@@ -209,10 +209,10 @@ fn is_ours(name: &str) -> bool {
 ///
 /// Errors: any of these fails, or another writer holds the directory.
 pub fn prepare_dir(dir: &Path, force: bool) -> Result<std::fs::File, Error> {
-    let err = |what: &str, e: std::io::Error| Error(format!("{what} {}: {e}", dir.display()));
+    let err = |what: &str, e: std::io::Error| Error::Msg(format!("{what} {}: {e}", dir.display()));
     match std::fs::metadata(dir) {
         Ok(m) if !m.is_dir() => {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "target {} is not a directory (write files works in a directory)",
                 dir.display()
             )))
@@ -229,7 +229,7 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<std::fs::File, Error> {
         )
     } != 0
     {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "target {} is in use by another writer",
             dir.display()
         )));
@@ -242,7 +242,7 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<std::fs::File, Error> {
     let marked = names.iter().any(|n| n == MARKER);
     let foreign: Vec<&String> = names.iter().filter(|n| !is_ours(n)).collect();
     if !names.is_empty() && !marked && !force {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "target directory {} is not empty and not a files run's (it holds {}{}); give --force to use it anyway (its other entries are left alone)",
             dir.display(),
             names.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
@@ -271,7 +271,10 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<std::fs::File, Error> {
         let synced = std::fs::File::open(parent).and_then(|d| d.sync_all());
         if i == 0 {
             if let Err(e) = synced {
-                return Err(Error(format!("cannot fsync {}: {e}", parent.display())));
+                return Err(Error::Msg(format!(
+                    "cannot fsync {}: {e}",
+                    parent.display()
+                )));
             }
         }
     }
@@ -294,7 +297,7 @@ mod tests {
         argv.extend_from_slice(extra);
         check_args(&Cli::try_parse_from(argv).unwrap().args)
             .unwrap_err()
-            .0
+            .to_string()
     }
 
     #[test]

@@ -11,7 +11,6 @@ use crate::target_id::{self, OnRunFs};
 use crate::Error;
 use plugpull::ledger::{Acks, FilesAck, FilesManifest, RunLedger};
 use plugpull::report::{FilesHead, FilesReport};
-use plugpull::verdict::device_error_rule;
 use plugpull::verdict::files::schedule::{parse_name, Unsafe};
 use plugpull::verdict::files::{judge, FilesRun, Found, Walk, READ_CAP};
 use std::io::Read;
@@ -25,7 +24,7 @@ pub const UNBOUNDED_WINDOW: u64 = 1_000_000;
 ///
 /// Errors: the directory or one of the run's files cannot be read.
 pub fn walk(dir: &Path, jobs: u32, files: u32) -> Result<Walk, Error> {
-    let err = |p: &Path, e: std::io::Error| Error(format!("cannot read {}: {e}", p.display()));
+    let err = |p: &Path, e: std::io::Error| Error::Msg(format!("cannot read {}: {e}", p.display()));
     let mut w = Walk::default();
     for e in std::fs::read_dir(dir).map_err(|e| err(dir, e))? {
         let e = e.map_err(|e| err(dir, e))?;
@@ -59,17 +58,17 @@ pub fn walk(dir: &Path, jobs: u32, files: u32) -> Result<Walk, Error> {
     Ok(w)
 }
 
-/// Verifies a files run: the device-error rule, the walk of its directory (`target`
+/// Verifies a files run whose ledger passed the device-error rule
+/// ([`crate::verify::judge_ledger`] applies it): the walk of its directory (`target`
 /// instead of the manifest's when given), every name judged.
 ///
-/// Errors (exit 2): acknowledgements after a device error; the directory is missing
+/// Errors (exit 2): the directory is missing
 /// (mount the filesystem first) or unreadable; the acks do not match the schedule.
 pub fn verify_files_run(
     l: &RunLedger,
     fm: &FilesManifest,
     target: Option<&PathBuf>,
 ) -> Result<FilesReport, Error> {
-    let device_error = device_error_rule(l).map_err(|e| Error(e.to_string()))?;
     let dir = target.cloned().unwrap_or_else(|| PathBuf::from(&fm.target));
     // A directory gone from the run's own filesystem is the run's loss: its entry was
     // fsynced in its parent before the first step (`prepare_dir`).
@@ -80,7 +79,7 @@ pub fn verify_files_run(
         target.is_some(),
         &fm.target,
     )
-    .map_err(|e| Error(format!("cannot verify run {}: {e}", l.run)))?;
+    .map_err(|e| Error::Msg(format!("cannot verify run {}: {e}", l.run)))?;
     let (w, gone) = match on_fs {
         OnRunFs::Present => (walk(&dir, fm.jobs, fm.files)?, None),
         OnRunFs::Gone(fs) => (
@@ -119,7 +118,7 @@ pub fn verify_files_run(
         },
         window,
     };
-    let outcome = judge(&run, &acks, &w).map_err(|e| Error(format!("run {}: {e}", l.run)))?;
+    let outcome = judge(&run, &acks, &w).map_err(|e| Error::Msg(format!("run {}: {e}", l.run)))?;
     let head = FilesHead {
         run_id: l.run.to_string(),
         host: l.manifest.host.clone(),
@@ -131,7 +130,6 @@ pub fn verify_files_run(
         run_chosen: l.chosen.clone(),
     };
     let mut report = FilesReport::new(head, outcome);
-    report.device_error = device_error;
     if let Some(g) = gone {
         if !report.ok && !report.not_measured {
             report.summary.push_str("; the directory itself is gone");

@@ -52,7 +52,7 @@ pub fn spawn(
     (0..plan.jobs)
         .map(|j| {
             let dirfd = File::open(&plan.dir)
-                .map_err(|e| Error(format!("cannot open {}: {e}", plan.dir.display())))?;
+                .map_err(|e| Error::Msg(format!("cannot open {}: {e}", plan.dir.display())))?;
             let (plan, enc, sh, sink) = (plan.clone(), enc.clone(), sh.clone(), sink());
             Ok(std::thread::Builder::new()
                 .name(format!("files-{j}"))

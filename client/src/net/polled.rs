@@ -71,7 +71,7 @@ impl Polled {
         match &self.sock {
             Sock::Quiet(s) => Ok(s),
             Sock::Watched(fd) => Ok(fd.get_ref()),
-            Sock::Gone => Err(Error(format!(
+            Sock::Gone => Err(Error::Msg(format!(
                 "listener {}: the connection was dropped",
                 self.addr
             ))),
@@ -105,7 +105,12 @@ impl Polled {
                 Ok(n) => self.wpos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error(format!("sending to listener {}: {e}", self.addr))),
+                Err(e) => {
+                    return Err(Error::Msg(format!(
+                        "sending to listener {}: {e}",
+                        self.addr
+                    )))
+                }
             }
         }
         if !self.unsent() {
@@ -170,7 +175,7 @@ impl Polled {
                     Err(e) => {
                         let (s, e) = e.into_parts();
                         self.sock = Sock::Quiet(s);
-                        return Err(Error(format!("listener {}: {e}", self.addr)));
+                        return Err(Error::Msg(format!("listener {}: {e}", self.addr)));
                     }
                 }
             }
@@ -316,7 +321,9 @@ mod tests {
         theirs.write_all(&forged).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         match c.answer() {
-            Err(NetError::Forged(Error(m))) => assert!(m.starts_with("witness fault: "), "{m}"),
+            Err(NetError::Forged(Error::WitnessFault(m))) => {
+                assert!(m.starts_with("witness fault: "), "{m}")
+            }
             other => panic!("{:?}", other.map_err(NetError::failure)),
         }
     }
@@ -368,7 +375,7 @@ mod tests {
         });
         std::thread::sleep(Duration::from_millis(50));
         match c.answer() {
-            Err(NetError::Lost(Error(m))) => {
+            Err(NetError::Lost(Error::Msg(m))) => {
                 assert_eq!(m, "listener test closed the connection")
             }
             other => panic!("{:?}", other.map_err(NetError::failure)),

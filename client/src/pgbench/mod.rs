@@ -145,7 +145,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     check_args(args)?;
     let server = setup(args).await?;
     let params = params(args, &server);
-    let prepared = run::prepare(&params).await.map_err(Error)?;
+    let prepared = run::prepare(&params).await.map_err(Error::Msg)?;
     let settings = server.manifest.settings.clone();
     let head = crate::storage::write_head(&server.storage, server.probe.as_ref());
     let (reporter, run_id) = Reporter::start_with(
@@ -180,7 +180,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             1 => "its 1 acknowledged commit stays valid for verify".to_string(),
             n => format!("its {n} acknowledged commits stay valid for verify"),
         };
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "{} of {} clients aborted (their errors are above): the run is incomplete; {kept}",
             out.aborted_clients, params.clients
         )));
@@ -192,13 +192,13 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
 /// without prepared statements.
 fn check_args(args: &WriteArgs) -> Result<(), Error> {
     if args.jobs > args.clients {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "--jobs {} is more than --clients {}: each thread needs a client",
             args.jobs, args.clients
         )));
     }
     if args.pipeline && args.protocol != Protocol::Prepared {
-        return Err(Error("--pipeline needs --protocol prepared".into()));
+        return Err(Error::Msg("--pipeline needs --protocol prepared".into()));
     }
     Ok(())
 }
@@ -221,16 +221,16 @@ struct Server {
 /// `--allow-unsafe-config`), creates or checks the tables, and reads the balance
 /// sums and the checksum-failure counter the verifier starts from.
 async fn setup(args: &WriteArgs) -> Result<Server, Error> {
-    let cfg = pg::config(args.dsn.as_deref()).map_err(Error)?;
+    let cfg = pg::config(args.dsn.as_deref()).map_err(Error::Msg)?;
     let conninfo = pg::redacted(&cfg);
     let client = pg::connect(&cfg).await.map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot connect to PostgreSQL at {conninfo}: {}",
             pg::describe(&e)
         ))
     })?;
     let settings = pg::read_settings(&client).await.map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot read the server settings: {}",
             pg::describe(&e)
         ))
@@ -239,18 +239,18 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
     let identity: String = client
         .query_one(pg::SERVER_IDENTITY_SQL, &[])
         .await
-        .map_err(|e| Error(format!("cannot identify the server: {}", pg::describe(&e))))?
+        .map_err(|e| Error::Msg(format!("cannot identify the server: {}", pg::describe(&e))))?
         .get(0);
     let scale = tables(args, &client).await?;
     let start_sums = schema::sums(&client).await.map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot read the balance sums: {}",
             pg::describe(&e)
         ))
     })?;
     let (checksum_failures_start, stats_reset_start) =
         damage::counter(&client).await.map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot read pg_stat_database: {}",
                 pg::describe(&e)
             ))
@@ -295,7 +295,7 @@ fn check_promised(args: &WriteArgs, settings: &PgSettings) -> Result<bool, Error
     if !promised {
         let list = unsafe_settings.join(", ");
         if !args.allow_unsafe_config {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "refusing to start: the server has {list}, so a successful COMMIT does not promise \
                  durability; fix the configuration, or pass --allow-unsafe-config to measure anyway \
                  (losses are then reported as unpromised)"
@@ -318,7 +318,7 @@ fn check_full_page_writes(args: &WriteArgs, settings: &PgSettings) -> Result<(),
         return Ok(());
     }
     if !args.allow_unsafe_config {
-        return Err(Error(
+        return Err(Error::Msg(
             "refusing to start: the server has full_page_writes=off, so a data page torn by a cut \
              cannot be restored from WAL; set full_page_writes=on, or pass --allow-unsafe-config to test \
              whether this storage writes 8 kB pages atomically (docs/atomic.md)"
@@ -343,12 +343,12 @@ async fn tables(args: &WriteArgs, client: &tokio_postgres::Client) -> Result<u32
     } else {
         schema::check(client).await
     }
-    .map_err(Error)?;
+    .map_err(Error::Msg)?;
     // Like pgbench: vacuum the small tables (but never truncate the history, which
     // may hold the tags of runs not yet verified).
     schema::vacuum(client, &["pgbench_branches", "pgbench_tellers"], false)
         .await
-        .map_err(Error)?;
+        .map_err(Error::Msg)?;
     Ok(scale)
 }
 

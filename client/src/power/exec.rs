@@ -36,7 +36,7 @@ impl Exec {
                 Some(c) => format!("exit status {c}"),
                 None => "a signal".to_string(),
             };
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "exec: `{cmd}` failed with {code}{}{}",
                 if err.trim().is_empty() { "" } else { ": " },
                 err.trim()

@@ -41,7 +41,7 @@ pub fn call(
     auth: Option<&str>,
     body: Option<&str>,
 ) -> Result<Answer, Error> {
-    let fail = |e: ureq::Error| Error(format!("{what}: {url}: {e}"));
+    let fail = |e: ureq::Error| Error::Msg(format!("{what}: {url}: {e}"));
     let mut resp = match body {
         None => {
             let mut r = agent.get(url);
@@ -65,7 +65,7 @@ pub fn call(
             .get("location")
             .and_then(|l| l.to_str().ok())
             .unwrap_or("nowhere");
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "{what}: {url} answered HTTP {status}, a redirect to {to}: not followed (fix the URI)"
         )));
     }
@@ -79,7 +79,7 @@ pub fn expect_ok(what: &str, method: &str, url: &str, a: Answer) -> Result<Answe
         Ok(a)
     } else {
         let body: String = a.body.trim().chars().take(200).collect();
-        Err(Error(format!(
+        Err(Error::Msg(format!(
             "{what}: {method} {url} answered HTTP {}: {body}",
             a.status
         )))

@@ -43,7 +43,7 @@ impl Ipmi {
 
     fn chassis_power(&self, action: &str) -> Result<String, Error> {
         if !on_path("ipmitool") {
-            return Err(Error(
+            return Err(Error::Msg(
                 "ipmi: ipmitool not found: install the ipmitool package (Debian: apt-get install ipmitool)"
                     .into(),
             ));
@@ -69,7 +69,7 @@ impl Ipmi {
         );
         let out = run_tool(cmd, &what, limit(IPMI_LIMIT))?;
         if !out.status.success() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "ipmi: `ipmitool ... chassis power {action}` on {}:{} failed: {}",
                 self.host,
                 self.port,

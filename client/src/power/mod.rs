@@ -49,12 +49,11 @@ pub fn limit(default: Duration) -> Duration {
 /// `"{what} timed out after N s"`.
 pub fn run_tool(mut cmd: Command, what: &str, limit: Duration) -> Result<Output, Error> {
     cmd.stdin(Stdio::null()).process_group(0);
-    crate::rig::proc::output_within(cmd, what, limit).map_err(|e| {
-        if e.0 == format!("{what}: no answer within {} s", limit.as_secs_f64()) {
-            Error(format!("{what} timed out after {} s", limit.as_secs()))
-        } else {
-            e
+    crate::rig::proc::output_within(cmd, what, limit).map_err(|e| match e {
+        Error::TimedOut { .. } => {
+            Error::Msg(format!("{what} timed out after {} s", limit.as_secs()))
         }
+        e => e,
     })
 }
 
@@ -116,21 +115,21 @@ pub fn open(uri: &PowerUri) -> Result<Box<dyn Driver>, Error> {
 /// Errors: unreadable or empty file (the error names the file, never the content).
 pub fn read_secret(path: &Path, what: &str) -> Result<String, Error> {
     let meta = std::fs::metadata(path).map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot read the {what} file {}: {e}",
             path.display()
         ))
     })?;
     warn_if_shared(path, meta.mode(), what);
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot read the {what} file {}: {e}",
             path.display()
         ))
     })?;
     let line = text.lines().next().unwrap_or("").to_string();
     if line.is_empty() {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "the {what} file {} is empty",
             path.display()
         )));
@@ -185,7 +184,10 @@ pub fn command(args: &PowerArgs) -> Result<bool, Error> {
         }
         Err(e) => {
             if args.json {
-                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "ok": false, "error": e.to_string() })
+                );
             }
             Err(e)
         }
@@ -206,7 +208,7 @@ struct Done {
 /// switch back: it must report the new state (after `off`, ~0 W confirms the load
 /// dropped); a read-back that fails leaves the action sent but not confirmed.
 fn act(args: &PowerArgs) -> Result<Done, Error> {
-    let uri = PowerUri::parse(&args.power).map_err(Error)?;
+    let uri = PowerUri::parse(&args.power).map_err(Error::Msg)?;
     let driver = open(&uri)?;
     let (name, want) = match args.action {
         Action::Status => {
@@ -229,13 +231,13 @@ fn act(args: &PowerArgs) -> Result<Done, Error> {
         let scheme = uri.scheme();
         let s = driver
             .status()
-            .map_err(|e| Error(format!("{scheme}: {name} sent, not confirmed: {}", e.0)))?;
+            .map_err(|e| Error::Msg(format!("{scheme}: {name} sent, not confirmed: {}", e)))?;
         if s.state != want {
             let load = match (args.action, s.load_w) {
                 (Action::Off, Some(w)) => format!(" (load {w} W)"),
                 _ => String::new(),
             };
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "{scheme}: {name} sent, but the switch still reports {}{load}",
                 s.state
             )));

@@ -42,13 +42,14 @@ impl Tasmota {
             &url,
             call(&self.agent, "tasmota", &url, None, None)?,
         )?;
-        tasmota_state(&a.body, self.relay).map_err(|e| Error(format!("tasmota: GET {url}: {e}")))
+        tasmota_state(&a.body, self.relay)
+            .map_err(|e| Error::Msg(format!("tasmota: GET {url}: {e}")))
     }
 
     fn set(&self, arg: &str, want: PowerState) -> Result<(), Error> {
         let got = self.power(Some(arg))?;
         if got != want {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "tasmota: asked for {want}, the device answered {got}"
             )));
         }
@@ -124,7 +125,7 @@ impl Driver for Shelly {
             call(&self.agent, "shelly", &url, None, None)?,
         )?;
         let (state, load_w) =
-            shelly_status(&a.body).map_err(|e| Error(format!("shelly: GET {url}: {e}")))?;
+            shelly_status(&a.body).map_err(|e| Error::Msg(format!("shelly: GET {url}: {e}")))?;
         Ok(Status { state, load_w })
     }
 

@@ -50,7 +50,7 @@ impl Redfish {
         let a = expect_ok("redfish", "POST", &url, a)?;
         // Redfish answers a Reset 200, 202 (a task) or 204; anything else did not reset.
         if ![200, 202, 204].contains(&a.status) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "redfish: POST {url} answered HTTP {}, not 200, 202 or 204: no reset",
                 a.status
             )));
@@ -73,7 +73,7 @@ impl Driver for Redfish {
         let a = call(&self.agent, "redfish", url, Some(&self.auth), None)?;
         let a = expect_ok("redfish", "GET", url, a)?;
         let state =
-            redfish_state(&a.body).map_err(|e| Error(format!("redfish: GET {url}: {e}")))?;
+            redfish_state(&a.body).map_err(|e| Error::Msg(format!("redfish: GET {url}: {e}")))?;
         Ok(Status {
             state,
             load_w: None,

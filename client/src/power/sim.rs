@@ -48,9 +48,9 @@ impl Sim {
     /// directory unless absolute). Errors: no `DIR/machine.json`, or a bad one.
     pub fn new(mountpoint: &Path) -> Result<Sim, Error> {
         let abs = std::path::absolute(mountpoint)
-            .map_err(|e| Error(format!("simfs: {}: {e}", mountpoint.display())))?;
+            .map_err(|e| Error::Msg(format!("simfs: {}: {e}", mountpoint.display())))?;
         let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: {} cannot be a simulated machine's mountpoint",
                 abs.display()
             )));
@@ -58,7 +58,7 @@ impl Sim {
         let dir = parent
             .canonicalize()
             .unwrap_or_else(|_| parent.to_path_buf());
-        let spec = machine::spec(&dir).map_err(|e| Error(format!("simfs: {}", e.0)))?;
+        let spec = machine::spec(&dir).map_err(|e| Error::Msg(format!("simfs: {}", e)))?;
         Ok(Sim {
             mnt: dir.join(name),
             dir,
@@ -72,7 +72,7 @@ impl Sim {
         let mounted = st.simfs_pid.is_some_and(proc::alive) && is_mountpoint(&self.mnt);
         if !mounted {
             let log = self.dir.join("simfs.log");
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: the simulated machine crashed: {} says on (boot {}), but its simfs \
                  mount at {} is gone; {} ends:\n{}",
                 state.display(),
@@ -83,7 +83,7 @@ impl Sim {
             )));
         }
         let Some(group) = st.boot_pgid else {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: the simulated machine crashed: {} says on (boot {}), but its boot \
                  command was never started (an `on` that did not finish)",
                 state.display(),
@@ -92,7 +92,7 @@ impl Sim {
         };
         if proc::group_tree(group, marker(st).as_deref()).is_empty() {
             let log = machine::boot_log(&self.dir, st.boots);
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: the simulated machine crashed: {} says on (boot {}), but no \
                  process of its boot group {group} runs; {} ends:\n{}",
                 state.display(),
@@ -117,7 +117,7 @@ impl Sim {
             st.on = false;
             st.simfs_pid = None;
             machine::save_state(&self.dir, &st)?;
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: an earlier `on` of {} did not finish and its mount is gone: the machine is off now; turn it on again",
                 self.mnt.display()
             )));
@@ -143,7 +143,7 @@ impl Sim {
                 .create(true)
                 .append(true)
                 .open(&path)
-                .map_err(|e| Error(format!("simfs: {}: {e}", path.display())))
+                .map_err(|e| Error::Msg(format!("simfs: {}: {e}", path.display())))
         };
         let (out, err) = (open()?, open()?);
         let mut cmd = proc::session_command(&self.spec.boot[0]);
@@ -162,7 +162,7 @@ impl Sim {
             })
         };
         let child = cmd.spawn().map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "simfs: cannot start the boot command {} (from {}): {e}",
                 self.spec.boot[0],
                 self.dir.join("machine.json").display()
@@ -176,7 +176,7 @@ impl Sim {
     fn cut(&self, st: &State) -> Result<(), Error> {
         let truth = machine::truth_path(&self.dir, st.boots);
         if !st.simfs_pid.is_some_and(proc::alive) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: off: the simfs mount process is gone, so no cut was made and {} \
                  was not written; the machine is off now",
                 truth.display()
@@ -186,7 +186,7 @@ impl Sim {
         c.arg("cut").arg("--mountpoint").arg(&self.mnt);
         let o = proc::output_within(c, "plugpull-simfs cut", CUT_LIMIT)?;
         if !o.status.success() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: off: plugpull-simfs cut failed ({}), so {} may be missing; the \
                  machine is off now",
                 String::from_utf8_lossy(&o.stderr).trim(),
@@ -221,7 +221,7 @@ impl Sim {
         // A controller that turned the machine on is the mount process's parent.
         pid.into_iter().for_each(proc::reap);
         if is_mountpoint(&self.mnt) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: off: {} is still mounted after a forced unmount",
                 self.mnt.display()
             )));
@@ -244,15 +244,15 @@ impl Driver for Sim {
         }
         if st.on {
             return self.check_on(&st).map_err(|e| {
-                Error(format!(
+                Error::Msg(format!(
                     "{}\nturn it off first: plugpull power --power simfs://{} off",
-                    e.0,
+                    e,
                     self.mnt.display()
                 ))
             });
         }
         if is_mountpoint(&self.mnt) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: {} is mounted, but {} says the machine is off: unmount it first \
                  (plugpull-simfs umount --mountpoint {})",
                 self.mnt.display(),
@@ -273,7 +273,7 @@ impl Driver for Sim {
             log: &self.dir.join("simfs.log"),
         }
         .start(proc::session_command(&self.spec.simfs))
-        .map_err(|e| Error(format!("simfs: {}", e.0)))?;
+        .map_err(|e| Error::Msg(format!("simfs: {}", e)))?;
         let id = machine::new_boot_id();
         st = State {
             on: true,
@@ -319,7 +319,7 @@ impl Driver for Sim {
         st.simfs_pid = None;
         machine::save_state(&self.dir, &st)?;
         if let Err(left) = killed {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs: off: processes {left:?} of boot group {group} still run {} s after \
                  SIGKILL (stuck in the kernel?)",
                 KILL_LIMIT.as_secs()

@@ -72,8 +72,9 @@ impl ApcSnmp {
             .unwrap_or(0);
         let dir =
             std::env::temp_dir().join(format!("plugpull-snmp-{}-{nanos}", std::process::id()));
-        let io =
-            |e: std::io::Error| Error(format!("apc-snmp: cannot write a private snmp.conf: {e}"));
+        let io = |e: std::io::Error| {
+            Error::Msg(format!("apc-snmp: cannot write a private snmp.conf: {e}"))
+        };
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
@@ -93,7 +94,7 @@ impl ApcSnmp {
     /// Runs `tool ARGS` with the private config; its stdout.
     fn run(&self, tool: &str, args: &[String]) -> Result<String, Error> {
         if !on_path(tool) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "apc-snmp: {tool} not found: install net-snmp's tools (Debian: apt-get install snmp)"
             )));
         }
@@ -106,7 +107,7 @@ impl ApcSnmp {
         let what = format!("apc-snmp: {tool} {} on {}", args.join(" "), self.peer);
         let out = run_tool(cmd, &what, limit(SNMP_LIMIT))?;
         if !out.status.success() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "apc-snmp: {tool} {} on {} failed: {}",
                 args.join(" "),
                 self.peer,

@@ -22,7 +22,9 @@ fn run(tool: &str, args: &[&str]) -> Ran {
     }
     let mut c = Command::new(tool);
     c.args(args).stdin(std::process::Stdio::null());
-    match crate::rig::proc::output_within(c, tool, super::tools::TOOL_TIMEOUT).map_err(|e| e.0) {
+    match crate::rig::proc::output_within(c, tool, super::tools::TOOL_TIMEOUT)
+        .map_err(|e| e.to_string())
+    {
         // smartctl's exit status is a bit mask of findings; its JSON is still valid.
         Ok(o) if !o.stdout.is_empty() => {
             Ran::Output(String::from_utf8_lossy(&o.stdout).into_owned())

@@ -41,13 +41,13 @@ impl Scratch {
             .mode(0o600)
             .open(&path)
             .map_err(|e| {
-                Error(format!(
+                Error::Msg(format!(
                     "cannot create scratch file {}: {e}",
                     path.display()
                 ))
             })?;
         std::fs::remove_file(&path).map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot unlink scratch file {}: {e}",
                 path.display()
             ))
@@ -67,7 +67,7 @@ impl Scratch {
         let file = crate::blockdev::open_block_exclusive(dev)?;
         let mut saved = vec![0u8; WRITE_SIZE];
         file.read_exact_at(&mut saved, 0).map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot read the first {WRITE_SIZE} bytes of {} to restore them after the loop: {e}",
                 dev.display()
             ))
@@ -89,7 +89,7 @@ impl Scratch {
             .write_all_at(saved, 0)
             .and_then(|_| self.file.sync_data())
             .map_err(|e| {
-                Error(format!(
+                Error::Msg(format!(
                     "could not restore the first {WRITE_SIZE} bytes of {} after the loop ({e}): they now hold 0x{WRITE_BYTE:02x}",
                     self.path.display()
                 ))
@@ -120,11 +120,14 @@ fn sink(target: &Path, force: bool) -> Result<Scratch, Error> {
     let Some((path, md)) = existing(target) else {
         let e = std::fs::metadata(target).err();
         let why = e.map_or_else(|| "not found".to_string(), |e| e.to_string());
-        return Err(Error(format!("cannot probe {}: {why}", target.display())));
+        return Err(Error::Msg(format!(
+            "cannot probe {}: {why}",
+            target.display()
+        )));
     };
     if md.file_type().is_block_device() {
         if !force {
-            return Err(Error(RAW_DEVICE_REFUSED.into()));
+            return Err(Error::Msg(RAW_DEVICE_REFUSED.into()));
         }
         return Scratch::device(&path);
     }
@@ -163,7 +166,7 @@ pub fn measure(
     force: bool,
 ) -> Result<FlushMeasurement, Error> {
     if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "probe --seconds must be a number above 0, not {seconds}"
         )));
     }
@@ -209,11 +212,11 @@ fn run_loop(s: &Scratch, budget: Duration) -> Result<(u64, Duration, LatencyStat
     while n == 0 || start.elapsed() < budget {
         s.file
             .write_all_at(&block, 0)
-            .map_err(|e| Error(format!("pwrite {}: {e}", s.path.display())))?;
+            .map_err(|e| Error::Msg(format!("pwrite {}: {e}", s.path.display())))?;
         let t = Instant::now();
         s.file
             .sync_data()
-            .map_err(|e| Error(format!("fdatasync {}: {e}", s.path.display())))?;
+            .map_err(|e| Error::Msg(format!("fdatasync {}: {e}", s.path.display())))?;
         lat.record(t.elapsed());
         n += 1;
     }

@@ -78,19 +78,22 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
         Ok(r) => r,
         Err(e) => {
             if args.json {
-                println!("{}", serde_json::json!({ "ok": false, "error": e.0 }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "ok": false, "error": e.to_string() })
+                );
             }
             return Err(e);
         }
     };
     if args.json {
-        let s = serde_json::to_string(&p).map_err(|e| Error(format!("JSON: {e}")))?;
+        let s = serde_json::to_string(&p).map_err(|e| Error::Msg(format!("JSON: {e}")))?;
         println!("{s}");
     } else {
         print!("{}", print::text(&p));
     }
     match not_measured {
-        Some(e) => Err(Error(format!("flush accounting not measured: {e}"))),
+        Some(e) => Err(Error::Msg(format!("flush accounting not measured: {e}"))),
         None => Ok(true),
     }
 }
@@ -108,7 +111,7 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
             pg::beside(own, pg::probe_dsn(dsn).await?)
         }
         (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
-        (None, None) => return Err(Error("probe: give --target, --dsn or both".into())),
+        (None, None) => return Err(Error::Msg("probe: give --target, --dsn or both".into())),
     };
     if let Some(t) = &args.target {
         p.notes.extend(held_note(t));
@@ -156,7 +159,7 @@ pub fn try_complete(
         not_measured = match loop_at {
             Some(at) => measure_flushes(p, at, seconds, force, &disks).err(),
             None => {
-                let e = Error("the data directory was not probed".into());
+                let e = Error::Msg("the data directory was not probed".into());
                 p.notes.push(format!("flush accounting not measured: {e}"));
                 Some(e)
             }
@@ -268,9 +271,9 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
     let (real, existing) = existing_of(target);
     let meta = std::fs::metadata(&existing).map_err(|e| {
         if existing == real {
-            Error(format!("cannot probe {}: {e}", target.display()))
+            Error::Msg(format!("cannot probe {}: {e}", target.display()))
         } else {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot probe {}: its directory {} does not exist ({e})",
                 target.display(),
                 existing.display()
@@ -283,7 +286,7 @@ pub fn probe(target: &Path) -> Result<Probe, Error> {
     };
     let t = meta.file_type();
     if !(t.is_file() || t.is_dir() || t.is_block_device()) {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "cannot probe {}: not a regular file, directory or block device",
             target.display()
         )));
@@ -351,11 +354,11 @@ fn held_note(target: &Path) -> Option<String> {
 /// The mountinfo entry of the filesystem holding `path` (whose `st_dev` is `dev`).
 pub fn mount_of(path: &Path, dev: u64) -> Result<mountinfo::MountInfo, Error> {
     let canon = std::fs::canonicalize(path)
-        .map_err(|e| Error(format!("cannot resolve {}: {e}", path.display())))?;
+        .map_err(|e| Error::Msg(format!("cannot resolve {}: {e}", path.display())))?;
     let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| Error(format!("cannot read /proc/self/mountinfo: {e}")))?;
+        .map_err(|e| Error::Msg(format!("cannot read /proc/self/mountinfo: {e}")))?;
     let all = mountinfo::parse(&text);
     mountinfo::mount_of(&all, &canon, libc::major(dev), libc::minor(dev))
         .cloned()
-        .ok_or_else(|| Error(format!("no mount holds {}", canon.display())))
+        .ok_or_else(|| Error::Msg(format!("no mount holds {}", canon.display())))
 }

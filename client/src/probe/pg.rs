@@ -19,16 +19,16 @@ use tokio_postgres::Client;
 /// [`probe_postgres`] and disconnects. `Err`: no connection, or the settings could
 /// not be read.
 pub async fn probe_dsn(dsn: &str) -> Result<Probe, Error> {
-    let cfg = conn::config(Some(dsn)).map_err(Error)?;
+    let cfg = conn::config(Some(dsn)).map_err(Error::Msg)?;
     let conninfo = conn::redacted(&cfg);
     let client = conn::connect(&cfg).await.map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot connect to {conninfo}: {}",
             conn::describe(&e)
         ))
     })?;
     let settings = conn::read_settings(&client).await.map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "cannot read the server's settings: {}",
             conn::describe(&e)
         ))
@@ -65,7 +65,7 @@ pub async fn probe_postgres(
         (p, wal, backend(pid, &dir))
     })
     .await
-    .map_err(|e| Error(format!("the data directory's probe failed: {e}")))?;
+    .map_err(|e| Error::Msg(format!("the data directory's probe failed: {e}")))?;
     let dir = &settings.data_directory;
     if let (Backend::NotHere(why), false) = (&backend, p.layers.is_empty()) {
         p.notes.push(format!(

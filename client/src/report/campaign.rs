@@ -181,7 +181,7 @@ pub fn render(c: &Campaign) -> Result<String, Error> {
     }
     let cuts = in_order(c);
     let outcomes: Vec<Outcome> = cuts.iter().map(Outcome::of).collect();
-    let strip = strip_svg(&outcomes).map_err(Error)?;
+    let strip = strip_svg(&outcomes).map_err(Error::Msg)?;
     p.figure(
         "cuts",
         "Every cut, in the order they were made",
@@ -235,7 +235,7 @@ fn lag_figure(p: &mut Page, c: &Campaign, cuts: &[CutRecord]) -> Result<(), Erro
         "failed cut",
         "at least this many ms before the cut",
     )
-    .map_err(Error)?;
+    .map_err(Error::Msg)?;
     let no_bar: Vec<String> = failed
         .iter()
         .filter(|k| lag_ms(k).unwrap_or(0) == 0)

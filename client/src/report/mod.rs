@@ -60,7 +60,7 @@ pub async fn command(
 ) -> Result<bool, Error> {
     if args.json || args.history {
         let flag = if args.json { "--json" } else { "--history" };
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "{flag} is verify's: `plugpull report` writes --html FILE (and --markdown FILE)"
         )));
     }
@@ -84,7 +84,7 @@ pub async fn command(
     println!("{}", report.summary());
     println!("report: {} ({} bytes)", out.html.display(), html.len());
     if report.not_measured() {
-        return Err(Error(report.summary().to_string()));
+        return Err(Error::NotMeasured(report.summary().to_string()));
     }
     Ok(report.ok())
 }
@@ -114,7 +114,7 @@ async fn campaign_command(
     }
     println!("report: {} ({} bytes)", out.html.display(), html.len());
     if r.valid == 0 {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "campaign {name} has no valid cut: it measured nothing ({})",
             r.line()
         )));
@@ -151,7 +151,7 @@ pub fn run_junit(report: &Report) -> Result<String, Error> {
     let mut j = Junit::new("plugpull report");
     j.add_test_suite(suite);
     j.to_string()
-        .map_err(|e| Error(format!("JUnit report: {e}")))
+        .map_err(|e| Error::Msg(format!("JUnit report: {e}")))
 }
 
 /// Refuses early (before the run is read) an output path whose directory does not
@@ -162,14 +162,14 @@ fn check_writable(p: &Path) -> Result<(), Error> {
         _ => Path::new("."),
     };
     if !dir.is_dir() {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "cannot write the report to {}: directory {} does not exist",
             p.display(),
             dir.display()
         )));
     }
     if p.is_dir() {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "cannot write the report to {}: it is a directory",
             p.display()
         )));
@@ -179,7 +179,7 @@ fn check_writable(p: &Path) -> Result<(), Error> {
 
 fn write(p: &Path, text: &str) -> Result<(), Error> {
     std::fs::write(p, text)
-        .map_err(|e| Error(format!("cannot write the report to {}: {e}", p.display())))
+        .map_err(|e| Error::Msg(format!("cannot write the report to {}: {e}", p.display())))
 }
 
 /// The short Markdown summary: a heading naming the run, the verdict line, the counts

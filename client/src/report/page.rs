@@ -52,7 +52,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
                      the red line is the run's end, where the cut came",
                     t.bin_secs
                 ),
-                &timeline_svg(&t, "acknowledgements/s").map_err(Error)?,
+                &timeline_svg(&t, "acknowledgements/s").map_err(Error::Msg)?,
                 "",
             );
             lag(
@@ -74,7 +74,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
                      as pgbench counts tps; the red line is the run's end, where the cut came",
                     t.bin_secs
                 ),
-                &timeline_svg(&t, "tps").map_err(Error)?,
+                &timeline_svg(&t, "tps").map_err(Error::Msg)?,
                 "",
             );
             lag(
@@ -96,7 +96,7 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
                      start; the red line is the run's end, where the cut came",
                     t.bin_secs
                 ),
-                &timeline_svg(&t, "steps/s").map_err(Error)?,
+                &timeline_svg(&t, "steps/s").map_err(Error::Msg)?,
                 "",
             );
             lag(
@@ -354,7 +354,7 @@ fn target_map(p: &mut Page, l: &RunLedger, r: &FileReport) -> Result<(), Error> 
         "Map of the target",
         "each square is a run of consecutive blocks from block 0, left to right and top to bottom, \
          coloured by the worst verdict among them (legend below the map)",
-        &map_svg(&m).map_err(Error)?,
+        &map_svg(&m).map_err(Error::Msg)?,
         &note,
     );
     Ok(())
@@ -405,7 +405,7 @@ fn per_client(p: &mut Page, standing: Standing, r: &PgReport) -> Result<(), Erro
         return Ok(());
     }
     let per = lost_per_client(r);
-    let svg = bars_svg(&per, &|i| i.to_string(), "client", "lost commits").map_err(Error)?;
+    let svg = bars_svg(&per, &|i| i.to_string(), "client", "lost commits").map_err(Error::Msg)?;
     let note = format!(
         "{} lost commits: {}",
         r.lost_commits,

@@ -19,9 +19,9 @@ pub(super) fn step_of(e: NetError) -> Step {
         // A refusal for a protocol slip (e.g. an idle timeout) or a full listener: a new
         // connection may work. Ledger, token, run and MAC refusals are faults.
         NetError::Lost(f) | NetError::Refused(Busy | Protocol, f) => Step::Lost(f),
-        NetError::Refused(plugpull::wire::ErrorKind::Io, Error(m)) => Step::Fault(Error(format!(
-            "the witness could not record acknowledgements: {m}"
-        ))),
+        NetError::Refused(plugpull::wire::ErrorKind::Io, Error::Msg(m)) => {
+            Step::Fault(Error::WitnessUnrecorded(m))
+        }
         NetError::Refused(_, f) | NetError::Forged(f) => Step::Fault(f),
     }
 }
@@ -29,7 +29,7 @@ pub(super) fn step_of(e: NetError) -> Step {
 impl Task {
     /// The message of a listener's confirmation that cannot be true.
     pub(super) fn bad_confirm(&self, e: BadConfirm, what: &str) -> Error {
-        Error(match e {
+        Error::WitnessFault(match e {
             BadConfirm::Regressed { batch, told } => format!(
                 "{WITNESS_FAULT}: listener {} answered {what} for batch {batch} of run {}, after it had confirmed batch {told}: it lost acknowledgements it had made durable",
                 self.addr, self.run
@@ -50,12 +50,12 @@ impl Task {
         };
         self.shared.failed.store(true, Ordering::Relaxed);
         eprintln!("{f}; stopping the run");
-        if !f.0.starts_with("the witness could not record") {
-            let error = if f.0.starts_with(WITNESS_FAULT) {
-                f.0.clone()
-            } else {
-                format!("{WITNESS_FAULT}: {f}")
-            };
+        let error = match &f {
+            Error::WitnessUnrecorded(_) => None,
+            Error::WitnessFault(m) => Some(m.clone()),
+            other => Some(format!("{WITNESS_FAULT}: {other}")),
+        };
+        if let Some(error) = error {
             self.mark_invalid(error).await;
         }
         let reply = match reply {

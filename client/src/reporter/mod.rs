@@ -130,7 +130,7 @@ impl Reporter {
     ) -> Result<(Reporter, RunId), Error> {
         let ack_log = match &opts.ack_log {
             Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-                |e| Error(format!("cannot create ack log {}: {e}", p.display())),
+                |e| Error::Msg(format!("cannot create ack log {}: {e}", p.display())),
             )?)),
             None => None,
         };
@@ -154,7 +154,11 @@ impl Reporter {
         w.flush().await?;
         let (run, token) = match r.recv().await? {
             Response::RunStarted { run, token } => (run, token),
-            other => return Err(Error(format!("listener answered StartRun with {other:?}"))),
+            other => {
+                return Err(Error::Msg(format!(
+                    "listener answered StartRun with {other:?}"
+                )))
+            }
         };
         let shared = Arc::new(Shared::new(
             max_unconfirmed,
@@ -227,12 +231,12 @@ impl Reporter {
         tokio::pin!(rx);
         let r = loop {
             tokio::select! {
-                r = &mut rx => break r.unwrap_or_else(|_| Err(Error("the reporter stopped unexpectedly".into()))),
+                r = &mut rx => break r.unwrap_or_else(|_| Err(Error::Msg("the reporter stopped unexpectedly".into()))),
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {
                     let since = *shared.interrupted.lock().unwrap();
                     if since.is_some_and(|t| t.elapsed() >= INTERRUPT_GRACE) {
                         self.task.abort();
-                        return Err(Error(format!(
+                        return Err(Error::Msg(format!(
                             "interrupted: the listener did not confirm the end of the run within {} s; {} acknowledgements were never confirmed",
                             INTERRUPT_GRACE.as_secs_f64(),
                             shared.waiting()

@@ -137,7 +137,7 @@ impl Task {
                 // retry would only stretch the pause); keep gathering acks meanwhile.
                 let since = *lost_since.get_or_insert_with(Instant::now);
                 if (self.ending.is_some() || self.abandoned) && since.elapsed() > FINISH_DEADLINE {
-                    let e = Error(format!(
+                    let e = Error::Msg(format!(
                         "listener {} unreachable for {} s: {} acknowledgements were never confirmed",
                         self.addr,
                         FINISH_DEADLINE.as_secs(),
@@ -316,7 +316,11 @@ impl Task {
                         return Ok(Step::Fault(f));
                     }
                 }
-                other => return Err(Error(format!("unexpected answer from listener: {other:?}"))),
+                other => {
+                    return Err(Error::Msg(format!(
+                        "unexpected answer from listener: {other:?}"
+                    )))
+                }
             }
         }
     }
@@ -467,7 +471,7 @@ impl Task {
                 );
                 net::into_polled(r, w).map_err(NetError::Lost)
             }
-            other => Err(NetError::Lost(Error(format!(
+            other => Err(NetError::Lost(Error::Msg(format!(
                 "listener answered ResumeRun with {other:?}"
             )))),
         }

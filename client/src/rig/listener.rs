@@ -42,7 +42,7 @@ impl Listener {
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
-        let io = |e: std::io::Error| Error(format!("{}: {e}", self.log.display()));
+        let io = |e: std::io::Error| Error::Msg(format!("{}: {e}", self.log.display()));
         if let Some(d) = self.log.parent() {
             std::fs::create_dir_all(d).map_err(io)?;
         }
@@ -64,13 +64,13 @@ impl Listener {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .map_err(|e| Error(format!("cannot start plugpull-listener: {e}")))?;
+            .map_err(|e| Error::Msg(format!("cannot start plugpull-listener: {e}")))?;
         let mut line = String::new();
         let read = BufReader::new(child.stdout.take().expect("piped stdout")).read_line(&mut line);
         let mut guard = proc::Guard(Some(child));
-        read.map_err(|e| Error(format!("plugpull-listener stdout: {e}")))?;
+        read.map_err(|e| Error::Msg(format!("plugpull-listener stdout: {e}")))?;
         let Some(addr) = line.trim().strip_prefix("listening on ") else {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "listener said {line:?}; log: {}",
                 self.log_text()
             )));

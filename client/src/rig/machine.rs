@@ -59,17 +59,19 @@ pub struct State {
 /// empty `spec.boot`.
 pub fn create(dir: &Path, spec: &MachineSpec) -> Result<PathBuf, Error> {
     if spec.boot.is_empty() {
-        return Err(Error("a simulated machine needs a boot command".into()));
+        return Err(Error::Msg(
+            "a simulated machine needs a boot command".into(),
+        ));
     }
     for d in [dir.to_path_buf(), dir.join("backing"), dir.join("mnt")] {
         std::fs::create_dir_all(&d)
-            .map_err(|e| Error(format!("cannot create {}: {e}", d.display())))?;
+            .map_err(|e| Error::Msg(format!("cannot create {}: {e}", d.display())))?;
     }
     let text = serde_json::to_string_pretty(spec).expect("a spec serializes");
     write_atomic(&dir.join("machine.json"), text.as_bytes())?;
     dir.join("mnt")
         .canonicalize()
-        .map_err(|e| Error(format!("{}: {e}", dir.join("mnt").display())))
+        .map_err(|e| Error::Msg(format!("{}: {e}", dir.join("mnt").display())))
 }
 
 /// Reads `dir/machine.json`. Errors name the file: not found (and who makes it),
@@ -79,22 +81,22 @@ pub fn spec(dir: &Path) -> Result<MachineSpec, Error> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "{} not found: the simulated machine is set up by `plugpull demo --cuts` \
                  or the tests (see docs/power.md)",
                 path.display()
             )))
         }
-        Err(e) => return Err(Error(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => return Err(Error::Msg(format!("cannot read {}: {e}", path.display()))),
     };
     let spec: MachineSpec = serde_json::from_str(&text).map_err(|e| {
-        Error(format!(
+        Error::Msg(format!(
             "{} is not a machine description: {e}",
             path.display()
         ))
     })?;
     if spec.boot.is_empty() {
-        return Err(Error(format!("{}: `boot` is empty", path.display())));
+        return Err(Error::Msg(format!("{}: `boot` is empty", path.display())));
     }
     Ok(spec)
 }
@@ -105,9 +107,9 @@ pub fn state(dir: &Path) -> Result<State, Error> {
     let path = dir.join("machine-state.json");
     match std::fs::read_to_string(&path) {
         Ok(t) => serde_json::from_str(&t)
-            .map_err(|e| Error(format!("{} is damaged: {e}", path.display()))),
+            .map_err(|e| Error::Msg(format!("{} is damaged: {e}", path.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-        Err(e) => Err(Error(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => Err(Error::Msg(format!("cannot read {}: {e}", path.display()))),
     }
 }
 
@@ -152,7 +154,7 @@ pub fn new_boot_id() -> String {
 /// Writes `path` whole through a temporary file beside it: fsynced, renamed over
 /// `path`, and the directory fsynced.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let err = |e: std::io::Error| Error(format!("cannot write {}: {e}", path.display()));
+    let err = |e: std::io::Error| Error::Msg(format!("cannot write {}: {e}", path.display()));
     let tmp = path.with_extension("json.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(err)?;
     f.write_all(bytes).map_err(err)?;
@@ -175,7 +177,7 @@ impl Lock {
     pub fn take(dir: &Path) -> Result<Lock, Error> {
         use std::os::fd::AsRawFd;
         let path = dir.join("machine.lock");
-        let err = |e: std::io::Error| Error(format!("cannot lock {}: {e}", path.display()));
+        let err = |e: std::io::Error| Error::Msg(format!("cannot lock {}: {e}", path.display()));
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)

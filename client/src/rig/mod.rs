@@ -25,12 +25,13 @@ use std::path::PathBuf;
 /// A binary installed beside the running one (`plugpull-listener`, `plugpull-simfs`);
 /// `Err` names the build command when it is missing.
 pub fn sibling(name: &str) -> Result<PathBuf, Error> {
-    let me = std::env::current_exe().map_err(|e| Error(format!("cannot locate plugpull: {e}")))?;
+    let me =
+        std::env::current_exe().map_err(|e| Error::Msg(format!("cannot locate plugpull: {e}")))?;
     let p = me.with_file_name(name);
     if p.exists() {
         Ok(p)
     } else {
-        Err(Error(format!(
+        Err(Error::Msg(format!(
             "{} not found beside {}: build the workspace (cargo build --release --workspace)",
             name,
             me.display()

@@ -101,14 +101,14 @@ impl Cluster {
         listen: &str,
         conf: &str,
     ) -> Result<Cluster, Error> {
-        let owner = owner().map_err(Error)?;
+        let owner = owner().map_err(Error::Msg)?;
         let run_dir = layout.log.parent().unwrap_or(Path::new("/")).to_path_buf();
         for d in [&layout.data, &layout.sock, &run_dir] {
             std::fs::create_dir_all(d)
-                .map_err(|e| Error(format!("cannot create {}: {e}", d.display())))?;
+                .map_err(|e| Error::Msg(format!("cannot create {}: {e}", d.display())))?;
             if let Some((uid, gid)) = owner {
                 std::os::unix::fs::chown(d, Some(uid), Some(gid))
-                    .map_err(|e| Error(format!("cannot chown {}: {e}", d.display())))?;
+                    .map_err(|e| Error::Msg(format!("cannot chown {}: {e}", d.display())))?;
             }
         }
         let c = Cluster {
@@ -128,7 +128,7 @@ impl Cluster {
             .args(initdb_args);
         let o = proc::output(cmd, "initdb")?;
         if !o.status.success() {
-            return Err(Error(format!("initdb failed: {}", both(&o).trim())));
+            return Err(Error::Msg(format!("initdb failed: {}", both(&o).trim())));
         }
         // initdb fsyncs everything inside the data directory but not the data
         // directory's own entry in its parent (PostgreSQL 15; simfs `--metadata posix`
@@ -147,7 +147,7 @@ impl Cluster {
             .append(true)
             .open(c.data.join("postgresql.conf"))
             .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|_| f.sync_all()))
-            .map_err(|e| Error(format!("cannot write postgresql.conf: {e}")))?;
+            .map_err(|e| Error::Msg(format!("cannot write postgresql.conf: {e}")))?;
         Ok(c)
     }
 

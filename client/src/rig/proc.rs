@@ -46,7 +46,7 @@ pub fn cancelled() -> bool {
 /// `Err("interrupted")` once [`cancel`] was called.
 pub fn check() -> Result<(), Error> {
     if cancelled() {
-        Err(Error("interrupted".into()))
+        Err(Error::Msg("interrupted".into()))
     } else {
         Ok(())
     }
@@ -136,15 +136,18 @@ fn output_limited(cmd: Command, what: &str, limit: Option<Duration>) -> Result<O
             }
             let _ = child.kill();
             let _ = child.wait();
-            return Err(Error(match limit {
-                Some(l) if late => format!("{what}: no answer within {} s", l.as_secs_f64()),
-                _ => "interrupted".into(),
-            }));
+            return Err(match limit {
+                Some(l) if late => Error::TimedOut {
+                    what: what.to_string(),
+                    seconds: l.as_secs_f64(),
+                },
+                _ => Error::Interrupted,
+            });
         }
         if status.is_none() {
             match child.try_wait() {
                 Ok(st) => status = st,
-                Err(e) => return Err(Error(format!("{what}: {e}"))),
+                Err(e) => return Err(Error::Msg(format!("{what}: {e}"))),
             }
         }
         // Done when the child exited and its output ended (a background grandchild
@@ -166,7 +169,7 @@ pub fn spawn_piped(mut cmd: Command, what: &str) -> Result<Child, Error> {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| Error(format!("cannot run {what}: {e}")))
+        .map_err(|e| Error::Msg(format!("cannot run {what}: {e}")))
 }
 
 /// Reads `r` to its end on a thread of its own.
@@ -321,7 +324,7 @@ pub fn free_port() -> Result<u16, Error> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| Error(format!("no free port: {e}")))
+        .map_err(|e| Error::Msg(format!("no free port: {e}")))
 }
 
 /// Whether an executable named `name` is in a directory of `PATH`.
@@ -358,7 +361,8 @@ mod tests {
         let mut c = Command::new("sleep");
         c.arg("30");
         let e = output_within(c, "sleep 30", Duration::from_millis(200)).unwrap_err();
-        assert_eq!(e.0, "sleep 30: no answer within 0.2 s");
+        assert_eq!(e.to_string(), "sleep 30: no answer within 0.2 s");
+        assert!(matches!(e, Error::TimedOut { .. }));
         let mut c = Command::new("sh");
         c.args(["-c", "echo done"]);
         let o = output_within(c, "sh", Duration::from_secs(30)).unwrap();

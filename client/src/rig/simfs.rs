@@ -55,7 +55,7 @@ impl SimMount {
         let mnt = dir.join("mnt");
         for d in [&backing, &mnt] {
             std::fs::create_dir_all(d)
-                .map_err(|e| Error(format!("cannot create {}: {e}", d.display())))?;
+                .map_err(|e| Error::Msg(format!("cannot create {}: {e}", d.display())))?;
         }
         let mut m = SimMount {
             bin: bin.to_path_buf(),
@@ -77,7 +77,7 @@ impl SimMount {
 
     fn spawn(&mut self) -> Result<(), Error> {
         if self.child.is_some() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs is already mounted at {}",
                 self.mnt.display()
             )));
@@ -122,7 +122,7 @@ impl SimMount {
         c.arg(sub).arg("--mountpoint").arg(&self.mnt);
         let o = proc::output(c, &format!("plugpull-simfs {sub}"))?;
         if !o.status.success() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "plugpull-simfs {sub} failed: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
             )));
@@ -153,20 +153,20 @@ impl SimMount {
             self.child = Some(child);
             let log = self.log_text();
             self.force_down();
-            return Err(Error(format!("{e}\nlog:\n{log}")));
+            return Err(Error::Msg(format!("{e}\nlog:\n{log}")));
         }
         let st = child
             .wait()
-            .map_err(|e| Error(format!("wait for plugpull-simfs: {e}")))?;
+            .map_err(|e| Error::Msg(format!("wait for plugpull-simfs: {e}")))?;
         self._stdout = None;
         if !st.success() {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "simfs mount process exited with {st}; log:\n{}",
                 self.log_text()
             )));
         }
         if is_mountpoint(&self.mnt) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "{} still mounted after umount",
                 self.mnt.display()
             )));
@@ -229,7 +229,7 @@ impl MountCmd<'_> {
             .create(true)
             .append(true)
             .open(self.log)
-            .map_err(|e| Error(format!("{}: {e}", self.log.display())))?;
+            .map_err(|e| Error::Msg(format!("{}: {e}", self.log.display())))?;
         cmd.arg("mount")
             .arg("--backing")
             .arg(self.backing)
@@ -245,7 +245,7 @@ impl MountCmd<'_> {
             .stderr(log)
             .spawn()
             .map_err(|e| {
-                Error(format!(
+                Error::Msg(format!(
                     "cannot start plugpull-simfs ({}): {e}",
                     self.bin.display()
                 ))
@@ -277,7 +277,7 @@ impl MountCmd<'_> {
             (None, _) => format!("did not mount within {} s", MOUNT_TIMEOUT.as_secs()),
         };
         force_down(self.bin, self.mnt, Some(child), None);
-        Err(Error(format!(
+        Err(Error::Msg(format!(
             "plugpull-simfs mount at {} {said}; {} ends:\n{}",
             self.mnt.display(),
             self.log.display(),

@@ -37,7 +37,7 @@ pub fn spawn(cmd: Command, what: &str) -> Result<Spawned, Error> {
         proc::Guard(Some(child)).kill();
         let mut rest = String::new();
         let _ = stderr.read_to_string(&mut rest);
-        return Err(Error(format!("{what} said {line:?}; stderr: {rest}")));
+        return Err(Error::Msg(format!("{what} said {line:?}; stderr: {rest}")));
     };
     Ok((child, run, stdout, stderr))
 }
@@ -55,10 +55,12 @@ pub fn wait_stderr(
         let mut line = String::new();
         let n = stderr
             .read_line(&mut line)
-            .map_err(|e| Error(format!("writer stderr: {e}")))?;
+            .map_err(|e| Error::Msg(format!("writer stderr: {e}")))?;
         if n == 0 {
-            let st = child.wait().map_err(|e| Error(e.to_string()))?;
-            return Err(Error(format!("the writer ended ({st}); stderr:\n{seen}")));
+            let st = child.wait().map_err(|e| Error::Msg(e.to_string()))?;
+            return Err(Error::Msg(format!(
+                "the writer ended ({st}); stderr:\n{seen}"
+            )));
         }
         if f(line.trim_end()) {
             return Ok(line);
@@ -95,12 +97,12 @@ pub fn finish(
     let mut out = String::new();
     stdout
         .read_to_string(&mut out)
-        .map_err(|e| Error(format!("writer stdout: {e}")))?;
+        .map_err(|e| Error::Msg(format!("writer stdout: {e}")))?;
     let err = err
         .join()
-        .map_err(|_| Error("stderr reader panicked".into()))?
-        .map_err(|e| Error(format!("writer stderr: {e}")))?;
-    let st = child.wait().map_err(|e| Error(e.to_string()))?;
+        .map_err(|_| Error::Msg("stderr reader panicked".into()))?
+        .map_err(|e| Error::Msg(format!("writer stderr: {e}")))?;
+    let st = child.wait().map_err(|e| Error::Msg(e.to_string()))?;
     Ok((st, out, err))
 }
 
@@ -140,7 +142,7 @@ impl Following {
                 return Ok(());
             }
         }
-        Err(Error(format!(
+        Err(Error::Msg(format!(
             "the {what} ended before acknowledging anything"
         )))
     }

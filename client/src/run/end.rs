@@ -82,7 +82,7 @@ pub fn device_error_end(
 ) -> Result<bool, Error> {
     let at = end.ms as f64 / 1000.0;
     if !end.device {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "run {run} stopped at {at:.3} s into the run on an error that is not a device failure: {}; \
              the run itself went wrong (not the device), so `verify` will refuse it",
             end.error

@@ -3,30 +3,10 @@
 //! recovers (durable length, highest batch, a torn tail cut off and kept).
 
 use super::*;
-use plugpull::ledger::{AckBatch, Acks, FileAck, FileManifest, Workload};
+use plugpull::ledger::{AckBatch, Acks, FileAck};
 
 fn manifest() -> Manifest {
-    Manifest {
-        host: "box".into(),
-        started_unix_ms: 1,
-        tool_version: "0".into(),
-        workload: Workload::File(FileManifest {
-            target: "/t".into(),
-            size: 8192,
-            block_size: 4096,
-            jobs: 1,
-            sync: plugpull::modes::SyncMode::Fdatasync,
-            pattern: plugpull::modes::Pattern::Random,
-            identity: Default::default(),
-            prior_runs: Vec::new(),
-            prior_foreign: false,
-            atomic: None,
-        }),
-        boot_id: String::new(),
-        listener_order: 0,
-        listener_created_unix_ms: 0,
-        storage: Default::default(),
-    }
+    Manifest::example_file("box", "/t", 8192, 4096)
 }
 
 fn batch(batch: u64) -> Append {

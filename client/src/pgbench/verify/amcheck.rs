@@ -103,7 +103,7 @@ async fn heaps(
                 // verify_heapam may be missing (amcheck < 1.3), or not ours to call.
                 notes.push(format!("verify_heapam({t}): {}", describe(&e)));
             }
-            Err(e) => return Err(Error(format!("amcheck: {}", describe(&e)))),
+            Err(e) => return Err(Error::Msg(format!("amcheck: {}", describe(&e)))),
         }
     }
     Ok(())
@@ -128,7 +128,7 @@ async fn indexes(
             &[&tables.to_vec()],
         )
         .await
-        .map_err(|e| Error(format!("cannot list the indexes: {}", describe(&e))))?
+        .map_err(|e| Error::Msg(format!("cannot list the indexes: {}", describe(&e))))?
         .iter()
         .map(|r| r.get(0))
         .collect();
@@ -142,7 +142,7 @@ async fn indexes(
                 am.ran = true;
             }
             Err(e) if pg::is_connection_error(&e) => {
-                return Err(Error(format!("amcheck: {}", describe(&e))))
+                return Err(Error::Msg(format!("amcheck: {}", describe(&e))))
             }
             Err(e) if damage::is_page_error(&e) => {
                 am.relations_checked += 1;

@@ -104,7 +104,7 @@ pub async fn verify(
 ) -> Result<PgReport, Error> {
     let t_all = Instant::now();
     let dsn = opts.dsn.as_deref().unwrap_or(&pg.conninfo);
-    let cfg = pg::config(Some(dsn)).map_err(Error)?;
+    let cfg = pg::config(Some(dsn)).map_err(Error::Msg)?;
     let conninfo = pg::redacted(&cfg);
     let acks = rules::merge_acks(batches);
     let raw = rules::raw_acks(batches);
@@ -134,7 +134,7 @@ pub async fn verify(
     let unsafe_now = settings::check(&client, &mut rep).await;
 
     let mut out = Findings::default();
-    let missing = schema::missing_tables(&client).await.map_err(Error)?;
+    let missing = schema::missing_tables(&client).await.map_err(Error::Msg)?;
     out.failures
         .extend(missing.iter().map(|t| missing_table(t)));
 
@@ -202,7 +202,7 @@ pub async fn verify(
         rep.summary.push_str(settings::WARNING);
     }
     if rep.ok && rep.acknowledged_commits == 0 {
-        return Err(Error(format!(
+        return Err(Error::Msg(format!(
             "not measured: run {run} has no acknowledged commits in the ledger (and PostgreSQL shows no damage)"
         )));
     }
@@ -270,7 +270,7 @@ impl Counting<'_> {
             .await
             .map_err(q("cannot set work_mem"))?;
         let client2 = pg::connect(self.cfg).await.map_err(|e| {
-            Error(format!(
+            Error::Msg(format!(
                 "cannot open a second connection to {}: {}",
                 self.conninfo,
                 describe(&e)

@@ -86,14 +86,14 @@ pub async fn wait(
             Err(e) => e,
         };
         if pg::is_not_postgres(&e) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "{conninfo} answered, but not as a PostgreSQL server does ({}): is --dsn right?",
                 describe(&e)
             )));
         }
         let starting = e.code() == Some(&SqlState::CANNOT_CONNECT_NOW);
         if !starting && !pg::is_transient_connect_error(&e) {
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "cannot connect to PostgreSQL at {conninfo}: {}",
                 describe(&e)
             )));
@@ -113,7 +113,7 @@ pub async fn wait(
         if Instant::now() >= deadline {
             let waited = format!("{:.1} s", start.elapsed().as_secs_f64());
             if starting {
-                return Err(Error(format!(
+                return Err(Error::Msg(format!(
                     "PostgreSQL at {conninfo} is still starting up after {waited} ({}): crash recovery \
                      can take minutes; run verify again, or give a longer --pg-wait{}",
                     describe(&e),
@@ -128,7 +128,7 @@ pub async fn wait(
                     evidence(files)
                 )));
             }
-            return Err(Error(format!(
+            return Err(Error::Msg(format!(
                 "nothing accepts connections at {conninfo} (waited {waited}): {}; is PostgreSQL \
                  running?{}",
                 describe(&e),

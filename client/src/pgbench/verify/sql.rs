@@ -22,7 +22,7 @@ use tokio_postgres::Client;
 /// Maps a query error to the verifier's error (exit 2): `what` failed, with the
 /// server's message.
 pub fn q(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e: tokio_postgres::Error| Error(format!("{what}: {}", describe(&e)))
+    move |e: tokio_postgres::Error| Error::Msg(format!("{what}: {}", describe(&e)))
 }
 
 /// `pgbench_history`, or, with damaged blocks to skip, the union of TID range scans
