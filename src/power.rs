@@ -1,6 +1,6 @@
 //! Power-control URIs (`--power URI`) and the answers of the devices behind them:
 //! pure parsing, no processes and no sockets (those live in the client's `power`
-//! module). Source: issue 12, "Cut drivers"; the grammar is in `docs/power.md`.
+//! module). The grammar, with every driver's options, is in `docs/power.md`.
 //!
 //! Grammar, one scheme per driver (`[...]` optional; ports default as shown):
 //!
@@ -28,7 +28,7 @@ pub use answer::{ipmi_state, redfish_state, shelly_status, snmp_state, tasmota_s
 use std::fmt;
 use std::path::PathBuf;
 
-/// What a cut removes power from (issue 12: "each records its kind").
+/// What a cut removes power from; every driver declares it, and each cut records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CutKind {
     /// Mains to the machine (a PDU outlet or a smart plug).

@@ -80,8 +80,8 @@ pub(super) struct SectorCrc {
 
 impl SectorCrc {
     /// The parts for `pool` (its words as the parent module lays them in the
-    /// payload), for every start offset `0 .. pool.len() - 57`. About 1 ms for the
-    /// 64 KiB pool.
+    /// payload), for every start offset `0 .. pool.len() - 57`: one CRC-32
+    /// of 508 bytes per offset, computed once per run.
     pub(super) fn new(pool: &[u64]) -> SectorCrc {
         let mut msg = [0u8; CRC_OFFSET];
         let c0 = crc32fast::hash(&msg);

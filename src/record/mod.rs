@@ -102,9 +102,9 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Makes the payload pool of `run` (64 KiB, about 20 µs). The first
-    /// [`Encoder::encode_block`] adds the pool's precomputed CRC parts (about 48 KiB;
-    /// one CRC-32 of 508 bytes per pool offset, about 1 ms in a release build).
+    /// Makes the payload pool of `run` (64 KiB). The first [`Encoder::encode_block`]
+    /// adds the pool's precomputed CRC parts (about 48 KiB; one CRC-32 of 508 bytes per
+    /// pool offset), so a caller that never encodes a whole block never pays for them.
     pub fn new(run: RunId) -> Self {
         let mut state = run.0 ^ 0x504C_5547_5055_4C4C;
         let pool: Box<[u64]> = (0..POOL_WORDS).map(|_| splitmix64(&mut state)).collect();

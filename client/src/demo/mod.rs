@@ -17,7 +17,7 @@
 //! Exit status: 0 when the honest device passes and the lying one is caught (the
 //! tool works), 1 otherwise, 2 when the demo could not run (or was interrupted).
 //!
-//! Without FUSE it says so and falls back to the old demo ([`fallback`]): the writer
+//! Without FUSE it says so and falls back to a process kill ([`fallback`]): the writer
 //! is SIGKILLed mid-run on the local disk (the page cache survives, so nothing may be
 //! lost). Without PostgreSQL it runs the file workload only and says so.
 //!

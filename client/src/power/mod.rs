@@ -1,6 +1,6 @@
 //! Cut drivers: turn a machine (or an outlet) off and on and read its power state,
 //! through the power-control hardware named by a `--power` URI (grammar in
-//! [`plugpull::power`], docs in `docs/power.md`; source: issue 12, "Cut drivers").
+//! [`plugpull::power`], docs in `docs/power.md`).
 //!
 //! `plugpull power --power URI off|on|status` runs one action, so a user can test
 //! the hardware before a campaign; the campaign controller calls [`open`] and the

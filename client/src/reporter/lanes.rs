@@ -5,12 +5,11 @@
 //! A sink pushes each ack onto its own lane the moment it is made: a lock no other
 //! thread takes but the task (which takes each lane's queue at once, every
 //! [`super::LINGER`] while acks come), and a `Vec` push. Threads never touch each
-//! other's lanes, so the hand-over costs no shared-line traffic between writers; a
-//! shared channel did (its tail, its semaphore and its waker are each a read-modify-write
-//! of a line every writer and the task write: 7 % of the writers' samples on tmpfs),
-//! and its task took acks one `try_recv` at a time. Side by side on tmpfs (4 jobs,
-//! 6 rounds of 5 s, medians): 3.70 µs of CPU per write with the channel, 3.48 with
-//! lanes, writes/s 1.03–1.13 times the channel's round by round.
+//! other's lanes, so the hand-over costs no shared-line traffic between writers (a
+//! shared channel's tail, semaphore and waker would each be a read-modify-write of a
+//! line every writer and the task write), and the task takes a lane's acks at once,
+//! not one `try_recv` at a time. `docs/performance.md` ("`write file`") has the
+//! measured difference.
 //!
 //! Waking the task: it waits only when it found every lane empty, and marks each lane
 //! it found empty as watched, under that lane's lock ([`Lanes::wait`]), then sleeps on

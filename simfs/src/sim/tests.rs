@@ -231,7 +231,8 @@ fn torn_cut_keeps_a_prefix_of_sectors() {
 }
 
 /// With `atomic_unit` 8192, writes of 4096 and 8192 bytes are kept or dropped whole
-/// (one even-chance draw each, replayed here); a 12288-byte write is torn as before.
+/// (one even-chance draw each, replayed here); a 12288-byte write, larger than the
+/// unit, keeps any number of its 24 sectors.
 #[test]
 fn torn_cut_never_tears_a_write_within_the_atomic_unit() {
     for seed in 0..20u64 {

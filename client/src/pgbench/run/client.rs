@@ -154,7 +154,8 @@ pub(super) fn run_job(
             }
             continue;
         }
-        // Waiting for room: look again in 1 ms, as before.
+        // Waiting for room: no socket signals it (the listener's confirmations reach
+        // the reporter, not this loop), so look again in 1 ms.
         let timeout = if waiting { 1 } else { -1 };
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };

@@ -312,7 +312,8 @@ impl Counting<'_> {
     }
 
     /// Counts the commits again, skipping the damaged blocks of `pgbench_history`;
-    /// a page error now leaves the commits uncounted (`commits_checked` false).
+    /// a page error during this second count leaves the commits uncounted
+    /// (`commits_checked` false).
     async fn recount(
         &self,
         scan: &mut Scan,

@@ -52,7 +52,8 @@ pub fn history_source(skip: &[u64]) -> String {
 /// prefix%`) by (client, seq) with their count `n`; rows that are not valid tags
 /// form the group (NULL, NULL). Validity is checked with `translate` rather than a
 /// regular expression, and computed once per row (the `OFFSET 0` fences keep the
-/// planner from inlining it twice): together about 40% faster on a million rows.
+/// planner from inlining it twice), both to keep the scan of a large history cheap
+/// (`docs/performance.md` has the measured gain).
 pub fn tags_cte(skip: &[u64]) -> String {
     let src = history_source(skip);
     format!(

@@ -1,8 +1,8 @@
 //! One client's PostgreSQL connection, driven the way pgbench drives libpq: a plain
 //! socket, one `send` per statement, `poll` for the answer, one `recv`. No runtime
 //! and no task in between, so a statement costs the three system calls it costs
-//! pgbench (the tokio-postgres connection task cost 1.4–1.7× pgbench's client CPU
-//! per transaction; see `docs/pgbench.md` → Performance).
+//! pgbench, and the clients' CPU per transaction compares with pgbench's (see
+//! `docs/pgbench.md` → Performance).
 //!
 //! Messages are framed and parsed by `postgres-protocol` (the crate tokio-postgres
 //! is built on), after PostgreSQL's "Frontend/Backend Protocol" chapter (docs,
