@@ -11,7 +11,9 @@
 //! target that may have held foreign data — foreign bytes are *prior contents*.
 //! Then, first rule that applies:
 //!
-//! 1. the block lies (partly) beyond the end of the target and `A > 0` → **missing**;
+//! 1. the block lies (partly) beyond the end of the target and `A > 0` → **missing**
+//!    (its whole sectors before the end are read and named, the rest are
+//!    [`Content::BeyondEnd`]);
 //! 2. a valid sector of this run names another block, sector index or block size → **misdirected**;
 //! 3. `A > 0` and a sector is our record with a bad CRC, or foreign bytes that are not
 //!    prior contents → **corrupt**;
@@ -122,11 +124,12 @@ pub fn classify_block(
     data: &[u8],
     prior_foreign: bool,
 ) -> Option<BlockCheck> {
+    let spb = (block_size / SECTOR) as u32;
     if data.len() < block_size {
         // Rule 1.
-        return (acked > 0).then(missing);
+        return (acked > 0).then(|| cut_short(run, block, spb, data));
     }
-    let scan = SectorScan::read(run, block, &data[..block_size]);
+    let scan = SectorScan::read(run, block, spb, &data[..block_size]);
     if acked == 0 && !scan.ours {
         return None;
     }
@@ -148,20 +151,33 @@ pub fn classify_block(
     })
 }
 
-/// The check of a block that lies (partly) beyond the end of the target.
-fn missing() -> BlockCheck {
+/// The check of a block that lies (partly) beyond the end of the target: missing,
+/// with what its whole sectors still before the end hold (`data`, shorter than the
+/// block) and the rest [`Content::BeyondEnd`]. A block wholly beyond the end has no
+/// spans. Its records of the run count as the run's data, so a target cut short
+/// inside its last block is never said to hold nothing of the run.
+fn cut_short(run: RunId, block: u64, spb: u32, data: &[u8]) -> BlockCheck {
+    let whole = data.len() / SECTOR * SECTOR;
+    let scan = SectorScan::read(run, block, spb, &data[..whole]);
+    let mut contents = scan.contents;
+    let spans = if contents.is_empty() {
+        Vec::new()
+    } else {
+        contents.resize(spb as usize, Content::BeyondEnd);
+        merge_spans(&contents)
+    };
     BlockCheck {
         verdict: Verdict::Missing,
         found_seq: None,
-        found_block: None,
-        watermark: 0,
-        watermark_seq: 0,
+        found_block: scan.strays.first().map(|&(b, _)| b),
+        watermark: scan.watermark,
+        watermark_seq: scan.watermark_seq,
         newer_than_acked: false,
-        has_run_data: false,
-        has_other_run: false,
-        other_runs: Vec::new(),
-        spans: Vec::new(),
-        strays: Vec::new(),
+        has_run_data: scan.ours,
+        has_other_run: !scan.other_runs.is_empty(),
+        other_runs: scan.other_runs,
+        spans,
+        strays: scan.strays,
     }
 }
 
@@ -188,8 +204,9 @@ struct SectorScan {
 
 impl SectorScan {
     /// Reads `sectors` (exactly one block) as block `block` of `run`.
-    fn read(run: RunId, block: u64, sectors: &[u8]) -> Self {
-        let spb = (sectors.len() / SECTOR) as u32;
+    /// Reads the whole sectors `sectors` of block `block` (a block of `spb`
+    /// sectors; `sectors` may hold fewer when the target ends inside the block).
+    fn read(run: RunId, block: u64, spb: u32, sectors: &[u8]) -> Self {
         let mut scan = SectorScan {
             contents: Vec::with_capacity(spb as usize),
             strays: Vec::new(),
@@ -257,7 +274,7 @@ impl SectorScan {
         let seqs = self.contents.iter().filter_map(|c| match c {
             Content::Seq { seq } => Some(*seq),
             Content::Zeros | Content::OtherRun { .. } | Content::Foreign => Some(0),
-            Content::BadCrc { .. } | Content::Stray { .. } => None,
+            Content::BadCrc { .. } | Content::Stray { .. } | Content::BeyondEnd => None,
         });
         seqs.fold((u64::MAX, 0u64), |(lo, hi), s| (lo.min(s), hi.max(s)))
     }

@@ -197,6 +197,9 @@ pub enum Content {
         /// Its seq.
         seq: u64,
     },
+    /// Nothing: the sector lies beyond the end of a target cut short inside this
+    /// block.
+    BeyondEnd,
 }
 
 impl Content {
@@ -213,6 +216,7 @@ impl Content {
             Content::Stray { block, sector, seq } => {
                 format!("seq {seq} written for block {block} sector {sector}")
             }
+            Content::BeyondEnd => "nothing (beyond the end of the target)".into(),
         }
     }
 }
@@ -278,7 +282,8 @@ pub struct Finding {
     pub found_block: Option<u64>,
     /// Seconds between `A`'s acknowledgement and the last acknowledgement of the run.
     pub acked_secs_before_end: Option<f64>,
-    /// What the block holds, sector range by sector range (empty for missing).
+    /// What the block holds, sector range by sector range (for missing: empty when
+    /// the block lies wholly beyond the end of the target).
     pub sectors: Vec<SectorSpan>,
     /// For a lost write: the block where its acknowledged version was found (a
     /// misdirected write, reported there as `misdirected`).

@@ -416,3 +416,40 @@ fn a_block_torn_in_flight_fails_only_when_atomic_writes_are_expected() {
         assert_eq!(found, want);
     }
 }
+
+#[test]
+fn a_block_cut_short_by_the_end_of_the_target_names_what_its_sectors_before_the_end_hold() {
+    let enc = Encoder::new(RUN);
+    let v5 = block(&enc, 3, 5, 4);
+    // The target ends 2 KiB into the block: sectors 0–3 hold seq 5, 4–7 are gone.
+    let c = classify_block(RUN, 3, B, 5, &v5[..B / 2 + 100], true).unwrap();
+    assert_eq!(c.verdict, Verdict::Missing);
+    assert!(c.has_run_data);
+    assert_eq!(
+        c.spans,
+        [
+            SectorSpan {
+                first: 0,
+                last: 3,
+                content: Content::Seq { seq: 5 }
+            },
+            SectorSpan {
+                first: 4,
+                last: 7,
+                content: Content::BeyondEnd
+            }
+        ]
+    );
+    assert_eq!(
+        describe_spans(&c.spans),
+        "sectors 0–3: seq 5; 4–7: nothing (beyond the end of the target)"
+    );
+    // A block wholly beyond the end holds nothing of the run.
+    let gone = classify_block(RUN, 3, B, 5, &v5[..100], true).unwrap();
+    assert_eq!(
+        (gone.verdict, gone.has_run_data, gone.spans.len()),
+        (Verdict::Missing, false, 0)
+    );
+    // Nothing acknowledged: not checked, as before.
+    assert_eq!(verdict(3, 0, &v5[..B / 2]), None);
+}

@@ -225,6 +225,31 @@ fn a_truncated_file_is_missing_blocks_and_a_wrong_target_is_refused(d: &Doctored
         v["verdicts"],
         verdicts(&[("intact", 40), ("missing", N - 40)])
     );
+    // Cut inside block 0: its first 4 sectors still hold the acknowledged seq, and the
+    // report names them instead of saying nothing of the run survived.
+    let (code, v) = d.check("cut-in-block-0", |f| f.set_len(BS / 2).unwrap());
+    assert_eq!(code, 1);
+    assert_eq!(v["verdicts"], verdicts(&[("missing", N)]));
+    let block0 = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["block"] == json!(0))
+        .expect("block 0 is a finding");
+    assert_eq!(
+        block0["sectors"],
+        json!([
+            {"first": 0, "last": 3, "content": {"kind": "seq", "seq": N + 1}},
+            {"first": 4, "last": 7, "content": {"kind": "beyond_end"}}
+        ])
+    );
+    let kinds: Vec<&Value> = v["target_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["kind"])
+        .collect();
+    assert_eq!(kinds, [&json!("target_shorter")], "{v}");
 
     // A --target that does not exist names nothing of the run: could not verify.
     // (The run's own file gone from its filesystem is a finding: tests/tests/verify_truth/.)
