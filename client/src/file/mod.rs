@@ -35,7 +35,7 @@ use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{FileManifest, Manifest, Workload};
 use plugpull::record::{Encoder, SECTOR};
-use plugpull::units::{parse_duration, parse_size};
+use plugpull::units::parse_size;
 use print::{print_write_head, print_write_summary, WriteSummary};
 use std::fs::File;
 use std::path::PathBuf;
@@ -64,27 +64,12 @@ pub struct WriteArgs {
     /// Durability call after each write.
     #[arg(long, value_enum, default_value = "fdatasync")]
     pub sync: SyncMode,
-    /// How long to write, e.g. 30s or 5m (default 30s).
-    #[arg(long, short = 'T', value_parser = parse_duration, conflicts_with = "writes")]
-    pub duration: Option<Duration>,
     /// Stop after this many writes instead of after a duration.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "duration")]
     pub writes: Option<u64>,
     /// Order of blocks.
     #[arg(long, value_enum, default_value = "random")]
     pub pattern: Pattern,
-    /// Print a progress line every SECONDS.
-    #[arg(short = 'P', long = "progress", value_parser = parse_duration)]
-    pub progress: Option<Duration>,
-    /// Seed of the random block choice (default: random).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Print the summary as one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// Use a target that holds data other than zeros or plugpull records (it is overwritten).
-    #[arg(long)]
-    pub force: bool,
     /// Before the first write, also time a `pwrite` + `fdatasync` loop beside the
     /// target for this many seconds, counting each leaf disk's flushes (as `plugpull
     /// probe --seconds`); the stack itself is always probed.
@@ -93,7 +78,7 @@ pub struct WriteArgs {
     #[command(flatten)]
     pub atomic: atomic::AtomicArgs,
     #[command(flatten)]
-    pub reporter: crate::reporter::ReporterOptions,
+    pub run: crate::run::RunArgs,
 }
 
 /// Most concurrent writers `--jobs` accepts (one thread and descriptor each).
@@ -123,7 +108,7 @@ pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
     if a.writes == Some(0) {
         return Err("--writes must be at least 1".into());
     }
-    check_times(a.duration, a.progress)?;
+    check_times(a.run.duration, a.run.progress)?;
     atomic::check_atomic_args(&a.atomic, a.sync)?;
     Ok(a.size / a.block_size)
 }
@@ -148,13 +133,14 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let (manifest, target, probe) = tokio::task::block_in_place(|| run_manifest(args, size))?;
     let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
     let atomic_line = atomic::head_line(&manifest);
-    let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
-    if !args.json {
+    let (reporter, run) =
+        Reporter::start_with(listener, secret, manifest, &args.run.reporter).await?;
+    if !args.run.json {
         print_write_head(run, &target, size, args);
         println!("{head}");
         atomic_line.iter().for_each(|l| println!("{l}"));
     }
-    let duration = match (args.writes, args.duration) {
+    let duration = match (args.writes, args.run.duration) {
         (Some(_), _) => None,
         (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
     };
@@ -171,12 +157,12 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         bs: args.block_size as usize,
         sync: args.sync,
         pattern: args.pattern,
-        seed: args.seed.unwrap_or_else(rand::random),
+        seed: args.run.seed.unwrap_or_else(rand::random),
         rwf_atomic: args.atomic.atomic == plugpull::modes::AtomicMode::Rwf,
     };
     let enc = Arc::new(Encoder::new(run));
     let handles = worker::spawn(files, plan, &enc, &sh, || reporter.sink());
-    let outs = wait_for_workers(handles, &sh, reporter.sink(), args.progress, start).await;
+    let outs = wait_for_workers(handles, &sh, reporter.sink(), args.run.progress, start).await;
     let elapsed = start.elapsed();
     let end = end_run(reporter, &sh, &outs, elapsed).await?;
     let s = WriteSummary {
@@ -198,7 +184,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         device_error: end.device_error.as_ref().map(|e| e.error.clone()),
         storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
     };
-    print_write_summary(&s, args.json);
+    print_write_summary(&s, args.run.json);
     match &end.device_error {
         None => Ok(true),
         Some(e) => device_error_end(run, e, end.confirmed, listener),
@@ -213,7 +199,7 @@ fn open_run_target(
     size: u64,
     existed: bool,
 ) -> Result<(LockedTarget, Vec<File>), Error> {
-    let locked = prepare_target(&args.target, size, args.force)?;
+    let locked = prepare_target(&args.target, size, args.run.force)?;
     let files: Vec<File> = (0..args.jobs)
         .map(|_| open_for_writes(&args.target, args.sync))
         .collect::<Result<_, _>>()?;

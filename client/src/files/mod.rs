@@ -24,7 +24,6 @@ use crate::run::Shared;
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::{FilesManifest, Workload};
-use plugpull::units::parse_duration;
 use plugpull::verdict::files::schedule::{split_name, Unsafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,31 +45,16 @@ pub struct WriteArgs {
     /// File names in all, shared out among the workers.
     #[arg(long, default_value_t = 64)]
     pub files: u32,
-    /// How long to run, e.g. 30s or 5m (default 30s).
-    #[arg(long, short = 'T', value_parser = parse_duration, conflicts_with = "steps")]
-    pub duration: Option<Duration>,
     /// Stop after this many steps (all workers together) instead of after a duration.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "duration")]
     pub steps: Option<u64>,
     /// Durability calls to skip, comma-separated: `dirsync` (the directory fsync after
     /// create, replace and unlink), `presync` (the fsync of NAME.tmp before the rename).
     /// Those steps are acknowledged as not promised; their losses are expected.
     #[arg(long, value_delimiter = ',')]
     pub unsafe_steps: Vec<String>,
-    /// Print a progress line every SECONDS.
-    #[arg(short = 'P', long = "progress", value_parser = parse_duration)]
-    pub progress: Option<Duration>,
-    /// Seed of the step schedule (default: random).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Print the summary as one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// Use a non-empty directory that is not a files run's (its other entries are left alone).
-    #[arg(long)]
-    pub force: bool,
     #[command(flatten)]
-    pub reporter: crate::reporter::ReporterOptions,
+    pub run: crate::run::RunArgs,
 }
 
 /// Most workers `--jobs` accepts.
@@ -93,7 +77,7 @@ pub fn check_args(a: &WriteArgs) -> Result<Unsafe, Error> {
     if a.steps == Some(0) {
         return Err("--steps must be at least 1".into());
     }
-    crate::run::check_times(a.duration, a.progress)?;
+    crate::run::check_times(a.run.duration, a.run.progress)?;
     let mut u = Unsafe::default();
     for s in &a.unsafe_steps {
         match s.as_str() {
@@ -119,9 +103,9 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let unsafe_steps = check_args(args)?;
     drop(crate::net::connect(listener, secret).await?);
     let dir = std::path::absolute(&args.target).unwrap_or_else(|_| args.target.clone());
-    let lock = prepare_dir(&dir, args.force)?;
-    let seed = args.seed.unwrap_or_else(rand::random);
-    let max_unconfirmed = args.reporter.max_unconfirmed_or(FILES_MAX_UNCONFIRMED);
+    let lock = prepare_dir(&dir, args.run.force)?;
+    let seed = args.run.seed.unwrap_or_else(rand::random);
+    let max_unconfirmed = args.run.reporter.max_unconfirmed_or(FILES_MAX_UNCONFIRMED);
     let (storage, probe) =
         tokio::task::block_in_place(|| crate::storage::probe_for_run(&dir, None));
     let workload = Workload::Files(FilesManifest {
@@ -136,8 +120,9 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     });
     let manifest = make_manifest(workload, storage);
     let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
-    let (reporter, run) = Reporter::start_with(listener, secret, manifest, &args.reporter).await?;
-    if !args.json {
+    let (reporter, run) =
+        Reporter::start_with(listener, secret, manifest, &args.run.reporter).await?;
+    if !args.run.json {
         println!("run id: {run}");
         println!(
             "target directory: {}; jobs: {}; files: {}; unsafe steps: {}",
@@ -148,7 +133,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         );
         println!("{head}");
     }
-    let duration = match (args.steps, args.duration) {
+    let duration = match (args.steps, args.run.duration) {
         (Some(_), _) => None,
         (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
     };
@@ -168,7 +153,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     };
     let handles = worker::spawn(&plan, &sh, || reporter.sink())?;
     let outs =
-        crate::run::wait_for_workers(handles, &sh, reporter.sink(), args.progress, start).await;
+        crate::run::wait_for_workers(handles, &sh, reporter.sink(), args.run.progress, start).await;
     let elapsed = start.elapsed();
     let end = crate::run::end_run(reporter, &sh, &outs, elapsed).await?;
     drop(lock);
@@ -188,7 +173,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
             device_error: end.device_error.as_ref().map(|e| e.error.clone()),
             storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
         },
-        args.json,
+        args.run.json,
     );
     match &end.device_error {
         None => Ok(true),

@@ -5,14 +5,18 @@
 //! run ([`end_run`], [`device_error_end`]). A workload brings its own workers and
 //! summary; `write pgbench` has its own clients and shares only the reporter.
 //!
+//! * `args.rs` — [`RunArgs`]: `-T`, `-P`, `--seed`, `--json`, `--force` and the
+//!   reporter's options, flattened into each workload's arguments.
 //! * `shared.rs` — [`Shared`], [`WorkerOut`], [`FirstError`].
 //! * `watermark.rs` — [`watermark::Watermark`]: seqs issued, the acknowledged prefix.
 //! * `end.rs` — [`RunEnd`], [`end_run`], [`device_error_end`].
 
+mod args;
 mod end;
 mod shared;
 pub mod watermark;
 
+pub use args::RunArgs;
 pub use end::{device_error_end, end_run, RunEnd};
 pub use shared::{FirstError, Shared, WorkerOut};
 
