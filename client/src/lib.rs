@@ -73,6 +73,16 @@ pub enum Error {
     /// stops, and the ledger cannot be asked to record more.
     #[error("the witness could not record acknowledgements: {0}")]
     WitnessUnrecorded(String),
+    /// PostgreSQL said a query of verify met damage (SQLSTATE `XX001` data corrupted,
+    /// `XX002` index corrupted, or `XX000` naming a catalog): the pgbench verifier
+    /// turns it into a finding, never an exit 2.
+    #[error("{what}: {message}")]
+    DatabaseDamaged {
+        /// What verify was doing (`cannot count the run's commits`).
+        what: String,
+        /// The server's message, with its SQLSTATE.
+        message: String,
+    },
     /// Any other cause, in words that name it.
     #[error("{0}")]
     Msg(String),

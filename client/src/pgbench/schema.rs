@@ -38,13 +38,14 @@ fn err(what: &str, e: tokio_postgres::Error) -> String {
 }
 
 /// Which of [`TABLES`] are missing from the session's search path.
-pub async fn missing_tables(client: &Client) -> Result<Vec<&'static str>, String> {
+///
+/// Errors: the lookup failed (the server's error, for the caller to name).
+pub async fn missing_tables(client: &Client) -> Result<Vec<&'static str>, tokio_postgres::Error> {
     let mut missing = Vec::new();
     for t in TABLES {
         let row = client
             .query_one("SELECT to_regclass($1) IS NOT NULL", &[&t])
-            .await
-            .map_err(|e| err("cannot look up the pgbench tables", e))?;
+            .await?;
         if !row.get::<_, bool>(0) {
             missing.push(t);
         }
@@ -57,7 +58,9 @@ pub async fn missing_tables(client: &Client) -> Result<Vec<&'static str>, String
 ///
 /// Errors name the missing table and say to run with `--init`.
 pub async fn check(client: &Client) -> Result<u32, String> {
-    let missing = missing_tables(client).await?;
+    let missing = missing_tables(client)
+        .await
+        .map_err(|e| err("cannot look up the pgbench tables", e))?;
     if !missing.is_empty() {
         let list: Vec<String> = missing
             .iter()
@@ -119,7 +122,9 @@ pub async fn check(client: &Client) -> Result<u32, String> {
 ///
 /// Prints what it does on stderr, like pgbench.
 pub async fn init(client: &Client, scale: u32) -> Result<u32, String> {
-    let missing = missing_tables(client).await?;
+    let missing = missing_tables(client)
+        .await
+        .map_err(|e| err("cannot look up the pgbench tables", e))?;
     if missing.is_empty() {
         let found = check(client).await?;
         if found != scale {

@@ -11,6 +11,7 @@ use plugpull_tests::pg::{
 use plugpull_tests::*;
 use serde_json::{json, Value};
 
+mod catalog;
 mod damage;
 
 fn setup(test: &str, checksums: bool) -> Option<(tempfile::TempDir, PgCluster, Listener)> {

@@ -128,7 +128,7 @@ async fn indexes(
             &[&tables.to_vec()],
         )
         .await
-        .map_err(|e| Error::Msg(format!("cannot list the indexes: {}", describe(&e))))?
+        .map_err(super::sql::q("cannot list the indexes"))?
         .iter()
         .map(|r| r.get(0))
         .collect();

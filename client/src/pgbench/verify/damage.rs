@@ -31,6 +31,44 @@ pub fn is_page_error(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::DATA_CORRUPTED) || e.code() == Some(&SqlState::INDEX_CORRUPTED)
 }
 
+/// Whether an error is PostgreSQL saying the database is damaged: a damaged page
+/// ([`is_page_error`]), or an internal error (`XX000`) that names a catalog
+/// ("pg_attribute catalog is missing 6 attribute(s) for relation OID 2619") or a
+/// failed catalog cache lookup ("cache lookup failed for relation 16384").
+pub fn is_corruption(e: &tokio_postgres::Error) -> bool {
+    is_page_error(e)
+        || e.code() == Some(&SqlState::INTERNAL_ERROR)
+            && e.as_db_error().is_some_and(|d| names_catalog(d.message()))
+}
+
+/// Whether an internal error's message names a catalog or a failed catalog lookup.
+fn names_catalog(msg: &str) -> bool {
+    catalog_named(msg).is_some() || msg.starts_with("cache lookup failed for ")
+}
+
+/// The catalog an `XX000` message names: `pg_attribute` of "pg_attribute catalog is
+/// missing 6 attribute(s) for relation OID 2619".
+pub fn catalog_named(msg: &str) -> Option<&str> {
+    let at = msg.find(" catalog")?;
+    let name = msg[..at]
+        .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .next()?;
+    name.starts_with("pg_").then_some(name)
+}
+
+/// `(path, block)` from "could not read block N in file \"PATH\"" (`md.c`'s message
+/// for a block that cannot be read, SQLSTATE `XX001`).
+pub fn parse_unreadable_block(msg: &str) -> Option<(String, u64)> {
+    let rest = &msg[msg.find("could not read block ")? + "could not read block ".len()..];
+    let (block, rest) = rest.split_once(" in file ")?;
+    let path: String = rest
+        .trim_start_matches('"')
+        .chars()
+        .take_while(|c| *c != '"' && *c != ':' && !c.is_whitespace())
+        .collect();
+    Some((path, block.trim().parse().ok()?))
+}
+
 /// `(path, block, zeroed)` from "invalid page in block N of relation PATH" (and
 /// whether it goes on "; zeroing out page").
 pub fn parse_invalid_page(msg: &str) -> Option<(String, u64, bool)> {
@@ -77,14 +115,24 @@ pub fn database_of(path: &str) -> Option<u32> {
     }
 }
 
+/// The page a path and block name, the relation named by its file (`base/D/F`) and
+/// fork: for when no session can look the name up.
+pub fn unresolved(path: &str, block: u64) -> Page {
+    let (relation, fork) = match split_path(path) {
+        Some((_, _, fork)) => (path.split('_').next().unwrap_or(path), fork),
+        None => (path, "main"),
+    };
+    Page {
+        relation: relation.split('.').next().unwrap_or(relation).to_string(),
+        fork: fork.into(),
+        block,
+    }
+}
+
 /// The page a path and block name, with the relation's name looked up.
 pub async fn resolve(client: &Client, path: &str, block: u64) -> Page {
     let Some((spc, node, fork)) = split_path(path) else {
-        return Page {
-            relation: path.to_string(),
-            fork: "main".into(),
-            block,
-        };
+        return unresolved(path, block);
     };
     let name: Option<String> = client
         .query_one(
@@ -186,6 +234,27 @@ pub fn log_pages(log: &str) -> Vec<(String, u64, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_catalog_and_an_unreadable_block_are_read_out_of_the_servers_messages() {
+        assert_eq!(
+            catalog_named("pg_attribute catalog is missing 6 attribute(s) for relation OID 2619"),
+            Some("pg_attribute")
+        );
+        assert_eq!(
+            catalog_named("relation \"pgbench_history\" does not exist"),
+            None
+        );
+        assert!(names_catalog("cache lookup failed for relation 16384"));
+        assert!(!names_catalog("division by zero"));
+        assert_eq!(
+            parse_unreadable_block(
+                "could not read block 3 in file \"base/5/2696\": read only 0 of 8192 bytes"
+            ),
+            Some(("base/5/2696".to_string(), 3))
+        );
+        assert_eq!(parse_unreadable_block("invalid page in block 3"), None);
+    }
 
     #[test]
     fn messages_and_paths_are_parsed() {

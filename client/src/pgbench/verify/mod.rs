@@ -127,78 +127,58 @@ pub async fn verify(
             rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
             return Ok(rep);
         }
+        ready::Ready::Damaged(message) => {
+            rep.server_reachable = true;
+            let mut st = Checked::default();
+            // The damage refused a session in the run's database: the relation's
+            // name is looked up in database `postgres`, whose catalogs map the same
+            // files unless one was rewritten since (the detail says where it came from).
+            let mut other = cfg.clone();
+            other.dbname("postgres");
+            let named = match pg::connect(&other).await {
+                Ok(c) if cfg.get_dbname() != Some("postgres") => Some(c),
+                _ => None,
+            };
+            let what = "cannot connect to PostgreSQL";
+            let by = named.as_ref().map(|c| (c, "postgres"));
+            damaged_database(by, &mut rep, &mut st, what, &message).await;
+            finish(&mut rep, st.out, &[], &[]);
+            unchecked(&mut rep);
+            rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
+            return Ok(rep);
+        }
     };
     rep.server_reachable = true;
     rep.commits_checked = true;
     rep.timings.connect_ms = t_all.elapsed().as_millis() as u64;
-    let unsafe_now = settings::check(&client, &mut rep).await;
-
-    let mut out = Findings::default();
-    let missing = schema::missing_tables(&client).await.map_err(Error::Msg)?;
-    out.failures
-        .extend(missing.iter().map(|t| missing_table(t)));
-
-    // Commits and the invariant, concurrently on two connections.
-    let t_commits = Instant::now();
-    let bounds = rules::bounds(&acks, clients, finished, pg.max_unconfirmed, tag::MAX_SEQ);
-    let mut scan = Scan::new(&tag::prefix(run), &bounds, &acks);
-    let mut pages: Vec<Page> = Vec::new();
-    let mut scanned = false;
-    let mut counts = BTreeMap::new();
-    if missing.is_empty() {
-        let c = Counting {
-            client: &client,
-            cfg: &cfg,
-            conninfo: &conninfo,
-            start_sums: pg.start_sums,
-            bounds: &bounds,
-            acks: &acks,
-        };
-        (counts, scanned) = c.count(&mut scan, &mut rep, &mut pages).await?;
-    }
-    rep.timings.commits_ms = t_commits.elapsed().as_millis() as u64;
-
-    // The counts, then the first findings, one query per kind that has any.
-    let tally = rules::tally(&acks, &counts, clients, rep.commits_checked);
-    counted(&mut rep, &tally);
-    let t_find = Instant::now();
-    let mut lags: Vec<f64> = Vec::new();
-    if missing.is_empty() && rep.commits_checked {
-        let what = ToList {
-            lost: rep.lost_commits + rep.unpromised_lost,
-            promised_lost: rep.lost_commits > 0,
-            ordering: (rep.ordering_violations, &tally.ordering_gaps),
-            duplicates: rep.duplicates,
-            phantoms: rep.phantoms,
-            malformed: rep.malformed_tags,
-        };
-        lags = sql::list_findings(&client, &scan, what, &raw, end_ms, &mut out).await?;
-        if rep.invariant.checked && !rep.invariant.holds {
-            out.failures.push(invariant_finding(&rep.invariant));
-        }
-    }
-    rep.timings.findings_ms = t_find.elapsed().as_millis() as u64;
-
-    // amcheck, the checksum failure counter, and the damaged pages.
-    let t_am = Instant::now();
-    if !opts.no_amcheck {
-        rep.amcheck = amcheck::amcheck(&client, &missing, &mut out.failures, &mut pages).await?;
-    } else {
-        rep.amcheck.note = Some(AMCHECK_SKIPPED.into());
-    }
-    let damage = Damage {
-        pages,
-        scanned,
-        tables_missing: !missing.is_empty(),
-        counter_start: (pg.checksum_failures_start, &pg.stats_reset_start),
-        since_ms: since,
+    let c = Connected {
+        client: &client,
+        cfg: &cfg,
+        conninfo: &conninfo,
+        run,
+        manifest,
+        pg,
+        opts,
         files,
+        acks: &acks,
+        raw: &raw,
+        end_ms,
+        clients,
     };
-    pages::check(&client, damage, &mut rep, &mut out).await?;
-    rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
-
-    finish(&mut rep, out, &missing, &lags);
-    if unsafe_now {
+    let mut st = Checked::default();
+    match c.check(&mut rep, &mut st).await {
+        Ok(()) => {}
+        Err(Error::DatabaseDamaged { what, message }) => {
+            damaged_database(Some((&client, "")), &mut rep, &mut st, &what, &message).await
+        }
+        Err(e) => return Err(e),
+    }
+    let (missing, damaged) = (st.missing.clone(), st.damaged);
+    finish(&mut rep, st.out, &missing, &st.lags);
+    if damaged {
+        unchecked(&mut rep);
+    }
+    if st.unsafe_now {
         rep.summary.push_str(settings::WARNING);
     }
     if rep.ok && rep.acknowledged_commits == 0 {
@@ -208,6 +188,193 @@ pub async fn verify(
     }
     rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
     Ok(rep)
+}
+
+/// What a verify connected to the run's server works with.
+struct Connected<'a> {
+    client: &'a Client,
+    cfg: &'a Config,
+    conninfo: &'a str,
+    run: RunId,
+    manifest: &'a Manifest,
+    pg: &'a PgManifest,
+    opts: &'a PgVerifyArgs,
+    files: ready::ServerFiles<'a>,
+    acks: &'a BTreeMap<u32, ClientAcks>,
+    raw: &'a BTreeMap<u32, Vec<rules::AckRange>>,
+    end_ms: u32,
+    clients: u32,
+}
+
+/// What the checks found so far: kept when PostgreSQL reports damage part way.
+#[derive(Default)]
+struct Checked {
+    out: Findings,
+    missing: Vec<&'static str>,
+    lags: Vec<f64>,
+    unsafe_now: bool,
+    pages: Vec<Page>,
+    /// PostgreSQL reported damage and the checks stopped there.
+    damaged: bool,
+}
+
+/// After damage stopped the checks: the summary says the commits went unchecked,
+/// when they did.
+fn unchecked(rep: &mut PgReport) {
+    if !rep.commits_checked {
+        rep.summary.push_str(&format!(
+            "; the {} acknowledged commits could not be checked",
+            rep.acknowledged_commits
+        ));
+    }
+}
+
+impl Connected<'_> {
+    /// Steps 2–4 of the module doc, filling `rep` and `st`.
+    ///
+    /// Errors: a query failed ([`q`]; [`Error::DatabaseDamaged`] when PostgreSQL
+    /// reported damage).
+    async fn check(&self, rep: &mut PgReport, st: &mut Checked) -> Result<(), Error> {
+        let (client, acks) = (self.client, self.acks);
+        st.unsafe_now = settings::check(client, rep).await;
+        st.missing = schema::missing_tables(client)
+            .await
+            .map_err(q("cannot look up the pgbench tables"))?;
+        st.out
+            .failures
+            .extend(st.missing.iter().map(|t| missing_table(t)));
+
+        // Commits and the invariant, concurrently on two connections.
+        let t_commits = Instant::now();
+        let bounds = rules::bounds(
+            acks,
+            self.clients,
+            rep.finished,
+            self.pg.max_unconfirmed,
+            tag::MAX_SEQ,
+        );
+        let mut scan = Scan::new(&tag::prefix(self.run), &bounds, acks);
+        let mut scanned = false;
+        let mut counts = BTreeMap::new();
+        if st.missing.is_empty() {
+            let c = Counting {
+                client,
+                cfg: self.cfg,
+                conninfo: self.conninfo,
+                start_sums: self.pg.start_sums,
+                bounds: &bounds,
+                acks,
+            };
+            (counts, scanned) = c.count(&mut scan, rep, &mut st.pages).await?;
+        }
+        rep.timings.commits_ms = t_commits.elapsed().as_millis() as u64;
+
+        // The counts, then the first findings, one query per kind that has any.
+        let tally = rules::tally(acks, &counts, self.clients, rep.commits_checked);
+        counted(rep, &tally);
+        let t_find = Instant::now();
+        if st.missing.is_empty() && rep.commits_checked {
+            let what = ToList {
+                lost: rep.lost_commits + rep.unpromised_lost,
+                promised_lost: rep.lost_commits > 0,
+                ordering: (rep.ordering_violations, &tally.ordering_gaps),
+                duplicates: rep.duplicates,
+                phantoms: rep.phantoms,
+                malformed: rep.malformed_tags,
+            };
+            st.lags =
+                sql::list_findings(client, &scan, what, self.raw, self.end_ms, &mut st.out).await?;
+            if rep.invariant.checked && !rep.invariant.holds {
+                st.out.failures.push(invariant_finding(&rep.invariant));
+            }
+        }
+        rep.timings.findings_ms = t_find.elapsed().as_millis() as u64;
+
+        // amcheck, the checksum failure counter, and the damaged pages.
+        let t_am = Instant::now();
+        if !self.opts.no_amcheck {
+            rep.amcheck =
+                amcheck::amcheck(client, &st.missing, &mut st.out.failures, &mut st.pages).await?;
+        } else {
+            rep.amcheck.note = Some(AMCHECK_SKIPPED.into());
+        }
+        let damage = Damage {
+            pages: std::mem::take(&mut st.pages),
+            scanned,
+            tables_missing: !st.missing.is_empty(),
+            counter_start: (self.pg.checksum_failures_start, &self.pg.stats_reset_start),
+            since_ms: self.manifest.started_unix_ms,
+            files: self.files,
+        };
+        pages::check(client, damage, rep, &mut st.out).await?;
+        rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
+        Ok(())
+    }
+}
+
+/// PostgreSQL reported damage while verify was doing `what` (`message`, with its
+/// SQLSTATE): a finding naming the relation (and block, when the message names one),
+/// `damaged_page` for a pgbench table or index, else `damaged_page_outside_run`.
+/// `client` looks the page's relation up, with the database it is in when that is
+/// not the run's (the damage refused a session there); without one, a page is named
+/// by its file.
+/// The checks that did not run are named in the notes; the commits are counted as
+/// unchecked unless they were counted before.
+async fn damaged_database(
+    client: Option<(&Client, &str)>,
+    rep: &mut PgReport,
+    st: &mut Checked,
+    what: &str,
+    message: &str,
+) {
+    let page = match damage::parse_unreadable_block(message)
+        .or_else(|| damage::parse_invalid_page(message).map(|(p, b, _)| (p, b)))
+    {
+        Some((path, block)) => Some(match client {
+            Some((c, _)) => (damage::resolve(c, &path, block).await, path),
+            None => (damage::unresolved(&path, block), path),
+        }),
+        None => None,
+    };
+    let named_from = match client {
+        Some((_, db)) if !db.is_empty() => format!(", named by database {db}'s catalog"),
+        _ => String::new(),
+    };
+    let relation = match (&page, damage::catalog_named(message)) {
+        (Some((p, path)), _) if p.relation != *path && !named_from.is_empty() => format!(
+            "{} ({} fork) block {} (file {path}{named_from})",
+            p.relation, p.fork, p.block
+        ),
+        (Some((p, _)), _) => format!("{} ({} fork) block {}", p.relation, p.fork, p.block),
+        (None, Some(c)) => format!("the {c} catalog"),
+        (None, None) => "the database".into(),
+    };
+    let page = page.map(|(p, _)| p);
+    let ours = page.as_ref().is_some_and(|p| p.is_data());
+    if rep.timings.commits_ms == 0 {
+        rep.commits_checked = false;
+    }
+    rep.damaged_pages += 1;
+    st.damaged = true;
+    rep.notes.push(format!(
+        "verify stopped where PostgreSQL reported damage ({what}); the checks after it did not run"
+    ));
+    st.out.failures.insert(
+        0,
+        PgFinding {
+            kind: if ours {
+                PgFindingKind::DamagedPage
+            } else {
+                PgFindingKind::DamagedPageOutsideRun
+            },
+            client: None,
+            seq: None,
+            detail: format!(
+                "PostgreSQL cannot read {relation} ({what}: {message}): damage the stack did, outside the run's commits unless the page is a pgbench table's"
+            ),
+            page,
+        },
+    );
 }
 
 /// The report before anything is checked: the run as the ledger knows it.

@@ -60,6 +60,9 @@ pub enum Ready {
     Up(Client),
     /// The server stopped (the finding's detail, with the evidence).
     Stopped(String),
+    /// The server refused the session because a page it reads to start one is
+    /// damaged ([`super::damage::is_corruption`]): the server's message.
+    Damaged(String),
 }
 
 /// Waits for PostgreSQL as the module doc says, at most `pg_wait`.
@@ -90,6 +93,9 @@ pub async fn wait(
                 "{conninfo} answered, but not as a PostgreSQL server does ({}): is --dsn right?",
                 describe(&e)
             )));
+        }
+        if super::damage::is_corruption(&e) {
+            return Ok(Ready::Damaged(describe(&e)));
         }
         let starting = e.code() == Some(&SqlState::CANNOT_CONNECT_NOW);
         if !starting && !pg::is_transient_connect_error(&e) {

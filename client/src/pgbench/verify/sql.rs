@@ -19,10 +19,21 @@ use std::collections::BTreeMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
-/// Maps a query error to the verifier's error (exit 2): `what` failed, with the
-/// server's message.
+/// Maps a query error to the verifier's error: `what` failed, with the server's
+/// message (exit 2); or, when PostgreSQL reports damage
+/// ([`super::damage::is_corruption`]), [`Error::DatabaseDamaged`], which [`super::verify`]
+/// turns into a finding.
 pub fn q(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e: tokio_postgres::Error| Error::Msg(format!("{what}: {}", describe(&e)))
+    move |e: tokio_postgres::Error| {
+        if super::damage::is_corruption(&e) {
+            Error::DatabaseDamaged {
+                what: what.into(),
+                message: describe(&e),
+            }
+        } else {
+            Error::Msg(format!("{what}: {}", describe(&e)))
+        }
+    }
 }
 
 /// `pgbench_history`, or, with damaged blocks to skip, the union of TID range scans
