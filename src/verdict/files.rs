@@ -13,8 +13,10 @@
 //! What the walk found for `f` is **intact** when it is `S₀` exactly, or what one
 //! in-flight step of `f` may leave from the state before it: a create or append
 //! partly done (the new blocks hold the step's records or zeros, the size is between
-//! the old and the new), a truncate partly done, a replace before or after its rename,
-//! an unlink done or not. `NAME.tmp` may exist only while a replace of `f` is in flight.
+//! the old and the new), a truncate done or not (the old state, or the target size with
+//! the blocks below it unchanged: no size between), a replace before or after its
+//! rename, an unlink done or not. `NAME.tmp` may exist only while a replace of `f` is in
+//! flight.
 //! Otherwise, first rule that applies, against `S₀`:
 //!
 //! 1. `S₀` exists, the name is gone → **lost_file**;

@@ -1,0 +1,80 @@
+//! What a step in flight at the cut may leave, and the near misses it may not.
+
+use super::*;
+
+/// `blocks` with block `i` zeroed.
+fn zeroed(blocks: &[u64], i: usize) -> Vec<u64> {
+    let mut b = blocks.to_vec();
+    b[i] = 0;
+    b
+}
+
+/// `c`'s directory with `next`'s name holding `blocks` (`None`: removed).
+fn with(c: &Cut, blocks: Option<&[u64]>) -> Walk {
+    let mut w = c.walk.clone();
+    match blocks {
+        Some(b) => w.names.insert(c.next.file, content(c.next.file, b)),
+        None => w.names.remove(&c.next.file),
+    };
+    w
+}
+
+#[test]
+fn a_pending_truncate_does_not_excuse_a_lost_acknowledged_append() {
+    let c = search(2, Unsafe::default(), false, |h, nx| {
+        nx.op == Op::Truncate
+            && h.last()
+                .is_some_and(|(s, _)| s.op == Op::Append && nx.to < s.from)
+    });
+    let appended = c.hist.last().unwrap().0;
+    let before = &c.prev.as_deref().unwrap()[..appended.from as usize];
+    let o = c.judge(&with(&c, Some(before)));
+    assert_eq!(
+        summary(&o),
+        (vec![(c.name(), FilesVerdict::WrongSize)], 1, 0, 0)
+    );
+    assert_eq!(o.findings[0].found_size, appended.from * BLOCK);
+}
+
+#[test]
+fn a_pending_truncate_does_not_excuse_a_created_file_cut_short() {
+    let c = search(2, Unsafe::default(), false, |h, nx| {
+        nx.op == Op::Truncate
+            && nx.from >= nx.to + 2
+            && h.last().is_some_and(|(s, _)| s.op == Op::Create)
+    });
+    let prev = c.prev.clone().unwrap();
+    let o = c.judge(&with(&c, Some(&prev[..nx_between(&c)])));
+    assert_eq!(
+        summary(&o),
+        (vec![(c.name(), FilesVerdict::WrongSize)], 1, 0, 0)
+    );
+}
+
+/// A block count strictly between `c.next`'s truncate's target and its old size.
+fn nx_between(c: &Cut) -> usize {
+    (c.next.to + 1) as usize
+}
+
+#[test]
+fn a_pending_truncate_leaves_the_old_state_or_the_target_size_over_the_old_blocks() {
+    let c = search(2, Unsafe::default(), false, |_, nx| {
+        nx.op == Op::Truncate && nx.to >= 1 && nx.from >= nx.to + 2
+    });
+    let prev = c.prev.clone().unwrap();
+    let target = &prev[..c.next.to as usize];
+    assert_eq!(summary(&c.judge(&with(&c, Some(&prev)))), (vec![], 0, 0, 0));
+    assert_eq!(
+        summary(&c.judge(&with(&c, Some(target)))),
+        (vec![], 0, 0, 1)
+    );
+    let near = [
+        (zeroed(target, 0), FilesVerdict::WrongSize),
+        (prev[..nx_between(&c)].to_vec(), FilesVerdict::WrongSize),
+        (zeroed(&prev, 0), FilesVerdict::Torn),
+    ];
+    for (blocks, v) in near {
+        let o = c.judge(&with(&c, Some(&blocks)));
+        assert_eq!(summary(&o), (vec![(c.name(), v)], 1, 0, 0), "{blocks:?}");
+    }
+}
