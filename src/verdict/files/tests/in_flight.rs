@@ -78,3 +78,21 @@ fn a_pending_truncate_leaves_the_old_state_or_the_target_size_over_the_old_block
         assert_eq!(summary(&o), (vec![(c.name(), v)], 1, 0, 0), "{blocks:?}");
     }
 }
+
+#[test]
+fn a_pending_replace_that_skips_the_tmp_fsync_may_leave_its_new_content_partly_written() {
+    let presync = Unsafe {
+        dirsync: false,
+        presync: true,
+    };
+    let c = search(2, presync, false, |_, nx| {
+        nx.op == Op::Replace && nx.to >= 2
+    });
+    let mut partly = vec![c.next.seq; c.next.to as usize - 1];
+    partly.push(0);
+    assert_eq!(
+        summary(&c.judge(&with(&c, Some(&partly)))),
+        (vec![], 0, 0, 1)
+    );
+    assert_eq!(summary(&c.judge(&with(&c, Some(&[])))), (vec![], 0, 0, 1));
+}
