@@ -3,6 +3,7 @@ use super::*;
 use crate::record::{Encoder, SECTOR};
 
 mod in_flight;
+mod records;
 mod unpromised;
 
 const RUN: RunId = RunId(0x1234_5678_9abc_def0);
