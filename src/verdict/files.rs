@@ -381,8 +381,8 @@ fn judge_name(
     }
     let verdict = classify(h, s0, view, exact);
     let unsynced = Unsynced::of(r.unsafe_steps, &h.acked);
-    let excused =
-        (exact || by_later || unsynced.explains(view)) && (tmp_ok || unsynced.explains_tmp());
+    // `S₀` itself is among the states `unsynced` explains.
+    let excused = (by_later || unsynced.explains(view)) && (tmp_ok || unsynced.explains_tmp());
     let last = h.acked.last().map(|(s, _)| *s);
     let mut evidence = match view {
         None => "the name does not exist".to_string(),

@@ -2,6 +2,7 @@ use super::schedule::*;
 use super::*;
 use crate::record::{Encoder, SECTOR};
 
+mod findings;
 mod in_flight;
 mod records;
 mod unpromised;

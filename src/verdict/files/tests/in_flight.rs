@@ -137,8 +137,11 @@ fn a_pending_replace_that_skips_the_tmp_fsync_may_leave_its_new_content_partly_w
         dirsync: false,
         presync: true,
     };
-    let c = search(2, presync, false, |_, nx| {
-        nx.op == Op::Replace && nx.to >= 2
+    let c = search(2, presync, false, |h, nx| {
+        nx.op == Op::Replace
+            && nx.to >= 2
+            && nx.to + 1 != nx.from
+            && h.last().is_some_and(|(s, _)| s.op != Op::Replace)
     });
     let mut partly = vec![c.next.seq; c.next.to as usize - 1];
     partly.push(0);
@@ -147,6 +150,12 @@ fn a_pending_replace_that_skips_the_tmp_fsync_may_leave_its_new_content_partly_w
         (vec![], 0, 0, 1)
     );
     assert_eq!(summary(&c.judge(&with(&c, Some(&[])))), (vec![], 0, 0, 1));
+    let longer = vec![c.next.seq; c.next.to as usize + 1];
+    let o = c.judge(&with(&c, Some(&longer)));
+    assert_eq!(
+        summary(&o),
+        (vec![(c.name(), FilesVerdict::WrongSize)], 1, 0, 0)
+    );
 }
 
 #[test]

@@ -157,3 +157,42 @@ fn a_tmp_left_by_a_replace_whose_directory_fsync_returned_fails() {
         (vec![(c.name(), FilesVerdict::StaleRename)], 1, 0, 0)
     );
 }
+
+#[test]
+fn a_partly_written_replace_is_unpromised_only_when_it_skipped_the_tmp_fsync() {
+    let want = |u: Unsafe| u64::from(!u.presync);
+    for u in [Unsafe::default(), DIRSYNC, PRESYNC] {
+        let c = search(2, u, true, |h, nx| {
+            nx.op == Op::Replace && nx.to >= 3 && !h.is_empty()
+        });
+        let mut partly = vec![c.next.seq; 2];
+        partly.push(0);
+        let o = c.judge(&with(&c, Some(&partly)));
+        let v = if c.next.to == 3 {
+            FilesVerdict::Torn
+        } else {
+            FilesVerdict::WrongSize
+        };
+        let (failures, unpromised) = (want(u), 1 - want(u));
+        assert_eq!(
+            summary(&o),
+            (vec![(c.name(), v)], failures, unpromised, 0),
+            "{u:?}"
+        );
+    }
+}
+
+#[test]
+fn without_directory_fsyncs_a_tmp_file_is_unpromised_only_after_a_replace() {
+    let c = search(2, DIRSYNC, true, |h, nx| {
+        nx.op == Op::Append && !replaced(h)
+    });
+    let mut w = c.walk.clone();
+    w.tmps
+        .insert(c.next.file, content(c.next.file, &[c.next.seq]));
+    let o = c.judge(&w);
+    assert_eq!(
+        summary(&o),
+        (vec![(c.name(), FilesVerdict::StaleRename)], 1, 0, 0)
+    );
+}
