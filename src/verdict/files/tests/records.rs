@@ -113,3 +113,26 @@ fn three_workers_and_a_run_id_above_u32_max_are_judged_name_by_name() {
     );
     assert_eq!(o.findings[0].name, format!("w2-{}", f / 3));
 }
+
+#[test]
+fn the_walk_reads_enough_of_the_largest_file_to_judge_its_every_block() {
+    let c = search(2, Unsafe::default(), true, |_, nx| {
+        nx.op == Op::Append && nx.to == MAX_BLOCKS
+    });
+    let f = c.next.file;
+    let full = c.walk.names[&f].clone();
+    let read = |fd: &Found| Found {
+        size: fd.size,
+        data: fd.data[..fd.data.len().min(READ_CAP as usize)].to_vec(),
+    };
+    let mut w = c.walk.clone();
+    w.names.insert(f, read(&full));
+    assert_eq!(summary(&c.judge(&w)), (vec![], 0, 0, 0));
+    let mut lost = full.clone();
+    lost.data[(MAX_BLOCKS - 1) as usize * SECTOR..].fill(0);
+    w.names.insert(f, read(&lost));
+    assert_eq!(
+        summary(&c.judge(&w)),
+        (vec![(c.name(), FilesVerdict::Torn)], 1, 0, 0)
+    );
+}
