@@ -97,8 +97,8 @@ impl FilesReport {
         // its steps made): only a run with nothing wrong measured nothing.
         let not_measured = failures == 0 && acknowledged == unpromised_acks;
         let ok = failures == 0 && !not_measured;
-        // The failures by verdict: the names of each verdict less those whose steps
-        // were unpromised (every non-intact name has one finding), so the
+        // The failures by verdict: the names of each verdict less those whose finding
+        // is unpromised (every non-intact name has one finding), so the
         // parentheses add up to the failures they explain.
         let lost: Vec<String> = FilesVerdict::ALL[1..]
             .iter()

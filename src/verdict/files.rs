@@ -13,8 +13,10 @@
 //! What the walk found for `f` is **intact** when it is `S₀` exactly, or what one
 //! in-flight step of `f` may leave from the state before it: a create or append
 //! partly done (the new blocks hold the step's records or zeros, the size is between
-//! the old and the new), a truncate partly done, a replace before or after its rename,
-//! an unlink done or not. `NAME.tmp` may exist only while a replace of `f` is in flight.
+//! the old and the new), a truncate done or not (the old state, or the target size with
+//! the blocks below it unchanged: no size between), a replace before or after its
+//! rename (with `presync` skipped, after it the new blocks may be partly written), an
+//! unlink done or not. `NAME.tmp` may exist only while a replace of `f` is in flight.
 //! Otherwise, first rule that applies, against `S₀`:
 //!
 //! 1. `S₀` exists, the name is gone → **lost_file**;
@@ -30,17 +32,23 @@
 //!    does → **stale**;
 //! 8. the file is `S₀` but `NAME.tmp` is there too (only one may be) → **stale_rename**.
 //!
-//! A finding on a name one of whose acknowledged steps skipped a durability call
-//! (`--unsafe-steps`) is *unpromised*: reported, counted apart, not a failure.
+//! A finding is *unpromised* (reported, counted apart, not a failure) when the
+//! durability calls the run skips (`--unsafe-steps`) may have left what was found: an
+//! entry of the name since its last returned directory fsync, holding the last content
+//! an fsync of that file covered (any part of a replace's records while no fsync
+//! covered them), and `NAME.tmp` only after a replace whose directory fsync was skipped
+//! (see `files/promise.rs`). A loss a returned call covered fails the run.
 //! Every finding names its evidence: the name, its last acknowledged step (seq and
 //! operation), the expected and found existence, size and newest seq.
 
 mod blocks;
+mod promise;
 pub mod schedule;
 
 use crate::ledger::FilesAck;
 use crate::RunId;
 use blocks::{decode, describe, fits, is_state, newest, Block};
+use promise::Unsynced;
 use schedule::{file_name, Op, Schedule, Step, Unsafe, BLOCK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -187,7 +195,8 @@ pub struct FilesFinding {
     pub step_seq: u64,
     /// That step's operation (`""`: none).
     pub step: String,
-    /// Whether every acknowledged step of the name promised durability.
+    /// Whether what was found breaks a promise: false when the durability calls the run
+    /// skips (`--unsafe-steps`) may have left it (module doc).
     pub promised: bool,
     /// Whether the name should exist.
     pub expected_exists: bool,
@@ -363,7 +372,7 @@ fn judge_name(
     let mut prev = s0;
     let mut by_later = false;
     for (st, after) in &h.later {
-        by_later |= fits(prev, st, view);
+        by_later |= fits(prev, st, r.unsafe_steps, view);
         prev = after.as_deref();
     }
     let tmp_ok = !tmp || h.later.iter().any(|(s, _)| s.op == Op::Replace);
@@ -371,6 +380,9 @@ fn judge_name(
         return (FilesVerdict::Intact, !exact, None);
     }
     let verdict = classify(h, s0, view, exact);
+    let unsynced = Unsynced::of(r.unsafe_steps, &h.acked);
+    // `S₀` itself is among the states `unsynced` explains.
+    let excused = (by_later || unsynced.explains(view)) && (tmp_ok || unsynced.explains_tmp());
     let last = h.acked.last().map(|(s, _)| *s);
     let mut evidence = match view {
         None => "the name does not exist".to_string(),
@@ -387,7 +399,7 @@ fn judge_name(
         verdict,
         step_seq: last.map_or(0, |s| s.seq),
         step: last.map_or("", |s| s.op.name()).to_string(),
-        promised: h.acked.iter().all(|(s, _)| s.promised),
+        promised: !excused,
         expected_exists: s0.is_some(),
         expected_size: s0.map_or(0, |s| s.len() as u64 * BLOCK),
         expected_seq: s0.and_then(|s| s.iter().max().copied()).unwrap_or(0),

@@ -2,7 +2,7 @@
 //! allows: exactly a promised state ([`is_state`]), or what a step in flight may
 //! leave ([`fits`]).
 
-use super::schedule::{record_block, Op, Step, BLOCK};
+use super::schedule::{record_block, Op, Step, Unsafe, BLOCK};
 use super::Found;
 use crate::record::{decode_sector, Sector, SECTOR};
 use crate::verdict::Content;
@@ -76,8 +76,21 @@ pub(super) fn is_state(size: u64, blocks: &[Block], state: Option<&[u64]>) -> bo
 }
 
 /// Whether `found` is a state step `st` may leave when it began from `prev` and was
-/// in flight at the cut (done, not done, or partly done).
-pub(super) fn fits(prev: Option<&[u64]>, st: &Step, found: Option<(u64, &[Block])>) -> bool {
+/// in flight at the cut (done, not done, or partly done; `u` says which calls the run
+/// skips).
+///
+/// A create or append may be partly done: the size between the old and the new, the
+/// new blocks holding the step's records or zeros. A truncate is applied in one step
+/// (ext4, XFS and simfs set the size at once): the old state, or the target size with
+/// the blocks below it as they were. A replace leaves the old state or the new one; when
+/// it skips the fsync of `NAME.tmp` (`presync`), the new content may be partly written as
+/// a create's. An unlink leaves the old state or no name.
+pub(super) fn fits(
+    prev: Option<&[u64]>,
+    st: &Step,
+    u: Unsafe,
+    found: Option<(u64, &[Block])>,
+) -> bool {
     let Some((size, blocks)) = found else {
         return prev.is_none() || st.op == Op::Unlink;
     };
@@ -99,10 +112,13 @@ pub(super) fn fits(prev: Option<&[u64]>, st: &Step, found: Option<(u64, &[Block]
     match st.op {
         Op::Create => bounds(0, st.to) && new_or_zero(0),
         Op::Append => bounds(st.from, st.to) && keeps_old(old.len()) && new_or_zero(old.len()),
-        Op::Truncate => bounds(st.to, st.from) && keeps_old(blocks.len()),
+        Op::Truncate => {
+            is_state(size, blocks, prev) || is_state(size, blocks, old.get(..st.to as usize))
+        }
         Op::Replace => {
             is_state(size, blocks, prev)
                 || is_state(size, blocks, Some(&vec![st.seq; st.to as usize]))
+                || u.presync && bounds(0, st.to) && new_or_zero(0)
         }
         Op::Unlink => is_state(size, blocks, prev),
     }

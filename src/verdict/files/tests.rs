@@ -2,6 +2,11 @@ use super::schedule::*;
 use super::*;
 use crate::record::{Encoder, SECTOR};
 
+mod findings;
+mod in_flight;
+mod records;
+mod unpromised;
+
 const RUN: RunId = RunId(0x1234_5678_9abc_def0);
 
 fn run(window: u64, unsafe_steps: Unsafe) -> FilesRun {
@@ -17,11 +22,16 @@ fn run(window: u64, unsafe_steps: Unsafe) -> FilesRun {
 
 /// The acks of the first `n` steps of each worker, and the schedules after them.
 fn acks(r: &FilesRun, n: u64) -> (Vec<FilesAck>, Vec<Schedule>) {
+    acks_each(r, &vec![n; r.jobs as usize])
+}
+
+/// The acks of the first `n[j]` steps of each worker `j`, and the schedules after them.
+fn acks_each(r: &FilesRun, n: &[u64]) -> (Vec<FilesAck>, Vec<Schedule>) {
     let mut out = Vec::new();
     let mut scheds = Vec::new();
     for j in 0..r.jobs {
         let mut s = Schedule::new(r.seed, r.jobs, j, r.files, r.unsafe_steps);
-        for k in 0..n {
+        for k in 0..n[j as usize] {
             let st = s.next_step().unwrap();
             let state = s.state(st.file);
             out.push(FilesAck {
@@ -39,10 +49,26 @@ fn acks(r: &FilesRun, n: u64) -> (Vec<FilesAck>, Vec<Schedule>) {
     (out, scheds)
 }
 
+/// File `f` of run [`RUN`] holding one record per block, of the seqs `blocks`.
 fn content(f: u32, blocks: &[u64]) -> Found {
-    let enc = Encoder::new(RUN);
+    content_in(RUN, f, blocks)
+}
+
+/// File `f` of `run` holding one record per block, of the seqs `blocks` (0: zeros).
+fn content_in(run: RunId, f: u32, blocks: &[u64]) -> Found {
+    thread_local! {
+        // An encoder builds its CRC tables at its first block: one per run per thread.
+        static ENCODERS: std::cell::RefCell<BTreeMap<u64, std::rc::Rc<Encoder>>> =
+            Default::default();
+    }
+    let enc = ENCODERS.with(|e| {
+        e.borrow_mut()
+            .entry(run.0)
+            .or_insert_with(|| std::rc::Rc::new(Encoder::new(run)))
+            .clone()
+    });
     let mut data = vec![0u8; blocks.len() * SECTOR];
-    for (i, &seq) in blocks.iter().enumerate() {
+    for (i, &seq) in blocks.iter().enumerate().filter(|(_, &seq)| seq != 0) {
         enc.encode_block(
             &mut data[i * SECTOR..(i + 1) * SECTOR],
             record_block(f, i as u64),
@@ -61,7 +87,7 @@ fn walk_of(r: &FilesRun, scheds: &[Schedule]) -> Walk {
     let mut w = Walk::default();
     for f in 0..r.files {
         if let Some(b) = scheds[(f % r.jobs) as usize].state(f) {
-            w.names.insert(f, content(f, b));
+            w.names.insert(f, content_in(r.run, f, b));
         }
     }
     w
@@ -72,6 +98,85 @@ fn verdicts(o: &FilesOutcome) -> Vec<(String, FilesVerdict)> {
         .iter()
         .map(|f| (f.name.clone(), f.verdict))
         .collect()
+}
+
+/// A name's acknowledged steps, each with the blocks it left (`None`: no name).
+type Hist = Vec<(Step, Option<Vec<u64>>)>;
+
+/// A one-worker run found by [`search`].
+struct Cut {
+    /// The run (one worker; window 1 when `next` is in flight, else 0).
+    r: FilesRun,
+    /// The acknowledged steps.
+    acks: Vec<FilesAck>,
+    /// The directory exactly as the acknowledged steps left it.
+    walk: Walk,
+    /// The step the search stopped at: in flight, or the last acknowledged one.
+    next: Step,
+    /// The blocks of `next`'s name before it (`None`: no name).
+    prev: Option<Vec<u64>>,
+    /// `next`'s name's acknowledged steps before `next`.
+    hist: Hist,
+}
+
+impl Cut {
+    /// Judges `walk` against the cut's acks.
+    fn judge(&self, walk: &Walk) -> FilesOutcome {
+        judge(&self.r, &self.acks, walk).unwrap()
+    }
+
+    /// The name of `next`'s file.
+    fn name(&self) -> String {
+        file_name(self.next.file, 1)
+    }
+}
+
+/// The first one-worker run over `files` names (seeds from 0, then steps) where the
+/// next step and its name's history before it satisfy `pred`; `acked` says whether that
+/// step is acknowledged (window 0) or in flight (window 1).
+fn search(files: u32, u: Unsafe, acked: bool, pred: impl Fn(&Hist, &Step) -> bool) -> Cut {
+    for seed in 0..500 {
+        let mut s = Schedule::new(seed, 1, 0, files, u);
+        let mut hist: BTreeMap<u32, Hist> = BTreeMap::new();
+        for n in 0..2000u64 {
+            let next = s.clone().next_step().unwrap();
+            let h = hist.remove(&next.file).unwrap_or_default();
+            if pred(&h, &next) {
+                let r = FilesRun {
+                    run: RUN,
+                    jobs: 1,
+                    files,
+                    seed,
+                    unsafe_steps: u,
+                    window: u64::from(!acked),
+                };
+                let (acks, scheds) = acks(&r, n + u64::from(acked));
+                return Cut {
+                    walk: walk_of(&r, &scheds),
+                    r,
+                    acks,
+                    next,
+                    prev: s.state(next.file).map(<[u64]>::to_vec),
+                    hist: h,
+                };
+            }
+            hist.insert(next.file, h);
+            let st = s.next_step().unwrap();
+            let after = s.state(st.file).map(<[u64]>::to_vec);
+            hist.entry(st.file).or_default().push((st, after));
+        }
+    }
+    panic!("no run of seeds 0..500 has the steps asked for");
+}
+
+/// `(verdicts, failures, unpromised, in_flight_survived)` of `o`.
+fn summary(o: &FilesOutcome) -> (Vec<(String, FilesVerdict)>, u64, u64, u64) {
+    (
+        verdicts(o),
+        o.counts.failures(),
+        o.counts.unpromised,
+        o.in_flight_survived,
+    )
 }
 
 #[test]
