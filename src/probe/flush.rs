@@ -13,7 +13,8 @@
 //!   fields (an older kernel) leaves the flush counters unknown.
 //! * [`FlushMeasurement`] — what the loop measured, per disk ([`DiskFlushes`]).
 //! * [`warnings`] — the flush rules, each with a stable id: [`FLUSHES_NOT_REACHING_DEVICE`],
-//!   [`FSYNC_TOO_FAST_FOR_ROTATIONAL`], [`WRITE_BACK_CACHE_FAST_FLUSH`].
+//!   [`FSYNC_TOO_FAST_FOR_ROTATIONAL`], [`WRITE_BACK_CACHE_FAST_FLUSH`],
+//!   [`WRITES_NOT_REACHING_DEVICE`].
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,17 @@ pub const FSYNC_TOO_FAST_FOR_ROTATIONAL: &str = "fsync-too-fast-for-rotational";
 /// Warning id (a hint, not proof): a volatile cache and a median `fdatasync` under
 /// [`FAST_FLUSH_US`] µs.
 pub const WRITE_BACK_CACHE_FAST_FLUSH: &str = "write-back-cache-fast-flush";
+/// Warning id: the loop's writes did not reach any leaf disk, whatever its cache:
+/// no disk under the target counted a write request while `fdatasync`s returned, or
+/// the median `fdatasync` took under [`IMPLAUSIBLE_FDATASYNC_US`] µs, faster than
+/// any device completes a write. What `eatmydata`, or another layer that swallows
+/// `fsync`, does on an otherwise idle disk.
+pub const WRITES_NOT_REACHING_DEVICE: &str = "writes-not-reaching-device";
+
+/// The median `fdatasync` latency, µs, under which a write cannot have reached a
+/// device: a request to any disk, NVMe included, takes longer than that to
+/// complete (`eatmydata` returns in about 1 µs).
+pub const IMPLAUSIBLE_FDATASYNC_US: u64 = 5;
 
 /// The median `fdatasync` latency, µs, under which a volatile-cache disk is
 /// suspected of acknowledging flushes without draining its cache.
@@ -191,7 +203,7 @@ pub struct FlushMeasurement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlushWarning {
     /// One of [`FLUSHES_NOT_REACHING_DEVICE`], [`FSYNC_TOO_FAST_FOR_ROTATIONAL`],
-    /// [`WRITE_BACK_CACHE_FAST_FLUSH`].
+    /// [`WRITE_BACK_CACHE_FAST_FLUSH`], [`WRITES_NOT_REACHING_DEVICE`].
     pub id: String,
     /// The disk's kernel name.
     pub disk: String,
@@ -203,6 +215,36 @@ pub struct FlushWarning {
 /// order of the constants above. Warnings never fail a run.
 pub fn warnings(m: &FlushMeasurement) -> Vec<FlushWarning> {
     let mut out = Vec::new();
+    // The loop's writes must reach some leaf disk: a RAID spreads them, but one of
+    // its members sees each.
+    let no_disk_wrote =
+        !m.per_disk.is_empty() && m.per_disk.iter().all(|d| d.writes_delta == Some(0));
+    let too_fast = !m.per_disk.is_empty() && m.p50_us < IMPLAUSIBLE_FDATASYNC_US;
+    if m.fdatasyncs >= 1 && (no_disk_wrote || too_fast) {
+        let disks: Vec<&str> = m.per_disk.iter().map(|d| d.disk.as_str()).collect();
+        let mut why = Vec::new();
+        if no_disk_wrote {
+            why.push(format!(
+                "no write request was counted on {}",
+                disks.join(", ")
+            ));
+        }
+        if too_fast {
+            why.push(format!(
+                "the median fdatasync took {} µs (under {IMPLAUSIBLE_FDATASYNC_US} µs, faster than any device completes a write)",
+                m.p50_us
+            ));
+        }
+        out.push(FlushWarning {
+            id: WRITES_NOT_REACHING_DEVICE.to_string(),
+            disk: disks.join(","),
+            text: format!(
+                "over {} fdatasyncs {}: the loop's writes did not reach the disk (eatmydata, or a layer that swallows fsync)",
+                m.fdatasyncs,
+                why.join(", and ")
+            ),
+        });
+    }
     for d in &m.per_disk {
         let mut warn = |id: &str, text: String| {
             out.push(FlushWarning {

@@ -224,6 +224,9 @@ pub enum WarningId {
     FsyncTooFastForRotational,
     /// A volatile write cache and a median `fdatasync` under 100 µs: a hint.
     WriteBackCacheFastFlush,
+    /// The `fdatasync` loop's writes reached no leaf disk (none counted a write, or
+    /// `fdatasync` returned faster than a device can complete one).
+    WritesNotReachingDevice,
     /// The target lives in RAM (tmpfs, ramfs, a RAM disk, zram, or a loop device
     /// whose image is on one): a power cut loses all of it, acknowledged or not.
     VolatileMemory,
@@ -252,6 +255,7 @@ impl WarningId {
             WarningId::FlushesNotReachingDevice => flush::FLUSHES_NOT_REACHING_DEVICE,
             WarningId::FsyncTooFastForRotational => flush::FSYNC_TOO_FAST_FOR_ROTATIONAL,
             WarningId::WriteBackCacheFastFlush => flush::WRITE_BACK_CACHE_FAST_FLUSH,
+            WarningId::WritesNotReachingDevice => flush::WRITES_NOT_REACHING_DEVICE,
             WarningId::VolatileMemory => "volatile-memory",
             WarningId::PgFsyncOff => "pg-fsync-off",
             WarningId::PgSynchronousCommitOff => "pg-synchronous-commit-off",
@@ -367,6 +371,7 @@ impl From<&flush::FlushWarning> for Warning {
         let id = match w.id.as_str() {
             flush::FLUSHES_NOT_REACHING_DEVICE => WarningId::FlushesNotReachingDevice,
             flush::FSYNC_TOO_FAST_FOR_ROTATIONAL => WarningId::FsyncTooFastForRotational,
+            flush::WRITES_NOT_REACHING_DEVICE => WarningId::WritesNotReachingDevice,
             _ => WarningId::WriteBackCacheFastFlush,
         };
         Warning {

@@ -253,7 +253,7 @@ fn disk_flushes(
     };
     if d.writes_delta == Some(0) && fdatasyncs > 0 {
         notes.push(format!(
-            "{disk}: no write counted during the loop either: its counters do not see this I/O (an NVMe multipath head without I/O accounting?), so its flush count proves nothing"
+            "{disk}: no write counted during the loop either, so its flush count proves nothing: the loop's writes did not reach it (eatmydata, a layer that swallows fsync), or its counters do not see this I/O (an NVMe multipath head without I/O accounting)"
         ));
     }
     d.rotational = queue_attr(disk, "rotational").map(|r| r.trim() == "1");

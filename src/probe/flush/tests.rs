@@ -115,13 +115,16 @@ fn flushes_not_reaching_device() {
         disk(Some(50), false, WriteCache::WriteBack, None),
     );
     assert!(ids(&m).is_empty());
-    // Its counters saw none of the loop's writes either (an NVMe multipath head
-    // without I/O accounting): zero flushes prove nothing.
+    // Its counters saw none of the loop's writes either: zero flushes prove nothing
+    // about flushes, but writes that reached no disk are flagged as such.
     let blind = DiskFlushes {
         writes_delta: Some(0),
         ..disk(Some(0), false, WriteCache::WriteBack, None)
     };
-    assert!(ids(&measurement(50.0, 5000, blind)).is_empty());
+    assert_eq!(
+        ids(&measurement(50.0, 5000, blind)),
+        [WRITES_NOT_REACHING_DEVICE]
+    );
     // A few flushes from the rest of the machine do not hide it (eatmydata on a
     // disk others use): under half a flush per fdatasync warns.
     let mut few = disk(Some(145), false, WriteCache::WriteBack, None);
@@ -213,4 +216,54 @@ fn write_cache_text_and_json() {
     assert_eq!(serde_json::from_value::<FlushMeasurement>(json).unwrap(), m);
     let old: WriteCache = serde_json::from_str("\"write-through\"").unwrap();
     assert_eq!(old, WriteCache::WriteThrough);
+}
+
+#[test]
+fn writes_that_reach_no_disk_are_flagged_whatever_the_cache() {
+    // eatmydata on an idle disk: 1 µs fdatasyncs, no write and no flush counted; the
+    // write-through cache keeps flushes-not-reaching-device quiet.
+    let mut idle = disk(Some(0), false, WriteCache::WriteThrough, None);
+    idle.writes_delta = Some(0);
+    let m = measurement(518_000.0, 1, idle.clone());
+    assert_eq!(
+        warnings(&m),
+        [FlushWarning {
+            id: WRITES_NOT_REACHING_DEVICE.into(),
+            disk: "sdz".into(),
+            text:
+                "over 518000 fdatasyncs no write request was counted on sdz, and the median \
+                   fdatasync took 1 µs (under 5 µs, faster than any device completes a write): the \
+                   loop's writes did not reach the disk (eatmydata, or a layer that swallows fsync)"
+                    .into(),
+        }]
+    );
+    // No write counted at a plausible speed (an NVMe multipath head): flagged too.
+    let slow = measurement(50.0, 900, idle.clone());
+    assert_eq!(ids(&slow), [WRITES_NOT_REACHING_DEVICE]);
+    // Writes counted on one member of two: they reached a disk.
+    let mut two = measurement(50.0, 900, idle.clone());
+    two.per_disk
+        .push(disk(Some(50), false, WriteCache::WriteThrough, None));
+    assert_eq!(ids(&two), Vec::<String>::new());
+    // Writes counted, but a median under 5 µs: no device is that fast.
+    let fast = measurement(
+        50.0,
+        4,
+        disk(Some(50), false, WriteCache::WriteThrough, None),
+    );
+    assert_eq!(ids(&fast), [WRITES_NOT_REACHING_DEVICE]);
+    let plausible = measurement(
+        50.0,
+        5,
+        disk(Some(50), false, WriteCache::WriteThrough, None),
+    );
+    assert_eq!(ids(&plausible), Vec::<String>::new());
+    // No leaf disk (tmpfs): nothing to say here; the probe notes it.
+    let mut none = measurement(50.0, 1, idle);
+    none.per_disk.clear();
+    assert_eq!(ids(&none), Vec::<String>::new());
+    // No fdatasync ran: nothing measured.
+    let mut zero = measurement(0.0, 1, disk(Some(0), false, WriteCache::WriteThrough, None));
+    zero.per_disk[0].writes_delta = Some(0);
+    assert_eq!(ids(&zero), Vec::<String>::new());
 }

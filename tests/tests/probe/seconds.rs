@@ -135,3 +135,44 @@ fn a_link_to_a_file_not_yet_written_is_probed_where_it_points() {
         "the scratch file is gone"
     );
 }
+
+#[test]
+fn a_loop_whose_fdatasyncs_eatmydata_swallows_is_flagged_and_a_real_one_is_not() {
+    let test = "a_loop_whose_fdatasyncs_eatmydata_swallows_is_flagged_and_a_real_one_is_not";
+    if Command::new("eatmydata").arg("true").status().is_err() {
+        skipped(test, "eatmydata is missing (scripts/deps installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("x.dat");
+    let o = Command::new("eatmydata")
+        .arg(bin("plugpull"))
+        .args(["probe", "--seconds", "1", "--json", "--target"])
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warned: Vec<&Value> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["id"] == json!("writes-not-reaching-device"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{v:#}");
+    let p50 = v["flush"]["p50_us"].as_u64().unwrap();
+    assert!(p50 < 5, "eatmydata's fdatasync took {p50} µs");
+    let text = warned[0]["message"].as_str().unwrap();
+    assert!(
+        text.ends_with(
+            "the loop's writes did not reach the disk (eatmydata, or a layer that swallows fsync)"
+        ),
+        "{text}"
+    );
+    // The same loop without eatmydata reaches the disk.
+    let plain = probe_timed(&target);
+    assert!(
+        !ids(&plain).contains(&"writes-not-reaching-device".to_string()),
+        "{plain:#}"
+    );
+}
