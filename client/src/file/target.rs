@@ -274,7 +274,7 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         }
         _ => {}
     }
-    if let Err(e) = preallocate(&f, size) {
+    if let Err(e) = preallocate(&f, size, &shown.to_string()) {
         return fail(format!(
             "cannot preallocate {} ({size} bytes) for target {shown}: {e}",
             human_bytes(size)
@@ -327,19 +327,30 @@ pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Erro
     }
 }
 
-/// Allocates `size` bytes with `posix_fallocate`, falling back to writing zeros where
-/// the filesystem does not support it.
-fn preallocate(f: &File, size: u64) -> std::io::Result<()> {
+/// Allocates `size` bytes with the `fallocate(2)` system call; where the filesystem
+/// does not support it (EOPNOTSUPP: LazyFS, some FUSE filesystems), appends zeros
+/// in 1 MiB writes from the file's end, saying so on stderr (`shown` names the
+/// target). Bytes already in the file are never written. Not glibc's
+/// `posix_fallocate`, whose emulation writes one byte per 512 bytes.
+fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    // SAFETY: plain syscall on a valid descriptor.
-    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, size as libc::off_t) };
+    // SAFETY: plain syscall on a valid descriptor; mode 0 only allocates.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
     if rc == 0 {
         return Ok(());
     }
-    if rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
-        return Err(std::io::Error::from_raw_os_error(rc));
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(e);
     }
     let have = f.metadata()?.len();
+    if have >= size {
+        return Ok(());
+    }
+    eprintln!(
+        "target {shown}: its filesystem cannot preallocate (no fallocate): writing {} of zeros",
+        human_bytes(size - have)
+    );
     let zeros = vec![0u8; 1 << 20];
     let mut at = have;
     while at < size {
