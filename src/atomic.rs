@@ -19,7 +19,8 @@
 //!
 //! A claim is only a claim: the run tests one write size (its block size), and after a
 //! cut a block holding parts of two versions — a write torn in flight — disproves
-//! atomicity at that size. Writes found whole, or lost whole, are consistent with it.
+//! atomicity at that size. Writes found whole, or lost whole, do not contradict it;
+//! one cut never claims it: the campaign's bound over cuts with writes in flight does.
 
 use crate::modes::AtomicMode;
 use serde::{Deserialize, Serialize};
@@ -130,7 +131,9 @@ pub fn thousands(n: u64) -> String {
 /// found torn by a write in flight (`torn`) among the blocks holding a write in
 /// flight at the cut, whole or in part (`in_flight`):
 ///
-/// * `0 torn of 1,843 writes in flight at the cut: consistent with 8 KiB atomic writes`;
+/// * `0 torn of 3 writes in flight at the cut: one cut shows little; the claim is the
+///   campaign's bound over its cuts with writes in flight` (one cut never says
+///   "consistent");
 /// * `the device tore 3 of 57 writes in flight at the cut: 8 KiB writes are not atomic on this stack`;
 /// * with no write in flight found, the cut shows nothing either way.
 pub fn atomic_sentence(unit: u64, torn: u64, in_flight: u64) -> String {
@@ -147,7 +150,8 @@ pub fn atomic_sentence(unit: u64, torn: u64, in_flight: u64) -> String {
         )
     } else {
         format!(
-            "0 torn of {} writes in flight at the cut: consistent with {u} atomic writes",
+            "0 torn of {} writes in flight at the cut: one cut shows little about {u} atomic writes; \
+             the claim is the campaign's bound over its cuts with writes in flight",
             thousands(in_flight)
         )
     }
@@ -165,8 +169,9 @@ mod tests {
     #[test]
     fn the_sentence_says_whether_the_claim_held() {
         assert_eq!(
-            atomic_sentence(8192, 0, 1843),
-            "0 torn of 1,843 writes in flight at the cut: consistent with 8 KiB atomic writes"
+            atomic_sentence(8192, 0, 3),
+            "0 torn of 3 writes in flight at the cut: one cut shows little about 8 KiB atomic \
+             writes; the claim is the campaign's bound over its cuts with writes in flight"
         );
         assert_eq!(
             atomic_sentence(16384, 3, 57),

@@ -94,8 +94,8 @@ pub struct AtomicReport {
     pub in_flight: u64,
     /// True when no write was torn.
     pub held: bool,
-    /// One sentence: `0 torn of 1,843 writes in flight at the cut: consistent with 8 KiB
-    /// atomic writes` ([`atomic_sentence`]).
+    /// One sentence: `0 torn of 3 writes in flight at the cut: one cut shows little
+    /// about 8 KiB atomic writes; …` ([`atomic_sentence`]).
     pub sentence: String,
 }
 

@@ -62,6 +62,9 @@ pub struct BlockCheck {
     pub watermark_seq: u64,
     /// True when the block holds a seq above `A` (a write in flight survived).
     pub newer_than_acked: bool,
+    /// The highest seq among the block's valid, correctly placed sectors of the run
+    /// (0 = none).
+    pub newest_seq: u64,
     /// True when some sector is a valid record of this run (wherever it belongs).
     pub has_run_data: bool,
     /// True when some sector is a valid record of another run.
@@ -143,6 +146,7 @@ pub fn classify_block(
         watermark: scan.watermark,
         watermark_seq: scan.watermark_seq,
         newer_than_acked: scan.strays.is_empty() && max > acked && max != u64::MAX,
+        newest_seq: if max == u64::MAX { 0 } else { max },
         has_run_data: scan.ours,
         has_other_run: !scan.other_runs.is_empty(),
         other_runs: scan.other_runs,
@@ -173,6 +177,7 @@ fn cut_short(run: RunId, block: u64, spb: u32, data: &[u8]) -> BlockCheck {
         watermark: scan.watermark,
         watermark_seq: scan.watermark_seq,
         newer_than_acked: false,
+        newest_seq: 0,
         has_run_data: scan.ours,
         has_other_run: !scan.other_runs.is_empty(),
         other_runs: scan.other_runs,
@@ -378,7 +383,8 @@ impl AckTable {
 pub struct Tally {
     counts: VerdictCounts,
     checked: u64,
-    in_flight_survived: u64,
+    /// The newest seq of each block holding a write newer than its acknowledged one.
+    in_flight_seqs: Vec<u64>,
     max_watermark: u64,
     witness: Option<LaterWrite>,
     run_data_blocks: u64,
@@ -427,7 +433,7 @@ impl Tally {
             });
         }
         if check.newer_than_acked {
-            self.in_flight_survived += 1;
+            self.in_flight_seqs.push(check.newest_seq);
         }
         if check.verdict.fails(self.expect_atomic) {
             let i = block as usize;
@@ -491,7 +497,13 @@ impl Tally {
             expect_atomic: self.expect_atomic,
             counts: self.counts,
             checked: self.checked,
-            in_flight_survived: self.in_flight_survived,
+            // A write whose seq a surviving sector's watermark covers had its
+            // durability call return before that sector's write was issued.
+            in_flight_survived: self
+                .in_flight_seqs
+                .iter()
+                .filter(|&&s| s > self.max_watermark)
+                .count() as u64,
             max_watermark: self.max_watermark,
             run_data_blocks: self.run_data_blocks,
             other_run_blocks: self.other_run_blocks,

@@ -337,7 +337,11 @@ pub struct Classification {
     pub counts: VerdictCounts,
     /// Blocks classified.
     pub checked: u64,
-    /// Blocks holding a write newer than their acknowledged one (in flight at the cut).
+    /// Blocks holding a write newer than their acknowledged one whose durability
+    /// call had not returned at the cut: its seq is above every surviving sector's
+    /// watermark. (A write the ledger does not hold as acknowledged, but whose seq a
+    /// surviving write's watermark covers, had its call return before that write was
+    /// issued: it was no longer in flight, only not yet confirmed by the listener.)
     pub in_flight_survived: u64,
     /// Highest acknowledged watermark carried by any surviving sector.
     pub max_watermark: u64,

@@ -453,3 +453,38 @@ fn a_block_cut_short_by_the_end_of_the_target_names_what_its_sectors_before_the_
     // Nothing acknowledged: not checked, as before.
     assert_eq!(verdict(3, 0, &v5[..B / 2]), None);
 }
+
+#[test]
+fn a_newer_write_a_surviving_watermark_covers_was_not_in_flight_at_the_cut() {
+    let enc = Encoder::new(RUN);
+    // The ledger holds seqs 1 and 2 (blocks 0 and 1). Blocks 2 and 3 hold seqs 3 and 5,
+    // which the listener never confirmed; seq 5 was issued with watermark 3: seq 3's
+    // fdatasync had returned by then, so only seq 5 was in flight at the cut.
+    let mut acks = AckTable::new(4);
+    acks.add(1, 0, 100);
+    acks.add(2, 1, 200);
+    let o = tally(
+        &acks,
+        &[
+            (0, block(&enc, 0, 1, 0)),
+            (1, block(&enc, 1, 2, 1)),
+            (2, block(&enc, 2, 3, 2)),
+            (3, block(&enc, 3, 5, 3)),
+        ],
+    )
+    .finish(&[]);
+    assert_eq!(o.counts.intact, 4);
+    assert_eq!(o.max_watermark, 3);
+    assert_eq!(o.in_flight_survived, 1);
+    // Without seq 5 on the medium nothing covers seq 3: it may have been in flight.
+    let o = tally(
+        &acks,
+        &[
+            (0, block(&enc, 0, 1, 0)),
+            (1, block(&enc, 1, 2, 1)),
+            (2, block(&enc, 2, 3, 2)),
+        ],
+    )
+    .finish(&[]);
+    assert_eq!((o.max_watermark, o.in_flight_survived), (2, 1));
+}
