@@ -13,6 +13,9 @@
 //!   log (`--pg-log`, or `--pgdata`'s `log/`), which name pages PostgreSQL read,
 //!   failed and, for free-space-map and visibility-map forks, zeroed and rebuilt.
 //!
+//! Damage a query meets that stops the checks (a catalog PostgreSQL cannot read, a
+//! session refused) is turned into a finding by [`reported`].
+//!
 //! Main-fork pages of the pgbench tables and their indexes are damage to the run's
 //! data; main-fork pages of anything else in the database (a system catalog, another
 //! table) are damage outside the run's data, a failure of the stack as well. FSM and
@@ -23,6 +26,7 @@
 
 use crate::pg::describe;
 pub use plugpull::report::Page;
+use plugpull::report::{PgFinding, PgFindingKind, PgReport};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
@@ -229,6 +233,70 @@ pub fn log_pages(log: &str) -> Vec<(String, u64, bool)> {
     v.sort();
     v.dedup();
     v
+}
+
+/// PostgreSQL reported damage while verify was doing `what` (`message`, with its
+/// SQLSTATE): a finding naming the relation (and block, when the message names one),
+/// `damaged_page` for a pgbench table or index, else `damaged_page_outside_run`.
+/// `client` looks the page's relation up, with the database it is in when that is
+/// not the run's (the damage refused a session there); without one, a page is named
+/// by its file.
+/// The checks that did not run are named in the notes; the commits are counted as
+/// unchecked unless they were counted before.
+pub async fn reported(
+    client: Option<(&Client, &str)>,
+    rep: &mut PgReport,
+    failures: &mut Vec<PgFinding>,
+    what: &str,
+    message: &str,
+) {
+    let page = match parse_unreadable_block(message)
+        .or_else(|| parse_invalid_page(message).map(|(p, b, _)| (p, b)))
+    {
+        Some((path, block)) => Some(match client {
+            Some((c, _)) => (resolve(c, &path, block).await, path),
+            None => (unresolved(&path, block), path),
+        }),
+        None => None,
+    };
+    let named_from = match client {
+        Some((_, db)) if !db.is_empty() => format!(", named by database {db}'s catalog"),
+        _ => String::new(),
+    };
+    let relation = match (&page, catalog_named(message)) {
+        (Some((p, path)), _) if p.relation != *path && !named_from.is_empty() => format!(
+            "{} ({} fork) block {} (file {path}{named_from})",
+            p.relation, p.fork, p.block
+        ),
+        (Some((p, _)), _) => format!("{} ({} fork) block {}", p.relation, p.fork, p.block),
+        (None, Some(c)) => format!("the {c} catalog"),
+        (None, None) => "the database".into(),
+    };
+    let page = page.map(|(p, _)| p);
+    let ours = page.as_ref().is_some_and(|p| p.is_data());
+    if rep.timings.commits_ms == 0 {
+        rep.commits_checked = false;
+    }
+    rep.damaged_pages += 1;
+    rep.notes.push(format!(
+        "verify stopped where PostgreSQL reported damage ({what}); the checks after it did not run"
+    ));
+    failures.insert(
+        0,
+        PgFinding {
+            kind: if ours {
+                PgFindingKind::DamagedPage
+            } else {
+                PgFindingKind::DamagedPageOutsideRun
+            },
+            client: None,
+            seq: None,
+            detail: format!(
+                "PostgreSQL cannot read {relation} ({what}: {message}): damage the stack did, outside the run's commits unless the page is a pgbench table's"
+            ),
+            page,
+        },
+    );
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ pub async fn verify(
             };
             let what = "cannot connect to PostgreSQL";
             let by = named.as_ref().map(|c| (c, "postgres"));
-            damaged_database(by, &mut rep, &mut st, what, &message).await;
+            damage::reported(by, &mut rep, &mut st.out.failures, what, &message).await;
             finish(&mut rep, st.out, &[], &[]);
             unchecked(&mut rep);
             rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
@@ -169,7 +169,9 @@ pub async fn verify(
     match c.check(&mut rep, &mut st).await {
         Ok(()) => {}
         Err(Error::DatabaseDamaged { what, message }) => {
-            damaged_database(Some((&client, "")), &mut rep, &mut st, &what, &message).await
+            let failures = &mut st.out.failures;
+            damage::reported(Some((&client, "")), &mut rep, failures, &what, &message).await;
+            st.damaged = true;
         }
         Err(e) => return Err(e),
     }
@@ -310,71 +312,6 @@ impl Connected<'_> {
         rep.timings.amcheck_ms = t_am.elapsed().as_millis() as u64;
         Ok(())
     }
-}
-
-/// PostgreSQL reported damage while verify was doing `what` (`message`, with its
-/// SQLSTATE): a finding naming the relation (and block, when the message names one),
-/// `damaged_page` for a pgbench table or index, else `damaged_page_outside_run`.
-/// `client` looks the page's relation up, with the database it is in when that is
-/// not the run's (the damage refused a session there); without one, a page is named
-/// by its file.
-/// The checks that did not run are named in the notes; the commits are counted as
-/// unchecked unless they were counted before.
-async fn damaged_database(
-    client: Option<(&Client, &str)>,
-    rep: &mut PgReport,
-    st: &mut Checked,
-    what: &str,
-    message: &str,
-) {
-    let page = match damage::parse_unreadable_block(message)
-        .or_else(|| damage::parse_invalid_page(message).map(|(p, b, _)| (p, b)))
-    {
-        Some((path, block)) => Some(match client {
-            Some((c, _)) => (damage::resolve(c, &path, block).await, path),
-            None => (damage::unresolved(&path, block), path),
-        }),
-        None => None,
-    };
-    let named_from = match client {
-        Some((_, db)) if !db.is_empty() => format!(", named by database {db}'s catalog"),
-        _ => String::new(),
-    };
-    let relation = match (&page, damage::catalog_named(message)) {
-        (Some((p, path)), _) if p.relation != *path && !named_from.is_empty() => format!(
-            "{} ({} fork) block {} (file {path}{named_from})",
-            p.relation, p.fork, p.block
-        ),
-        (Some((p, _)), _) => format!("{} ({} fork) block {}", p.relation, p.fork, p.block),
-        (None, Some(c)) => format!("the {c} catalog"),
-        (None, None) => "the database".into(),
-    };
-    let page = page.map(|(p, _)| p);
-    let ours = page.as_ref().is_some_and(|p| p.is_data());
-    if rep.timings.commits_ms == 0 {
-        rep.commits_checked = false;
-    }
-    rep.damaged_pages += 1;
-    st.damaged = true;
-    rep.notes.push(format!(
-        "verify stopped where PostgreSQL reported damage ({what}); the checks after it did not run"
-    ));
-    st.out.failures.insert(
-        0,
-        PgFinding {
-            kind: if ours {
-                PgFindingKind::DamagedPage
-            } else {
-                PgFindingKind::DamagedPageOutsideRun
-            },
-            client: None,
-            seq: None,
-            detail: format!(
-                "PostgreSQL cannot read {relation} ({what}: {message}): damage the stack did, outside the run's commits unless the page is a pgbench table's"
-            ),
-            page,
-        },
-    );
 }
 
 /// The report before anything is checked: the run as the ledger knows it.
