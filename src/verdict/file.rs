@@ -174,8 +174,9 @@ fn cut_short(run: RunId, block: u64, spb: u32, data: &[u8]) -> BlockCheck {
         verdict: Verdict::Missing,
         found_seq: None,
         found_block: scan.strays.first().map(|&(b, _)| b),
-        watermark: scan.watermark,
-        watermark_seq: scan.watermark_seq,
+        // A block cut short takes no part in the unserializable pass.
+        watermark: 0,
+        watermark_seq: 0,
         newer_than_acked: false,
         newest_seq: 0,
         has_run_data: scan.ours,

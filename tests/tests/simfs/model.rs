@@ -34,6 +34,8 @@ impl Model {
         }
         let mut max_wm = 0;
         let mut lost = Vec::new();
+        // The newest seq of each block holding a write newer than its acknowledged one.
+        let mut newer = Vec::new();
         // Records of the run written for another block: (block written for, seq).
         let strays: Vec<(u64, u64)> = disk
             .iter()
@@ -92,7 +94,7 @@ impl Model {
             let s = seqs(secs);
             let (min, max) = (*s.iter().min().unwrap(), *s.iter().max().unwrap());
             if max > a {
-                m.in_flight_survived += 1;
+                newer.push(max);
             }
             if a > 0 && secs.contains(&Sec::Invalid) {
                 m.fail(b, "corrupt", a, None);
@@ -108,6 +110,9 @@ impl Model {
                 *m.verdicts.get_mut("torn_in_flight").unwrap() += 1;
             }
         }
+        // In flight at the cut: newer writes no surviving watermark covers (a covered
+        // one's fdatasync had returned before a surviving write was issued).
+        m.in_flight_survived = newer.iter().filter(|&&s| s > max_wm).count() as u64;
         for (b, a, found) in lost {
             m.fail(
                 b,
