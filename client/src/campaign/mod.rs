@@ -188,10 +188,17 @@ pub async fn command(cmd: &CampaignCmd) -> Result<bool, Error> {
             let status = async {
                 let c = load(&listener.listener, &listener.secret()?, &args.name).await?;
                 print::show(&c, args)?;
-                // A campaign in progress is no error: 1 only once a valid cut failed.
-                Ok(c.roll_up().failed == 0)
+                Ok(c)
             };
-            json_failure(args.json, status.await)
+            match status.await {
+                Err(e) => json_failure(args.json, Err(e)),
+                // The status is printed (one JSON object with --json). A finished
+                // campaign with no valid cut measured nothing: exit 2, as `campaign
+                // run` ends.
+                Ok(c) if c.done() => run::outcome(&c.roll_up()),
+                // A campaign in progress is no error: 1 only once a valid cut failed.
+                Ok(c) => Ok(c.roll_up().failed == 0),
+            }
         }
     }
 }

@@ -227,6 +227,15 @@ pub fn junit(c: &Campaign) -> Result<String, Error> {
         }
         report.add_test_suite(suite);
     }
+    // A finished campaign that measured nothing is never green: one error says so.
+    let roll = c.roll_up();
+    if c.done() && roll.valid == 0 {
+        let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+        status.set_message(super::run::nothing_measured(&roll));
+        let mut suite = TestSuite::new(format!("campaign {}", c.definition.name));
+        suite.add_test_case(TestCase::new("nothing measured", status));
+        report.add_test_suite(suite);
+    }
     report
         .to_string()
         .map_err(|e| Error::Msg(format!("JUnit report: {e}")))

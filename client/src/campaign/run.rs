@@ -118,7 +118,13 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
     match (args.json, &result) {
         (true, Ok(_)) => println!("{}", print::json(&c)),
         (true, Err(_)) => {}
-        (false, _) => println!("{}", roll.line()),
+        (false, _) => {
+            // The roll-up, then the same confidence lines `campaign status` ends with.
+            println!("{}", roll.line());
+            for line in print::statistics(&c) {
+                println!("{line}");
+            }
+        }
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, print::junit(&c)?)
@@ -131,12 +137,15 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
 /// any failed, 2 when no cut was valid (nothing was measured: never a pass).
 pub fn outcome(r: &plugpull::campaign::RollUp) -> Result<bool, Error> {
     if r.valid == 0 {
-        return Err(Error::Msg(format!(
-            "no valid cut ({}): nothing was measured",
-            r.line()
-        )));
+        return Err(Error::NotMeasured(nothing_measured(r)));
     }
     Ok(r.failed == 0)
+}
+
+/// Why a campaign with no valid cut measured nothing: `no valid cut (2 cuts: 0 valid
+/// (0 failed, 0 passed), 2 not measured, 0 invalid): nothing was measured`.
+pub fn nothing_measured(r: &plugpull::campaign::RollUp) -> String {
+    format!("no valid cut ({}): nothing was measured", r.line())
 }
 
 /// Records a pause for `host` and gives its reason back as the error.

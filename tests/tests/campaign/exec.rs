@@ -145,9 +145,39 @@ fn a_driver_that_cuts_nothing_gives_not_measured_cuts() {
     power_on(&uri);
     let o = w.campaign("run", &["--name", "n"]);
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    // It ends as `status` does: the roll-up, then the confidence line.
+    assert!(
+        stdout(&o).ends_with(
+            "2 cuts: 0 valid (0 failed, 0 passed), 2 not measured, 0 invalid\n\
+             no valid cut: the loss rate per cut was not measured\n"
+        ),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(
         stderr(&o),
         "plugpull: no valid cut (2 cuts: 0 valid (0 failed, 0 passed), 2 not measured, 0 invalid): nothing was measured\n"
+    );
+    // `status` prints the campaign (one JSON object) and exits 2 as `run` did; its
+    // JUnit file holds an error, never a green build.
+    let junit = w.path("n.xml");
+    let o = w.campaign(
+        "status",
+        &["--name", "n", "--json", "--junit", junit.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert_eq!(
+        stderr(&o),
+        "plugpull: no valid cut (2 cuts: 0 valid (0 failed, 0 passed), 2 not measured, 0 invalid): nothing was measured\n"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains(r#"<testsuites name="plugpull campaign n" tests="3" failures="0" errors="1""#),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(r#"<error message="no valid cut (2 cuts: 0 valid (0 failed, 0 passed), 2 not measured, 0 invalid): nothing was measured"/>"#),
+        "{xml}"
     );
     let v = w.status("n");
     for (i, (index, validity, reason)) in cuts(&v).into_iter().enumerate() {
