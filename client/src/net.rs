@@ -65,15 +65,24 @@ impl Reader {
 
     /// The next response, with failures told apart (see [`NetError`]).
     pub async fn recv_checked(&mut self) -> Result<Response, NetError> {
-        // The listener we dialled is trusted with full-size frames from the start.
+        // Before the listener answered once (its challenge, or its refusal of our
+        // Hello) it has proved nothing: the listener's own limit for that stage.
+        let max = if self.first {
+            wire::HANDSHAKE_MAX_FRAME
+        } else {
+            MAX_FRAME
+        };
         let r = wire::read_frame_with::<Response, _>(
             &mut self.rd,
             &mut self.buf,
-            MAX_FRAME,
+            max,
             self.open.as_mut(),
         )
         .await;
-        if let Err(e @ (FrameError::TooLarge(_) | FrameError::Malformed(_))) = &r {
+        if let Err(
+            e @ (FrameError::TooLarge(_) | FrameError::OverLimit { .. } | FrameError::Malformed(_)),
+        ) = &r
+        {
             if self.first {
                 return Err(NetError::Lost(Error::Msg(format!(
                     "{} does not speak plugpull's protocol (is it a plugpull-listener?): {e}",
@@ -259,5 +268,44 @@ impl ListenerArgs {
     /// The shared secret. Errors: the file cannot be read.
     pub fn secret(&self) -> Result<Secret, Error> {
         Secret::load(self.secret_file.as_deref()).map_err(Error::Msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A peer that answers our Hello with a frame of `len` body bytes.
+    async fn peer_answering(len: u32) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut hello = [0u8; 64];
+            let _ = s.read(&mut hello).await;
+            let mut frame = len.to_le_bytes().to_vec();
+            frame.resize(4 + len as usize, 0xAB);
+            let _ = s.write_all(&frame).await;
+            let _ = s.flush().await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_first_answer_above_the_handshake_limit_is_not_plugpulls_protocol() {
+        let addr = peer_answering(wire::HANDSHAKE_MAX_FRAME + 1).await;
+        let e = match connect(&addr, &Secret::default()).await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a 129-byte first frame was read"),
+        };
+        assert_eq!(
+            e,
+            format!(
+                "{addr} does not speak plugpull's protocol (is it a plugpull-listener?): frame of \
+                 129 bytes exceeds the 128-byte limit before the handshake is done"
+            )
+        );
     }
 }

@@ -448,7 +448,7 @@ fn a_peer_that_is_not_a_listener_is_named_as_such() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr(&o).trim(),
-        format!("plugpull: {addr} does not speak plugpull's protocol (is it a plugpull-listener?): frame of 1347703880 bytes exceeds the 4194304-byte limit")
+        format!("plugpull: {addr} does not speak plugpull's protocol (is it a plugpull-listener?): frame of 1347703880 bytes exceeds the 128-byte limit before the handshake is done")
     );
     let o = plugpull(&["verify", "--listener", "127.0.0.1"]);
     assert_eq!(o.status.code(), Some(2));
