@@ -164,11 +164,11 @@ pub async fn demo(args: &DemoArgs) -> Result<bool, Error> {
     };
     let result = tokio::select! {
         r = run(&dir, args) => r,
-        _ = until_cancelled => Err(Error::Msg("interrupted".into())),
+        _ = until_cancelled => Err(Error::Interrupted),
     };
     watcher.abort();
     let result = if proc::cancelled() {
-        Err(Error::Msg("interrupted".into()))
+        Err(Error::Interrupted)
     } else {
         result
     };

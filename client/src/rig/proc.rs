@@ -46,7 +46,7 @@ pub fn cancelled() -> bool {
 /// `Err("interrupted")` once [`cancel`] was called.
 pub fn check() -> Result<(), Error> {
     if cancelled() {
-        Err(Error::Msg("interrupted".into()))
+        Err(Error::Interrupted)
     } else {
         Ok(())
     }

@@ -241,8 +241,8 @@ pub fn log_pages(log: &str) -> Vec<(String, u64, bool)> {
 /// `client` looks the page's relation up, with the database it is in when that is
 /// not the run's (the damage refused a session there); without one, a page is named
 /// by its file.
-/// The checks that did not run are named in the notes; the commits are counted as
-/// unchecked unless they were counted before.
+/// The checks that did not run are named in the notes; whether the commits were
+/// counted before is the caller's to say (`commits_checked`).
 pub async fn reported(
     client: Option<(&Client, &str)>,
     rep: &mut PgReport,
@@ -274,9 +274,6 @@ pub async fn reported(
     };
     let page = page.map(|(p, _)| p);
     let ours = page.as_ref().is_some_and(|p| p.is_data());
-    if rep.timings.commits_ms == 0 {
-        rep.commits_checked = false;
-    }
     rep.damaged_pages += 1;
     rep.notes.push(format!(
         "verify stopped where PostgreSQL reported damage ({what}); the checks after it did not run"

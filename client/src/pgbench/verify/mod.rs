@@ -133,11 +133,12 @@ pub async fn verify(
             // The damage refused a session in the run's database: the relation's
             // name is looked up in database `postgres`, whose catalogs map the same
             // files unless one was rewritten since (the detail says where it came from).
-            let mut other = cfg.clone();
-            other.dbname("postgres");
-            let named = match pg::connect(&other).await {
-                Ok(c) if cfg.get_dbname() != Some("postgres") => Some(c),
-                _ => None,
+            let named = if cfg.get_dbname() == Some("postgres") {
+                None
+            } else {
+                let mut other = cfg.clone();
+                other.dbname("postgres");
+                pg::connect(&other).await.ok()
             };
             let what = "cannot connect to PostgreSQL";
             let by = named.as_ref().map(|c| (c, "postgres"));
@@ -169,6 +170,9 @@ pub async fn verify(
     match c.check(&mut rep, &mut st).await {
         Ok(()) => {}
         Err(Error::DatabaseDamaged { what, message }) => {
+            if !st.counted {
+                rep.commits_checked = false;
+            }
             let failures = &mut st.out.failures;
             damage::reported(Some((&client, "")), &mut rep, failures, &what, &message).await;
             st.damaged = true;
@@ -216,6 +220,8 @@ struct Checked {
     lags: Vec<f64>,
     unsafe_now: bool,
     pages: Vec<Page>,
+    /// The commits were counted (or the count was skipped for missing tables).
+    counted: bool,
     /// PostgreSQL reported damage and the checks stopped there.
     damaged: bool,
 }
@@ -270,6 +276,7 @@ impl Connected<'_> {
             (counts, scanned) = c.count(&mut scan, rep, &mut st.pages).await?;
         }
         rep.timings.commits_ms = t_commits.elapsed().as_millis() as u64;
+        st.counted = true;
 
         // The counts, then the first findings, one query per kind that has any.
         let tally = rules::tally(acks, &counts, self.clients, rep.commits_checked);
