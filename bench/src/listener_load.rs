@@ -60,6 +60,7 @@ async fn agent(
         listener_order: 0,
         listener_created_unix_ms: 0,
         storage: Default::default(),
+        canary: Default::default(),
     };
     w.send(&Request::StartRun {
         manifest: Box::new(manifest),
@@ -92,6 +93,8 @@ async fn agent(
                     promised: true,
                     acks: Acks::File(acks),
                     flushes: None,
+                    canary: Default::default(),
+                    sealed_ms: 0,
                 },
             })
             .await

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod blockdev;
 pub mod campaign;
+pub mod canary;
 pub mod demo;
 pub mod file;
 pub mod files;

@@ -35,6 +35,7 @@ pub fn make_manifest(workload: Workload, storage: Storage) -> Manifest {
         listener_order: 0,
         listener_created_unix_ms: 0,
         storage,
+        canary: Default::default(),
     }
 }
 

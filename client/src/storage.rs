@@ -249,6 +249,17 @@ pub fn text(r: &StorageReport, what: &str) -> String {
     s
 }
 
+/// The cut evidence for the human report (`plugpull::verdict::cut`): one line each
+/// for the cut, the exposure and the canary, then, when a PASS could not have shown
+/// a loss, why — each ends with a line break.
+pub fn cut_text(c: &plugpull::verdict::cut::CutReport) -> String {
+    let mut s: String = c.lines().into_iter().map(|l| l + "\n").collect();
+    if !c.measured {
+        s += &format!("not measured: {}\n", c.not_measured);
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use plugpull::ledger::{RunLedger, Workload};
 use plugpull::report::Report;
 use plugpull::verdict::device_error_rule;
 use plugpull::RunId;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::file::print::print_file_report;
 use crate::file::verify::{verify_file_run, FileVerifyOptions};
@@ -40,6 +40,12 @@ pub struct VerifyArgs {
     /// bound (docs/campaign.md, "Cuts by hand").
     #[arg(long, conflicts_with_all = ["run", "target"])]
     pub history: bool,
+    /// Accept a read-back check: a run that finished by itself on this boot (no power
+    /// was cut while it wrote) is judged on what reads back, exit 0 when all is there.
+    /// Without it such a run is NOT MEASURED (exit 2); a cut run is judged the same
+    /// either way.
+    #[arg(long, conflicts_with = "history")]
+    pub read_back: bool,
 }
 
 /// How `plugpull verify` ended once it printed its report (one JSON object with
@@ -154,6 +160,8 @@ pub struct VerifyOptions<'a> {
     pub quiet: bool,
     /// How to reach and check the run's PostgreSQL server (pgbench runs).
     pub pg: &'a crate::pgbench::PgVerifyArgs,
+    /// Accept a read-back check of a run that finished on this boot (`--read-back`).
+    pub read_back: bool,
 }
 
 impl<'a> VerifyOptions<'a> {
@@ -163,6 +171,7 @@ impl<'a> VerifyOptions<'a> {
             target: args.target.clone(),
             quiet: args.json,
             pg,
+            read_back: args.read_back,
         }
     }
 }
@@ -212,6 +221,20 @@ pub async fn judge_ledger(
         }
     };
     report.set_device_error(device_error);
+    let canary = match (&opts.target, l.manifest.workload.target()) {
+        (Some(at), Some(target)) => crate::canary::moved(&l.manifest.canary, Path::new(target), at),
+        _ => l.manifest.canary.clone(),
+    };
+    let read = tokio::task::spawn_blocking(move || crate::canary::read(&canary))
+        .await
+        .map_err(|e| Error::Msg(format!("reading the canary failed: {e}")))?;
+    let now = crate::target_id::boot_id();
+    let same_boot =
+        (!l.manifest.boot_id.is_empty() && !now.is_empty()).then(|| l.manifest.boot_id == now);
+    report.set_cut(
+        plugpull::verdict::cut::judge_cut(l, same_boot, read),
+        opts.read_back,
+    );
     let evidence = evidence
         .await
         .map_err(|e| Error::Msg(format!("the cut-evidence snapshot failed: {e}")))?;
@@ -267,6 +290,7 @@ mod tests {
             json: true,
             show: 3,
             history: false,
+            read_back: false,
         };
         let pg = crate::pgbench::PgVerifyArgs::default();
         let o = VerifyOptions::of(&args, &pg);

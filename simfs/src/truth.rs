@@ -86,6 +86,10 @@ pub struct TruthMeta {
 pub struct TruthWrite {
     /// Order of arrival since mount, from 1.
     pub write_id: u64,
+    /// Order of arrival among the writes to this file since mount, from 1: with one
+    /// writer that makes nothing but the run's writes to it, the run's seq.
+    #[serde(default)]
+    pub file_write_id: u64,
     /// Path relative to the mount root at the cut (` (deleted)` appended if the file
     /// had been unlinked; `<inode N>` if it could not be named).
     pub file: String,
@@ -363,6 +367,7 @@ mod tests {
     fn write(write_id: u64, fsynced: bool, fate: Fate) -> TruthWrite {
         TruthWrite {
             write_id,
+            file_write_id: write_id,
             file: "pg/data/base/5/16407".to_string(),
             offset: 507904,
             len: 8192,
@@ -413,9 +418,9 @@ mod tests {
         let text = String::from_utf8(truth.to_jsonl().unwrap()).unwrap();
         assert_eq!(
             text,
-            "{\"write_id\":1,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":true,\"fate\":\"misdirected\",\"kept_sectors\":null,\"landed_at\":4096}\n\
-             {\"write_id\":2,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":true,\"fate\":\"torn\",\"kept_sectors\":3,\"landed_at\":null}\n\
-             {\"write_id\":55899,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":false,\"fate\":\"dropped\",\"kept_sectors\":null,\"landed_at\":null}\n\
+            "{\"write_id\":1,\"file_write_id\":1,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":true,\"fate\":\"misdirected\",\"kept_sectors\":null,\"landed_at\":4096}\n\
+             {\"write_id\":2,\"file_write_id\":2,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":true,\"fate\":\"torn\",\"kept_sectors\":3,\"landed_at\":null}\n\
+             {\"write_id\":55899,\"file_write_id\":55899,\"file\":\"pg/data/base/5/16407\",\"offset\":507904,\"len\":8192,\"fsynced\":false,\"fate\":\"dropped\",\"kept_sectors\":null,\"landed_at\":null}\n\
              {\"meta_id\":1,\"op\":\"create\",\"path\":\"d/a.tmp\",\"to\":null,\"size\":null,\"synced\":true,\"fate\":\"kept\"}\n\
              {\"meta_id\":2,\"op\":\"rename\",\"path\":\"d/a.tmp\",\"to\":\"d/a\",\"size\":null,\"synced\":false,\"fate\":\"lost\"}\n\
              {\"cut\":true,\"mode\":\"lying\",\"seed\":21,\"writes_total\":13527,\"cached_at_cut\":2,\"fsynced_at_cut\":1,\"misdirected\":1,\"metadata\":\"posix\",\"meta_ops\":2,\"meta_lost\":1,\"truth\":\"/tmp/sf/mnt.simfs-truth.jsonl\"}\n"
@@ -425,7 +430,7 @@ mod tests {
 
     #[test]
     fn parse_refuses_a_summary_that_disagrees_or_is_missing() {
-        let line = "{\"write_id\":7,\"file\":\"f\",\"offset\":0,\"len\":512,\"fsynced\":true,\"fate\":\"dropped\",\"kept_sectors\":null,\"landed_at\":null}";
+        let line = "{\"write_id\":7,\"file_write_id\":7,\"file\":\"f\",\"offset\":0,\"len\":512,\"fsynced\":true,\"fate\":\"dropped\",\"kept_sectors\":null,\"landed_at\":null}";
         let summary = "{\"cut\":true,\"mode\":\"honest\",\"seed\":0,\"writes_total\":9,\"cached_at_cut\":1,\"fsynced_at_cut\":0,\"misdirected\":0,\"metadata\":\"passthrough\",\"meta_ops\":0,\"meta_lost\":0,\"truth\":\"t\"}";
         assert_eq!(
             Truth::parse(&format!("{line}\n{summary}\n"))

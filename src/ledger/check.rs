@@ -169,6 +169,8 @@ mod tests {
                     .collect(),
             ),
             flushes: None,
+            canary: Default::default(),
+            sealed_ms: 0,
         }
     }
 
@@ -178,6 +180,7 @@ mod tests {
             acknowledged,
             duration_ms: 1,
             flushes: None,
+            lost_ms: None,
         }
     }
 

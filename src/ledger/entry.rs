@@ -86,7 +86,20 @@ pub struct AckBatch {
     /// acks was acknowledged): at most one batch a second carries one; the run's end
     /// ([`RunSummary::flushes`], [`DeviceError::flushes`]) carries the last.
     pub flushes: Option<super::FlushSample>,
+    /// Milliseconds after the run's start (the acks' clock) when the agent sealed the
+    /// batch. The agent seals a batch with no acks (a heartbeat) when it sealed none
+    /// for [`HEARTBEAT_MS`], so the last batch of a run that was cut tells, within
+    /// that, when the listener last heard from it: the cut, for the exposure
+    /// (`verdict::cut`).
+    pub sealed_ms: u32,
+    /// The highest volatile-canary record the agent had written when it sealed the
+    /// batch (0: none yet, or the run has no canary; `docs/formats.md`, "Canary").
+    pub canary: u64,
 }
+
+/// Longest time, in ms, between two batches an agent seals while a run goes on: a
+/// batch with no acks is sealed after this much silence.
+pub const HEARTBEAT_MS: u32 = 100;
 
 /// How a run ended, as the agent reported it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
@@ -100,6 +113,11 @@ pub struct RunSummary {
     /// The leaf disks' flush counters when the run ended, after its last ack (set by
     /// the reporter; `None` when the run has no leaf disk).
     pub flushes: Option<super::FlushSample>,
+    /// When the run saw what it writes to go away without a device error, in ms after
+    /// the run's start: a pgbench run's first client lost to a server crash (the
+    /// server lost power). `None`: the run ended by itself (its `-T`, its count, an
+    /// interrupt), so nothing it wrote was in flight at a later cut.
+    pub lost_ms: Option<u64>,
 }
 
 /// One ledger entry.

@@ -7,7 +7,7 @@ use super::Entry;
 use crate::RunId;
 
 /// Magic at byte 0 of every ledger file.
-pub const MAGIC: [u8; 8] = *b"PPLEDGR5";
+pub const MAGIC: [u8; 8] = *b"PPLEDGR6";
 /// Bytes before the first entry.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of an entry's length + CRC prefix.
@@ -225,6 +225,8 @@ mod tests {
                     .collect(),
             ),
             flushes: None,
+            canary: Default::default(),
+            sealed_ms: 0,
         })
     }
 
@@ -345,6 +347,8 @@ mod tests {
                     .collect(),
             ),
             flushes: None,
+            canary: Default::default(),
+            sealed_ms: 0,
         });
         let mut out = Vec::new();
         encode_entry(&e, &mut out);
@@ -370,7 +374,7 @@ mod proptests {
         assert_eq!(e, LedgerError::OtherVersion { found: '1' });
         assert_eq!(
             e.to_string(),
-            "ledger format 1 was written by another plugpull version (this one reads format 5): \
+            "ledger format 1 was written by another plugpull version (this one reads format 6): \
              verify it with the plugpull that wrote it"
         );
     }
@@ -387,6 +391,8 @@ mod proptests {
                         .collect(),
                 ),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             }));
         }
         let mut out = header(RunId(3)).to_vec();

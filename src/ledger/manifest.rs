@@ -28,6 +28,32 @@ pub struct Manifest {
     pub listener_created_unix_ms: u64,
     /// The storage under test as the agent found it when the run started.
     pub storage: Storage,
+    /// The run's volatile canary: records written with no durability call while the
+    /// run writes, read back after the cut to tell a power loss from a clean shutdown.
+    pub canary: CanaryManifest,
+}
+
+/// Where a run's volatile canary lives (`docs/formats.md`, "Canary"): files on a
+/// persistent local filesystem of the host under test, filled with zeros and made
+/// durable before the run, then overwritten in place with 512-byte records that are
+/// never synced while they are the newest. After a power cut the newest ones are
+/// gone; after a clean shutdown or a `sync` they are all there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct CanaryManifest {
+    /// The canary files, absolute paths, in the order they are written (empty: the
+    /// run has no canary, see `none_because`).
+    pub files: Vec<String>,
+    /// Random number every record of this run's canary carries.
+    pub nonce: u64,
+    /// Records per file (each 512 bytes); record `s` (from 1) of a file's turn goes to
+    /// slot `(s - 1) mod slots`.
+    pub slots: u32,
+    /// Milliseconds each file is written before the next one takes over (the one left
+    /// is then fsynced, so the kernel never writes back the current one for its age).
+    pub turn_ms: u64,
+    /// Why the run has no canary (empty when it has one), e.g. `the target is a block
+    /// device: give --canary-dir`.
+    pub none_because: String,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -57,6 +83,7 @@ impl Manifest {
             listener_order: 0,
             listener_created_unix_ms: 0,
             storage: Storage::default(),
+            canary: CanaryManifest::default(),
         }
     }
 
@@ -144,6 +171,16 @@ impl Workload {
             Workload::File(_) => "acknowledged writes",
             Workload::Pgbench(_) => "acknowledged commits",
             Workload::Files(_) => "acknowledged steps",
+        }
+    }
+
+    /// The path the run wrote (a file run's target, a files run's directory), as the
+    /// manifest records it; `None` for pgbench.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Workload::File(f) => Some(&f.target),
+            Workload::Files(f) => Some(&f.target),
+            Workload::Pgbench(_) => None,
         }
     }
 
@@ -315,4 +352,21 @@ pub struct PgManifest {
     pub stats_reset_start: String,
     /// Whether each transaction was sent as one pipeline (`--pipeline`).
     pub pipeline: bool,
+    /// The pgbench tables' files when the run started (after `--init`): a table
+    /// rewritten or emptied since (`TRUNCATE`, `pgbench -i`, `VACUUM FULL`, dropped and
+    /// created again) has another file, and its rows can no longer be judged.
+    pub relations: Vec<PgRelation>,
+}
+
+/// One table's identity and file (`pg_class.oid`, `pg_relation_filenode`): a
+/// rewrite gives it a new file number, taken from the OID counter, so a later one is
+/// higher (`src/backend/catalog/catalog.c`, `GetNewRelFileNumber`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PgRelation {
+    /// The table's name (`pgbench_history`, …).
+    pub name: String,
+    /// Its `pg_class` OID.
+    pub oid: u32,
+    /// Its file number (`pg_relation_filenode`).
+    pub filenode: u32,
 }

@@ -4,7 +4,7 @@
 //! ## File format (all integers little-endian)
 //!
 //! ```text
-//! offset 0   8 bytes  magic "PPLEDGR5" (the digit is the format version)
+//! offset 0   8 bytes  magic "PPLEDGR6" (the digit is the format version)
 //! offset 8   8 bytes  run id
 //! offset 16  entries, each:
 //!              4 bytes  payload length L (1 ..= MAX_ENTRY)
@@ -56,13 +56,14 @@ pub use check::{
 };
 pub use entry::{
     AckBatch, Acks, DeviceError, Entry, FileAck, FilesAck, PgAckRange, RunSummary, TornTail,
+    HEARTBEAT_MS,
 };
 pub use format::{
     encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
     MAX_ENTRY,
 };
 pub use manifest::{
-    FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, Storage, TargetIdentity,
-    Workload,
+    CanaryManifest, FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgRelation,
+    Storage, TargetIdentity, Workload,
 };
 pub use run::{RunLedger, RunLedgerError};

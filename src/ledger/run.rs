@@ -24,6 +24,9 @@ pub struct RunLedger {
     pub batches: Vec<AckBatch>,
     /// Whether the agent finished normally.
     pub finished: bool,
+    /// When a finished run saw what it writes go away ([`RunSummary::lost_ms`](super::RunSummary::lost_ms)):
+    /// a pgbench run's server crash.
+    pub lost_ms: Option<u64>,
     /// The leaf disks' flush counters at the run's end (its `Finished` or
     /// `DeviceError` entry), when recorded.
     pub end_flushes: Option<FlushSample>,
@@ -167,6 +170,7 @@ impl RunLedger {
                 .and_then(|f| f.flushes.clone())
                 .or_else(|| device_error.as_ref().and_then(|d| d.flushes.clone())),
             finished: finished.is_some(),
+            lost_ms: finished.as_ref().and_then(|f| f.lost_ms),
             device_error,
             acks_after_error,
             chosen: String::new(),
@@ -195,6 +199,8 @@ mod tests {
                     .collect(),
             ),
             flushes: None,
+            canary: Default::default(),
+            sealed_ms: 0,
         })
     }
 
@@ -228,6 +234,7 @@ mod tests {
             acknowledged: 5,
             duration_ms: 50,
             flushes: None,
+            lost_ms: None,
         });
         let bytes = ledger(RUN, &[acks(1, 3), acks(2, 2), acks(2, 2), fin]);
         let l = RunLedger::from_bytes(RUN, &bytes, &[]).unwrap();

@@ -37,9 +37,14 @@ pub struct FileReport {
     pub findings: Vec<Finding>,
     /// Histogram of how long before the end each lost or shorn write was acknowledged.
     pub lost_lag_histogram: Vec<LagBucket>,
-    /// True when nothing acknowledged was lost or damaged.
+    /// True when nothing acknowledged was lost or damaged, and the cut could have
+    /// shown it (`cut`).
     pub ok: bool,
-    /// One line: `PASS: …` or `FAIL: …`.
+    /// True when nothing failed but the cut could not have shown a loss (`cut`):
+    /// neither a PASS nor a FAIL — the verifier exits 2.
+    #[serde(default)]
+    pub not_measured: bool,
+    /// One line: `PASS: …`, `FAIL: …` or `NOT MEASURED: …`.
     pub summary: String,
     /// Findings about the target as a whole (gone, shrunk, nothing of the run left);
     /// each is a failure besides the per-block verdicts.
@@ -64,6 +69,10 @@ pub struct FileReport {
     /// acknowledged write, warnings, cut evidence.
     #[serde(default)]
     pub storage: super::StorageReport,
+    /// Whether the cut could have failed (`verdict::cut`): its moment, the
+    /// acknowledgements exposed at it, the canary; a PASS without it is NOT MEASURED.
+    #[serde(default)]
+    pub cut: crate::verdict::cut::CutReport,
     /// With `--expect-atomic`: the unit under test, the stack's claims and whether
     /// this cut upheld them (`docs/atomic.md`); `None` otherwise.
     #[serde(default)]
@@ -218,6 +227,8 @@ impl FileReport {
             device_error: None,
             storage: super::StorageReport::default(),
             atomic,
+            cut: Default::default(),
+            not_measured: false,
         }
     }
 }

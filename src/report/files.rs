@@ -64,6 +64,10 @@ pub struct FilesReport {
     /// The storage under test.
     #[serde(default)]
     pub storage: super::StorageReport,
+    /// Whether the cut could have failed (`verdict::cut`): its moment, the
+    /// acknowledgements exposed at it, the canary; a PASS without it is NOT MEASURED.
+    #[serde(default)]
+    pub cut: crate::verdict::cut::CutReport,
 }
 
 /// What the report says about the run, beside the verdicts.
@@ -164,6 +168,7 @@ impl FilesReport {
             device_error: None,
             directory_gone: None,
             storage: super::StorageReport::default(),
+            cut: Default::default(),
         }
     }
 }

@@ -54,7 +54,7 @@ impl Report {
     /// promised commit): neither a PASS nor a FAIL — the verifier exits 2.
     pub fn not_measured(&self) -> bool {
         match self {
-            Report::File(_) => false,
+            Report::File(r) => r.not_measured,
             Report::Pgbench(r) => r.not_measured,
             Report::Files(r) => r.not_measured,
         }
@@ -77,6 +77,35 @@ impl Report {
             Report::File(r) => r.device_error = line,
             Report::Files(r) => r.device_error = line,
             Report::Pgbench(_) => {}
+        }
+    }
+
+    /// Sets the cut evidence. A PASS whose cut could not have failed becomes NOT
+    /// MEASURED (`ok` false, `not_measured` true, the summary says why and keeps what
+    /// was read back), unless `read_back` accepts a read-back check (the run
+    /// finished on this boot and the caller asked for one: `verify --read-back`). A
+    /// FAIL stays a FAIL.
+    pub fn set_cut(&mut self, cut: crate::verdict::cut::CutReport, read_back: bool) {
+        let demote = self.ok() && !cut.measured && !(read_back && cut.read_back);
+        let (ok, not_measured, summary, slot) = match self {
+            Report::File(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
+            Report::Files(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
+            Report::Pgbench(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
+        };
+        if demote {
+            let read = summary.strip_prefix("PASS: ").unwrap_or(summary);
+            *summary = format!("NOT MEASURED: {}; read back: {read}", cut.not_measured);
+            (*ok, *not_measured) = (false, true);
+        }
+        *slot = cut;
+    }
+
+    /// The cut evidence.
+    pub fn cut(&self) -> &crate::verdict::cut::CutReport {
+        match self {
+            Report::File(r) => &r.cut,
+            Report::Files(r) => &r.cut,
+            Report::Pgbench(r) => &r.cut,
         }
     }
 

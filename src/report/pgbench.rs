@@ -328,6 +328,10 @@ pub struct PgReport {
     /// flushes per acknowledged commit, warnings, cut evidence.
     #[serde(default)]
     pub storage: super::StorageReport,
+    /// Whether the cut could have failed (`verdict::cut`): its moment, the
+    /// acknowledgements exposed at it, the canary; a PASS without it is NOT MEASURED.
+    #[serde(default)]
+    pub cut: crate::verdict::cut::CutReport,
 }
 
 #[cfg(test)]

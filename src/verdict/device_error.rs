@@ -123,12 +123,15 @@ mod tests {
                 promised: true,
                 acks: Acks::File(acks),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             }],
             finished: false,
             end_flushes: None,
             device_error: end,
             acks_after_error: 0,
             chosen: String::new(),
+            lost_ms: None,
         }
     }
 

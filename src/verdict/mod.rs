@@ -5,6 +5,8 @@
 //! evidence ([`SectorSpan`]s of [`Content`], the [`LaterWrite`] that proves a
 //! reordering) and the [`Classification`] of a whole run. The rules live beside it:
 //!
+//! * [`cut`] — whether the cut could have failed: its moment, the acknowledgements
+//!   exposed at it, the volatile canary; a PASS without that evidence is NOT MEASURED.
 //! * [`device_error`] — the device-error rule every workload applies first: a run a
 //!   device error ended is judged on what was confirmed before it, or refused.
 //! * [`file`](mod@file) — the file workload's rules, block by block:
@@ -18,6 +20,7 @@
 //! The verdicts are tabled, with what each means on disk, in the README's
 //! "Verdicts (file workload)" section.
 
+pub mod cut;
 pub mod device_error;
 pub mod file;
 pub mod files;

@@ -26,6 +26,7 @@
 use crate::ledger::{AckBatch, Acks};
 use std::collections::BTreeMap;
 
+pub mod relations;
 pub mod tags;
 
 /// A range of one client's acknowledged seqs, `first..=last`, all acknowledged in one

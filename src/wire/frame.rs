@@ -297,6 +297,8 @@ mod tests {
                     ms: 3,
                 }]),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             },
         };
         let mut bytes = encode(&msg);
@@ -336,6 +338,8 @@ mod tests {
                     },
                 ]),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             },
         }
     }
@@ -344,7 +348,7 @@ mod tests {
     async fn a_frame_split_at_every_byte_is_incomplete_until_whole_then_decodes() {
         let msg = acks_request();
         let f = encode(&msg);
-        assert_eq!(f.len(), 33);
+        assert_eq!(f.len(), 35);
         let mut buf = Vec::new();
         for k in 0..=f.len() {
             // The scanner: incomplete until the last byte is there.

@@ -137,10 +137,18 @@ pub fn run_id(o: &Output) -> String {
         .to_string()
 }
 
-/// Runs `plugpull verify --json` with `extra` arguments; returns exit code and the JSON object
-/// (`Null` when stdout is not JSON, e.g. on exit 2).
+/// Runs `plugpull verify --read-back --json` with `extra` arguments; returns exit code
+/// and the JSON object (`Null` when stdout is not JSON, e.g. on exit 2). `--read-back`
+/// judges a run that finished on this boot as a read-back check (exit 0 when all is
+/// there); a cut run is judged the same with or without it.
 pub fn verify_json(listener: &Listener, extra: &[&str]) -> (i32, serde_json::Value, String) {
-    let mut args = vec!["verify", "--listener", listener.addr(), "--json"];
+    let mut args = vec![
+        "verify",
+        "--read-back",
+        "--listener",
+        listener.addr(),
+        "--json",
+    ];
     args.extend_from_slice(extra);
     let o = plugpull(&args);
     let v = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
@@ -368,4 +376,26 @@ pub fn write_file(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> Ou
     let o = plugpull(&args);
     assert_eq!(o.status.code(), Some(0), "write failed: {}", stderr(&o));
     o
+}
+
+/// Builds, in the run's volatile canary files (`.plugpull-canary-*` in `dir`), the
+/// state a power cut leaves there: every record zeroed, as if none of the writes the
+/// agent made without a durability call had reached the medium. A test that kills
+/// a writer without cutting any power calls it to judge the run as a cut by hand;
+/// without it, verify rightly says the canary survived (NOT MEASURED). Returns how
+/// many canary files it zeroed (2 per run).
+pub fn lose_canary(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).expect("read the canary's directory") {
+        let e = e.unwrap();
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with(".plugpull-canary-")
+        {
+            let len = e.metadata().unwrap().len() as usize;
+            std::fs::write(e.path(), vec![0u8; len]).unwrap();
+            n += 1;
+        }
+    }
+    n
 }

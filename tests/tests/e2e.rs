@@ -6,6 +6,7 @@
 
 mod atomic;
 mod campaign;
+mod cut_evidence;
 mod examples;
 mod file;
 mod files;

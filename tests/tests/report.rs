@@ -367,6 +367,7 @@ fn the_report_of_a_clean_run_says_nothing_was_lost_in_words() {
     let md = dir.path().join("clean.md");
     let o = plugpull(&[
         "report",
+        "--read-back",
         "--listener",
         l.addr(),
         "--run",

@@ -23,12 +23,16 @@ use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
 
-/// Starts `plugpull write pgbench` and returns once it printed its run id (after `--init`).
-fn start_pg_writer(l: &Listener, dsn: &str, init: bool, seed: u64) -> Writer {
+/// Starts `plugpull write pgbench` and returns once it printed its run id (after
+/// `--init`); its volatile canary goes on the simfs mount `canary`, with the data
+/// directory, so the cut takes it as it takes PostgreSQL's unsynced writes.
+fn start_pg_writer(l: &Listener, dsn: &str, init: bool, seed: u64, canary: &Path) -> Writer {
     let seed = seed.to_string();
     let mut args = vec![
         "write",
         "pgbench",
+        "--canary-dir",
+        canary.to_str().unwrap(),
         "--listener",
         l.addr(),
         "--dsn",
@@ -110,7 +114,7 @@ fn postgres_on_an_honest_device_survives_ten_cuts() {
     pg.start();
     for i in 0..10u64 {
         let pid = postmaster_pid(&data);
-        let mut w = start_pg_writer(&l, &pg.conninfo(), i == 0, i);
+        let mut w = start_pg_writer(&l, &pg.conninfo(), i == 0, i, sim.mnt());
         let confirmed = wait_progress(&mut w, 1 + (i % 2) as u32);
         let truth = cut(&mut sim, &mut w, pid);
         // The metadata journal is on (posix rules, the default): the run made
@@ -169,7 +173,7 @@ fn postgres_on_a_lying_device_is_caught() {
         let mut pg = PgCluster::init_at(&data);
         pg.start();
         let pid = postmaster_pid(&data);
-        let mut w = start_pg_writer(&l, &pg.conninfo(), true, seed);
+        let mut w = start_pg_writer(&l, &pg.conninfo(), true, seed, sim.mnt());
         // Load for a few seconds: what the cut drops (the last ~2 s destage delay)
         // then holds commits acknowledged long before it.
         wait_progress(&mut w, 3);
@@ -241,15 +245,24 @@ fn relation_files_pgbench_created_survive_a_checkpoint_only_with_journal_rules()
         let dir = tempfile::tempdir().unwrap();
         let l = Listener::start(dir.path());
         let mut sim = SimFs::mount_with(dir.path(), "honest", 5, &["--metadata", metadata]);
+        // The canary on a simfs of its own, cut with the first: simfs has one cache
+        // for what a host holds in its page cache and what a disk holds in its own,
+        // and with journal rules every fsync (PostgreSQL's WAL) destages all of it,
+        // which a real flush never does to another file's dirty pages.
+        let cdir = dir.path().join("canary");
+        std::fs::create_dir(&cdir).unwrap();
+        let mut csim = SimFs::mount(&cdir, "honest", 6);
         let data = sim.mnt().join("pg").join("data");
         let mut pg = PgCluster::init_at(&data);
         pg.start();
         let pid = postmaster_pid(&data);
-        let mut w = start_pg_writer(&l, &pg.conninfo(), true, 5);
+        let mut w = start_pg_writer(&l, &pg.conninfo(), true, 5, csim.mnt());
         wait_progress(&mut w, 1);
         pg.psql("CHECKPOINT");
         wait_progress(&mut w, 1);
         let truth = cut(&mut sim, &mut w, pid);
+        csim.cut();
+        csim.remount("honest");
         let lost: Vec<&str> = truth
             .meta
             .iter()
@@ -290,6 +303,7 @@ fn relation_files_pgbench_created_survive_a_checkpoint_only_with_journal_rules()
             pg.stop();
         }
         sim.umount();
+        csim.umount();
     }
 }
 

@@ -18,7 +18,7 @@ fn a_live_run_is_refused_through_another_path() {
     }
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
-    let sim = SimFs::mount(dir.path(), "honest", 1);
+    let mut sim = SimFs::mount(dir.path(), "honest", 1);
     let target = sim.mnt().join("pp.dat");
     let backing = sim.backing().join("pp.dat");
     let mut w = Writer::spawn(&[
@@ -56,8 +56,10 @@ fn a_live_run_is_refused_through_another_path() {
     let message = err.strip_prefix("plugpull: ").unwrap();
     assert_eq!(v, json!({"ok": false, "error": message}));
     // A SIGKILLed writer's connection closes at once: the run is then served and the
-    // honest device kept every acknowledged write.
+    // honest device, cut, kept every acknowledged write (the canary's cached records
+    // went with the cut: the cut is measured).
     sigkill(&mut w.child);
+    sim.cut();
     let (code, v, err) = verify_json(&l, &["--run", &w.run, "--target", target_arg]);
     assert_eq!(code, 0, "{err} {v}");
     assert_eq!(v["ok"], json!(true), "{v}");

@@ -185,7 +185,7 @@ fn secrets_are_checked_both_ways_and_handshakes_cannot_be_replayed() {
             "{}",
             stderr(&o)
         );
-        let mut vargs = vec!["verify", "--listener", l.addr()];
+        let mut vargs = vec!["verify", "--read-back", "--listener", l.addr()];
         vargs.extend(extra.iter());
         let o = plugpull(&vargs);
         assert_eq!(o.status.code(), Some(2));
@@ -237,7 +237,14 @@ fn secrets_are_checked_both_ways_and_handshakes_cannot_be_replayed() {
 
     // A listener with no secret, contacted with one: the agent refuses it.
     let open = Listener::start(&dir.path().join("open"));
-    let o = plugpull(&["verify", "--listener", open.addr(), "--secret-file", &good]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        open.addr(),
+        "--secret-file",
+        &good,
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("could not prove it holds our secret"),
@@ -443,14 +450,14 @@ fn a_peer_that_is_not_a_listener_is_named_as_such() {
         s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
             .unwrap();
     });
-    let o = plugpull(&["verify", "--listener", &addr]);
+    let o = plugpull(&["verify", "--read-back", "--listener", &addr]);
     server.join().unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr(&o).trim(),
         format!("plugpull: {addr} does not speak plugpull's protocol (is it a plugpull-listener?): frame of 1347703880 bytes exceeds the 128-byte limit before the handshake is done")
     );
-    let o = plugpull(&["verify", "--listener", "127.0.0.1"]);
+    let o = plugpull(&["verify", "--read-back", "--listener", "127.0.0.1"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("\"127.0.0.1\" has no port: give HOST:PORT"),

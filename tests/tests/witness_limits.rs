@@ -295,6 +295,7 @@ fn a_reporter_dropped_without_an_end_confirms_what_it_was_handed_then_stops() {
             ack_log: Some(log.clone()),
             max_unconfirmed: None,
             max_unconfirmed_secs: 5.0,
+            canary_dir: Default::default(),
         };
         let manifest = *raw_manifest("h", "/nonexistent/target", 1 << 20, 4096);
         let (reporter, _run) = Reporter::start_with(l.addr(), &Secret::new(b""), manifest, &opts)

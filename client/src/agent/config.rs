@@ -7,6 +7,9 @@
 //! targets = ["/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_S7…", "/mnt/test/pp.dat"]
 //! # PostgreSQL databases, by the conninfo the campaign names (exactly).
 //! databases = ["host=/run/postgresql dbname=bench"]
+//! # Where every run writes its volatile canary (a persistent local filesystem of
+//! # this machine, e.g. the database's); without it, beside a file target.
+//! canary_dir = "/var/lib/postgresql"
 //! ```
 
 use crate::campaign::workload::Workload;
@@ -28,6 +31,10 @@ pub struct AgentConfig {
     /// Conninfo strings a pgbench workload may use.
     #[serde(default)]
     pub databases: Vec<String>,
+    /// The directory every run's volatile canary goes to (`write --canary-dir`): a
+    /// campaign may not name one, as it may not name what the agent writes.
+    #[serde(default)]
+    pub canary_dir: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -134,6 +141,7 @@ mod tests {
             AgentConfig {
                 targets: vec![PathBuf::from("/mnt/test/plugpull.dat")],
                 databases: vec![],
+                canary_dir: None,
             }
         );
     }

@@ -341,7 +341,7 @@ fn start_all(me: &Me, workloads: &[String]) -> Result<(Vec<Running>, Vec<RunId>)
     let mut children: Vec<Running> = Vec::new();
     let mut runs = Vec::new();
     for line in &lines {
-        match start_one(me, line) {
+        match start_one(me, line, config.canary_dir.as_deref()) {
             Ok((c, run)) => {
                 children.push(c);
                 runs.push(run);
@@ -358,11 +358,18 @@ fn start_all(me: &Me, workloads: &[String]) -> Result<(Vec<Running>, Vec<RunId>)
     Ok((children, runs))
 }
 
-fn start_one(me: &Me, line: &str) -> Result<(Running, RunId), Error> {
+fn start_one(
+    me: &Me,
+    line: &str,
+    canary: Option<&std::path::Path>,
+) -> Result<(Running, RunId), Error> {
     let words = workload::words(line)?;
-    let mut c = child(me)
-        .arg("write")
-        .args(&words)
+    let mut cmd = child(me);
+    cmd.arg("write").args(&words);
+    if let Some(dir) = canary {
+        cmd.arg("--canary-dir").arg(dir);
+    }
+    let mut c = cmd
         .args(["--listener", &me.args.listener, "--secret-file"])
         .arg(&me.args.secret_file)
         .args(["--duration", UNTIL_CUT])

@@ -30,9 +30,41 @@ impl DeviceResult {
         self.file.ok && self.files.ok && self.pg.as_ref().is_none_or(|p| p.ok)
     }
 
+    /// When nothing failed but a report measured nothing (its cut could not have
+    /// failed: `plugpull::verdict::cut`), that report's summary.
+    fn not_measured(&self) -> Option<&str> {
+        let failed = !self.file.ok && !self.file.not_measured
+            || !self.files.ok && !self.files.not_measured
+            || self.pg.as_ref().is_some_and(|p| !p.ok && !p.not_measured);
+        if failed {
+            return None;
+        }
+        [
+            (self.file.not_measured, &self.file.summary),
+            (self.files.not_measured, &self.files.summary),
+        ]
+        .into_iter()
+        .chain(self.pg.as_ref().map(|p| (p.not_measured, &p.summary)))
+        .find(|(n, _)| *n)
+        .map(|(_, s)| s.as_str())
+    }
+
+    /// The verdict word of the device: `PASS`, `FAIL` or `NOT MEASURED`.
+    fn word(&self) -> &'static str {
+        match (self.passed(), self.not_measured()) {
+            (true, _) => "PASS",
+            (false, Some(_)) => "NOT MEASURED",
+            (false, None) => "FAIL",
+        }
+    }
+
     /// `honest device: PASS, N acknowledged (W writes, C commits), 0 lost`, or
-    /// `lying device: FAIL, N acknowledged writes lost, C commits lost…`.
+    /// `lying device: FAIL, N acknowledged writes lost, C commits lost…`, or
+    /// `honest device: NOT MEASURED: …` when nothing failed but a cut showed nothing.
     pub fn verdict_line(&self) -> String {
+        if let Some(why) = self.not_measured() {
+            return format!("{} device: {why}", self.mode);
+        }
         let commits = self.pg.as_ref().map(|p| p.acknowledged_commits);
         if self.passed() {
             let (w, n) = (self.file.acknowledged, self.files.acknowledged);
@@ -94,7 +126,5 @@ pub(super) fn side_by_side(a: &DeviceResult, b: &DeviceResult) {
             None => "-".to_string(),
         });
     }
-    row("verdict", &|d| {
-        if d.passed() { "PASS" } else { "FAIL" }.to_string()
-    });
+    row("verdict", &|d| d.word().to_string());
 }

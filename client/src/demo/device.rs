@@ -110,7 +110,18 @@ fn start_pg(ctx: &Ctx, bin: &Path, mnt: &Path, ddir: &Path) -> Result<PgPart, Er
     }
     let dsn = cluster.conninfo_db("postgres");
     println!("== plugpull write pgbench --init --scale 1 --clients 4");
-    let args = ["write", "pgbench", "--listener", &ctx.addr, "--dsn", &dsn];
+    // Its canary on the simulated device too: the cut takes the host's memory with it.
+    let canary = mnt.display().to_string();
+    let args = [
+        "write",
+        "pgbench",
+        "--listener",
+        &ctx.addr,
+        "--dsn",
+        &dsn,
+        "--canary-dir",
+        &canary,
+    ];
     let (mut writer, run) = super::start_writer(&ctx.me, &args, PGBENCH_LOAD, "pgbench writer")?;
     writer.wait_acks("pgbench writer")?;
     Ok(PgPart {

@@ -301,6 +301,7 @@ async fn verify_run(
         target: None,
         quiet: false,
         pg,
+        read_back: false,
     };
     let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
     crate::verify::print_report(&report, false, show);

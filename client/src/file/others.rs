@@ -106,6 +106,7 @@ mod tests {
             device_error: None,
             acks_after_error: 0,
             chosen: String::new(),
+            lost_ms: None,
         };
         let Workload::File(mut fm) = me.workload else {
             unreachable!()

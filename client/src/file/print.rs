@@ -195,6 +195,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         crate::storage::text(&r.storage, "acknowledged writes")
     );
     println!();
+    print!("{}", crate::storage::cut_text(&r.cut));
     println!("{}", r.summary);
 }
 

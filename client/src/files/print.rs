@@ -158,5 +158,6 @@ pub fn print_files_report(r: &FilesReport, show: usize) {
     println!();
     print!("{}", crate::storage::text(&r.storage, "acknowledged steps"));
     println!();
+    print!("{}", crate::storage::cut_text(&r.cut));
     println!("{}", r.summary);
 }

@@ -242,6 +242,8 @@ mod tests {
                         .collect(),
                 ),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             },
         }
     }

@@ -160,12 +160,15 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
         println!("{head}");
     }
     let out = prepared.go(run_id, reporter.sink()).await;
+    // The server's loss is the moment of the cut (verify's exposure counts from it).
+    let lost_ms = out.first_lost.map(|t| u64::from(reporter.sink().ms_at(t)));
     let confirmed = reporter
         .finish(RunSummary {
             issued: out.attempts,
             acknowledged: out.committed,
             duration_ms: out.elapsed.as_millis() as u64,
             flushes: None,
+            lost_ms,
         })
         .await?;
     let warnings = server.probe.map(|p| p.warnings).unwrap_or_default();
@@ -255,6 +258,12 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
                 pg::describe(&e)
             ))
         })?;
+    let relations = schema::relations(&client).await.map_err(|e| {
+        Error::Msg(format!(
+            "cannot read the pgbench tables' files: {}",
+            pg::describe(&e)
+        ))
+    })?;
     let (storage, probe) = crate::storage::probe_server_for_run(
         &client,
         &conninfo,
@@ -277,6 +286,7 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
         checksum_failures_start,
         stats_reset_start,
         pipeline: args.pipeline,
+        relations,
     };
     Ok(Server {
         cfg,

@@ -124,6 +124,7 @@ pub fn print_human(r: &PgReport, show: usize) {
         "{}",
         crate::storage::text(&r.storage, "acknowledged commits")
     );
+    print!("{}", crate::storage::cut_text(&r.cut));
     println!("{}", r.summary);
 }
 

@@ -208,6 +208,30 @@ pub async fn vacuum(client: &Client, tables: &[&str], analyze: bool) -> Result<(
     Ok(())
 }
 
+/// Each existing pgbench table's OID and file number (`pg_relation_filenode`), by
+/// name (a missing table is left out).
+pub async fn relations(
+    client: &Client,
+) -> Result<Vec<plugpull::ledger::PgRelation>, tokio_postgres::Error> {
+    let mut out = Vec::new();
+    for t in TABLES {
+        let row = client
+            .query_opt(
+                "SELECT c.oid::int8, pg_relation_filenode(c.oid)::int8 FROM pg_class c WHERE c.oid = to_regclass($1)",
+                &[&t],
+            )
+            .await?;
+        if let Some(r) = row {
+            out.push(plugpull::ledger::PgRelation {
+                name: t.to_string(),
+                oid: r.get::<_, i64>(0) as u32,
+                filenode: r.get::<_, Option<i64>>(1).unwrap_or(0) as u32,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// `sum(abalance)`, `sum(tbalance)`, `sum(bbalance)`, `sum(pgbench_history.delta)`
 /// (0 for empty tables).
 pub async fn sums(client: &Client) -> Result<[i64; 4], tokio_postgres::Error> {

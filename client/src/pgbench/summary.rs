@@ -131,4 +131,7 @@ fn print_text(
     if o.interrupted {
         println!("interrupted: the run ended early");
     }
+    println!(
+        "verify this run before anything else writes to the pgbench tables: a TRUNCATE, pgbench -i or VACUUM FULL makes it unverifiable"
+    );
 }

@@ -90,8 +90,18 @@ impl Page {
 
     /// Adds preformatted escaped text.
     pub fn pre(&mut self, text: &str) {
+        self.pre_class(text, "");
+    }
+
+    /// Adds preformatted text, escaped, with CSS class `class` (`""`: none).
+    pub fn pre_class(&mut self, text: &str, class: &str) {
+        let attr = if class.is_empty() {
+            String::new()
+        } else {
+            format!(" class=\"{class}\"")
+        };
         self.body
-            .push_str(&format!("<pre>{}</pre>\n", escape(text)));
+            .push_str(&format!("<pre{attr}>{}</pre>\n", escape(text)));
     }
 
     /// Adds a two-column table of (name, value) rows, escaped; values right-aligned.

@@ -146,6 +146,25 @@ pub fn run_junit(report: &Report) -> Result<String, Error> {
     };
     let mut case = TestCase::new(format!("run {id}"), status);
     case.set_classname(host);
+    // The cut evidence (docs/formats.md, "Cut evidence"), one property each.
+    let c = report.cut();
+    let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    let cut = serde_json::to_value(c.cut).expect("a cut kind serializes");
+    let canary = serde_json::to_value(c.canary.state).expect("a canary state serializes");
+    for (k, v) in [
+        ("cut", cut.as_str().unwrap_or_default().to_string()),
+        ("cut_ms", opt(c.cut_ms)),
+        ("acks_last_100ms", c.acks_last_100ms.to_string()),
+        ("acks_last_1s", c.acks_last_1s.to_string()),
+        ("last_ack_before_cut_ms", opt(c.last_ack_before_cut_ms)),
+        ("canary", canary.as_str().unwrap_or_default().to_string()),
+        ("canary_issued", c.canary.issued.to_string()),
+        ("canary_on_medium", opt(c.canary.on_medium)),
+        ("measured", c.measured.to_string()),
+        ("not_measured", c.not_measured.clone()),
+    ] {
+        case.add_property(quick_junit::Property::new(k, v));
+    }
     let mut suite = TestSuite::new(format!("plugpull run {id}"));
     suite.add_test_case(case);
     let mut j = Junit::new("plugpull report");

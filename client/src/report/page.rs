@@ -187,13 +187,18 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
         "Verdict",
         &format!(
             "the verdict `plugpull verify --run {}` gives: PASS (green) = nothing acknowledged was lost or \
-             damaged, FAIL (red) = findings, NOT MEASURED (amber) = nothing acknowledged was promised \
-             durable, so neither; the table counts blocks (file), commits (pgbench) or names (files) by verdict",
+             damaged, FAIL (red) = findings, NOT MEASURED (amber) = nothing was lost but the cut could \
+             not have shown a loss (the cut evidence below says why), or nothing acknowledged was \
+             promised durable; the table counts blocks (file), commits (pgbench) or names (files) by verdict",
             l.run
         ),
     );
     let standing = Standing::of(report);
     p.para(report.summary(), standing.class());
+    // The cut evidence: when, what was exposed, the canary (docs/procedure.md).
+    let cut = report.cut();
+    let class = if cut.measured { "" } else { "warn" };
+    p.pre_class(&crate::storage::cut_text(cut), class);
     if let Some(why) = no_reboot(report) {
         p.para(&why, "warn");
     }

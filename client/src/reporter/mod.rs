@@ -83,6 +83,7 @@ pub const WITNESS_FAULT: &str = "witness fault";
 
 /// A running reporter for one run.
 pub struct Reporter {
+    canary: crate::canary::Canary,
     sink: AckSink,
     ctrl: mpsc::UnboundedSender<Ctrl>,
     task: tokio::task::JoinHandle<()>,
@@ -107,6 +108,13 @@ pub struct ReporterOptions {
     /// this many seconds (a warning comes after 2 s)
     #[arg(long, value_parser = plugpull::units::non_negative_secs, default_value_t = MAX_UNCONFIRMED_SECS)]
     pub max_unconfirmed_secs: f64,
+    /// Write the run's volatile canary (records with no durability call, read back
+    /// after the cut to tell a power loss from a clean shutdown) in this directory, on
+    /// a persistent local filesystem of the host whose power is cut [default: a file
+    /// target's directory, a files run's directory; none for a block device or
+    /// pgbench, whose PASS is then not measured unless a device error was the cut]
+    #[arg(long, value_name = "DIR")]
+    pub canary_dir: Option<std::path::PathBuf>,
 }
 
 impl ReporterOptions {
@@ -125,9 +133,17 @@ impl Reporter {
     pub async fn start_with(
         listener: &str,
         secret: &Secret,
-        manifest: Manifest,
+        mut manifest: Manifest,
         opts: &ReporterOptions,
     ) -> Result<(Reporter, RunId), Error> {
+        let mut canary =
+            crate::canary::Canary::create(opts.canary_dir.as_deref(), &manifest.workload)?;
+        manifest.canary = canary.manifest();
+        let empty = match &manifest.workload {
+            plugpull::ledger::Workload::File(_) => plugpull::ledger::Acks::File(Vec::new()),
+            plugpull::ledger::Workload::Files(_) => plugpull::ledger::Acks::Files(Vec::new()),
+            plugpull::ledger::Workload::Pgbench(_) => plugpull::ledger::Acks::Pg(Vec::new()),
+        };
         let ack_log = match &opts.ack_log {
             Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
                 |e| Error::Msg(format!("cannot create ack log {}: {e}", p.display())),
@@ -166,6 +182,8 @@ impl Reporter {
             counters,
         ));
         tokio::spawn(watch(Arc::downgrade(&shared)));
+        let start = shared.start;
+        canary.start(move || start.elapsed().as_millis() as u64);
         let lanes = Arc::new(lanes::Lanes::default());
         let lane = lanes.open();
         let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
@@ -188,10 +206,14 @@ impl Reporter {
             poll_at: None,
             near_bound: false,
             flush_clock,
+            canary: canary.issued(),
+            empty,
+            last_batch: tokio::time::Instant::now(),
         };
         let task = tokio::spawn(state.run(net::into_polled(r, w)?));
         Ok((
             Reporter {
+                canary,
                 sink: AckSink { lane, shared },
                 ctrl,
                 task,
@@ -209,7 +231,8 @@ impl Reporter {
     /// all of them, and returns how many acks it confirmed.
     ///
     /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
-    pub async fn finish(self, summary: RunSummary) -> Result<u64, Error> {
+    pub async fn finish(mut self, summary: RunSummary) -> Result<u64, Error> {
+        self.canary.stop();
         let (tx, rx) = oneshot::channel();
         let _ = self.ctrl.send(Ctrl::Finish(summary, tx));
         self.wait(rx).await
@@ -219,7 +242,8 @@ impl Reporter {
     /// queued ack (all were handed over before the error); returns the confirmed count.
     ///
     /// Errors: the listener stayed unreachable for [`FINISH_DEADLINE`].
-    pub async fn device_error(self, end: DeviceError) -> Result<u64, Error> {
+    pub async fn device_error(mut self, end: DeviceError) -> Result<u64, Error> {
+        self.canary.stop();
         let (tx, rx) = oneshot::channel();
         let _ = self.ctrl.send(Ctrl::DeviceError(end, tx));
         self.wait(rx).await

@@ -74,6 +74,11 @@ impl Outbox {
         self.gather.add(m);
     }
 
+    /// The number the next batch sealed gets.
+    pub(super) fn next_batch(&self) -> u64 {
+        self.next_batch
+    }
+
     /// Acks added since the last [`Outbox::seal`].
     pub(super) fn gathered(&self) -> usize {
         self.gather.n
@@ -86,7 +91,10 @@ impl Outbox {
     /// `flushes`, the leaf disks' flush counters sampled now (after every gathered
     /// ack was acknowledged), goes with the last batch sealed; with nothing gathered
     /// it is dropped.
-    pub(super) fn seal(&mut self, flushes: Option<FlushSample>) -> bool {
+    ///
+    /// `stamp` is `(ms, canary)`: the run's clock now and the newest canary record
+    /// written, which every batch sealed carries.
+    pub(super) fn seal(&mut self, flushes: Option<FlushSample>, stamp: (u32, u64)) -> bool {
         let began = self.pending.is_empty() && self.gather.n > 0;
         let first = self.next_batch;
         for acks in self.gather.take() {
@@ -95,6 +103,8 @@ impl Outbox {
                 promised: self.promised,
                 acks,
                 flushes: None,
+                sealed_ms: stamp.0,
+                canary: stamp.1,
             });
             self.next_batch += 1;
         }
@@ -104,6 +114,20 @@ impl Outbox {
             }
         }
         began
+    }
+
+    /// Seals a batch with no acks (`empty`, the workload's kind) stamped `(ms,
+    /// canary)`: the heartbeat that tells the listener the agent still runs.
+    pub(super) fn heartbeat(&mut self, empty: Acks, stamp: (u32, u64)) {
+        self.pending.push_back(AckBatch {
+            batch: self.next_batch,
+            promised: self.promised,
+            acks: empty,
+            flushes: None,
+            sealed_ms: stamp.0,
+            canary: stamp.1,
+        });
+        self.next_batch += 1;
     }
 
     /// The first pending batch not yet sent on the current connection.

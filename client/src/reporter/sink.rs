@@ -78,7 +78,7 @@ impl Shared {
     }
 
     /// Milliseconds from the run's start to `t` (0 for an instant before it).
-    fn ms_at(&self, t: Instant) -> u64 {
+    pub(super) fn ms_at(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.start).as_millis() as u64
     }
 

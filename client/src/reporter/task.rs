@@ -27,7 +27,7 @@ use super::{BATCH_MAX, FINISH_DEADLINE, LINGER};
 use crate::net::{self, NetError, Polled};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{AckBatch, Acks, DeviceError, RunSummary};
+use plugpull::ledger::{AckBatch, Acks, DeviceError, RunSummary, HEARTBEAT_MS};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::sync::atomic::Ordering;
@@ -80,6 +80,12 @@ pub(super) struct Task {
     pub(super) near_bound: bool,
     /// When a sealed batch carries the leaf disks' flush counters.
     pub(super) flush_clock: crate::storage::FlushClock,
+    /// The newest canary record written (`crate::canary`), stamped on every batch.
+    pub(super) canary: Arc<std::sync::atomic::AtomicU64>,
+    /// The workload's kind of acks with none in it: a heartbeat batch's.
+    pub(super) empty: Acks,
+    /// When the last batch was sealed: a heartbeat follows [`HEARTBEAT_MS`] later.
+    pub(super) last_batch: tokio::time::Instant,
 }
 
 /// What one step on a live connection came to.
@@ -89,6 +95,11 @@ pub(super) enum Step {
     Lost(Error),
     /// A witness fault: the run ends, no reconnect.
     Fault(Error),
+}
+
+/// [`HEARTBEAT_MS`] as a duration.
+fn heartbeat() -> Duration {
+    Duration::from_millis(u64::from(HEARTBEAT_MS))
 }
 
 /// Bytes queued on the connection beyond what its socket took, past which no
@@ -255,10 +266,11 @@ impl Task {
         } else if self.poll_at.is_none() {
             self.poll_at = Some(tokio::time::Instant::now() + LINGER);
         }
-        let tick = match (self.linger_until, self.poll_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let beat = self.beating().then(|| self.last_batch + heartbeat());
+        let tick = [self.linger_until, self.poll_at, beat]
+            .into_iter()
+            .flatten()
+            .min();
         tokio::select! {
             // While a batch lingers the lanes are not waited on: acks still go onto
             // them the moment they are made, but the task does not say it sleeps, so
@@ -291,9 +303,25 @@ impl Task {
             self.linger_until = more.then(|| now + LINGER);
             self.seal();
         }
+        if self.beating() && now >= self.last_batch + heartbeat() {
+            let stamp = self.stamp();
+            self.outbox.heartbeat(self.empty.clone(), stamp);
+            self.last_batch = now;
+        }
         self.poll_at = None;
         send_unsent(&mut self.outbox, self.run, c)?;
         self.answers(c)
+    }
+
+    /// Whether heartbeats go out: while the run goes on and no linger gathers acks.
+    fn beating(&self) -> bool {
+        self.ending.is_none() && !self.abandoned && self.linger_until.is_none()
+    }
+
+    /// `(ms, canary)` now: the run's clock and the newest canary record written.
+    fn stamp(&self) -> (u32, u64) {
+        let ms = self.shared.ms_at(Instant::now()).min(u64::from(u32::MAX)) as u32;
+        (ms, self.canary.load(Ordering::Acquire))
     }
 
     /// Handles every answer that arrived.
@@ -411,7 +439,13 @@ impl Task {
         } else {
             None
         };
-        if self.outbox.seal(flushes) {
+        let stamp = self.stamp();
+        let before = self.outbox.next_batch();
+        let began = self.outbox.seal(flushes, stamp);
+        if self.outbox.next_batch() > before {
+            self.last_batch = tokio::time::Instant::now();
+        }
+        if began {
             // Acks begin to wait now: a stall is measured from here.
             self.shared.progress();
         }

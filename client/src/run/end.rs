@@ -59,6 +59,7 @@ pub async fn end_run(
                     acknowledged: local_acks,
                     duration_ms: elapsed.as_millis() as u64,
                     flushes: None,
+                    lost_ms: None,
                 })
                 .await?
         }

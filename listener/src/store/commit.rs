@@ -176,6 +176,8 @@ mod tests {
                 ms: 7,
             }]),
             flushes: None,
+            canary: Default::default(),
+            sealed_ms: 0,
         }
     }
 
@@ -186,6 +188,7 @@ mod tests {
             acknowledged: 7,
             duration_ms: 1000,
             flushes: None,
+            lost_ms: None,
         };
         let group = [
             Append::Batch(batch(4)),
@@ -210,8 +213,8 @@ mod tests {
         ledger::encode_entry(&Entry::Acks(batch(7)), &mut want);
         ledger::encode_entry(&Entry::Finished(summary), &mut want);
         assert_eq!(out, want);
-        // 1 + two acks entries of 8 + 9 bytes + a Finished entry of 8 + 6 bytes.
-        assert_eq!(out.len(), 49);
+        // 1 + two acks entries of 8 + 11 bytes + a Finished entry of 8 + 7 bytes.
+        assert_eq!(out.len(), 54);
     }
 
     #[test]

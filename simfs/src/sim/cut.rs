@@ -55,6 +55,7 @@ impl Sim {
             };
             out.push(TruthEntry {
                 write_id: id,
+                file_write_id: w.file_write_id,
                 ino: w.ino,
                 offset: w.offset,
                 len,

@@ -95,6 +95,7 @@ impl Sim {
             store.write_at(w.ino, target, &w.data)?;
             self.misdirected.push(TruthEntry {
                 write_id: id,
+                file_write_id: w.file_write_id,
                 ino: w.ino,
                 offset: w.offset,
                 len,

@@ -58,6 +58,8 @@ pub use store::Store;
 pub struct TruthEntry {
     /// Order of arrival, from 1.
     pub write_id: u64,
+    /// Order of arrival among the writes to its inode since mount, from 1.
+    pub file_write_id: u64,
     /// Inode the write was made to.
     pub ino: u64,
     /// Byte offset the application wrote at.
@@ -80,6 +82,7 @@ impl TruthEntry {
     pub fn named(&self, file: String) -> TruthWrite {
         TruthWrite {
             write_id: self.write_id,
+            file_write_id: self.file_write_id,
             file,
             offset: self.offset,
             len: self.len,
@@ -95,6 +98,7 @@ impl TruthEntry {
 #[derive(Clone, Debug)]
 struct Cached {
     ino: u64,
+    file_write_id: u64,
     offset: u64,
     data: Vec<u8>,
     fsynced: bool,
@@ -127,6 +131,8 @@ pub struct Sim {
     bytes: u64,
     /// Next write_id to hand out.
     next_id: u64,
+    /// Writes to each inode so far (its last `file_write_id`).
+    per_ino: HashMap<u64, u64>,
     /// Misdirected writes so far, in order.
     misdirected: Vec<TruthEntry>,
 }
@@ -150,6 +156,7 @@ impl Sim {
             by_due: BTreeSet::new(),
             bytes: 0,
             next_id: 1,
+            per_ino: HashMap::new(),
             misdirected: Vec::new(),
         }
     }
@@ -197,6 +204,9 @@ impl Sim {
     pub fn write(&mut self, ino: u64, offset: u64, data: &[u8], now_ms: u64) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        let nth = self.per_ino.entry(ino).or_insert(0);
+        *nth += 1;
+        let file_write_id = *nth;
         if data.is_empty() {
             return id;
         }
@@ -214,6 +224,7 @@ impl Sim {
             id,
             Cached {
                 ino,
+                file_write_id,
                 offset,
                 data: data.to_vec(),
                 fsynced: false,

@@ -314,6 +314,7 @@ fn misdirect_lands_elsewhere_and_keeps_old_contents() {
         out[0],
         TruthEntry {
             write_id: 1,
+            file_write_id: 1,
             ino: 1,
             offset: 4096,
             len: 4096,

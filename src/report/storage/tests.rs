@@ -17,6 +17,8 @@ fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> AckBatch {
                 .collect(),
         ),
         flushes: sample.map(|counts| FlushSample { counts }),
+        canary: Default::default(),
+        sealed_ms: 0,
     }
 }
 

@@ -22,6 +22,8 @@ fn batch(n: u64, promised: bool, ranges: &[(u32, u64, u64)]) -> AckBatch {
                 .collect(),
         ),
         flushes: None,
+        canary: Default::default(),
+        sealed_ms: 0,
     }
 }
 

@@ -77,6 +77,7 @@ fn cut_with_writer_alive(unit: u64, seed: u64, acks: u64) -> (Truth, i32, Value,
     assert!(code == 0 || code == 1, "verify exit {code}: {verr}");
     let o = plugpull(&[
         "verify",
+        "--read-back",
         "--listener",
         l.addr(),
         "--run",

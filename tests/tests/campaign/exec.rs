@@ -7,7 +7,9 @@ use plugpull_tests::wait_for;
 use std::time::Duration;
 
 /// The script machine: `on` starts the agent for `host` with a new boot id in its
-/// own process group (pid in `DIR/pgid`), `off` SIGKILLs the group. With
+/// own process group (pid in `DIR/pgid`), `off` SIGKILLs the group and zeroes the
+/// volatile canaries in the witness's directory (where its file targets live): the
+/// memory a real power cut would take, taken by hand. With
 /// `cuts_nothing`, `off` does nothing; with `stays_off`, `on` does nothing once the
 /// machine was off.
 fn machine(w: &Witness, host: &str, cuts_nothing: bool, stays_off: bool) -> String {
@@ -19,7 +21,7 @@ fn machine(w: &Witness, host: &str, cuts_nothing: bool, stays_off: bool) -> Stri
     } else {
         // Only the agent's own group: a process id may be reused once it is gone.
         // (`kill` here is dash's builtin, which takes `-PGID`; never /usr/bin/kill.)
-        "P=$(cat $D/pgid 2>/dev/null); [ -n \"$P\" ] && grep -q simulated-boot-id /proc/$P/cmdline 2>/dev/null && kill -KILL -$P; rm -f $D/pgid; echo off > $D/state".into()
+        "P=$(cat $D/pgid 2>/dev/null); [ -n \"$P\" ] && grep -q simulated-boot-id /proc/$P/cmdline 2>/dev/null && kill -KILL -$P; rm -f $D/pgid; for f in $D/../.plugpull-canary-*; do [ -f \"$f\" ] && truncate -s 0 \"$f\" && truncate -s 65536 \"$f\"; done; echo off > $D/state".into()
     };
     let on_guard = if stays_off {
         "[ -f $D/state ] && exit 0;"

@@ -35,7 +35,16 @@ fn three_pgbench_cuts_of_an_honest_machine_pass() {
         cluster.sock.display(),
         cluster.port
     );
-    std::fs::write(&w.config, format!("databases = [{dsn:?}]\n")).unwrap();
+    // The canary lives on the machine's disk with the data directory: each cut takes
+    // its unsynced records as it takes PostgreSQL's.
+    std::fs::write(
+        &w.config,
+        format!(
+            "databases = [{dsn:?}]\ncanary_dir = {:?}\n",
+            mdir.join("mnt").display().to_string()
+        ),
+    )
+    .unwrap();
     let runas = if cluster.owner.is_some() {
         "runuser -u postgres -- "
     } else {

@@ -68,8 +68,8 @@ pub(super) fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: 
 }
 
 /// The blocks of `run` whose last acknowledged write the ground truth of `boot`
-/// says was dropped: `{b : a dropped write to b has write_id <= A(b)}`, with one job
-/// (`write_id == seq`, checked against the ledger for every truth line it covers).
+/// says was dropped: `{b : a dropped write to b has file_write_id <= A(b)}`, with one job
+/// (`file_write_id == seq`, checked against the ledger for every truth line it covers).
 fn lost_by_truth(w: &Witness, m: &Machine, boot: u32, run: &str) -> BTreeSet<u64> {
     let mut acked: BTreeMap<u64, u64> = BTreeMap::new(); // block -> highest acked seq
     let mut block_of: BTreeMap<u64, u64> = BTreeMap::new(); // seq -> block
@@ -90,14 +90,14 @@ fn lost_by_truth(w: &Witness, m: &Machine, boot: u32, run: &str) -> BTreeSet<u64
     let mut lost = BTreeSet::new();
     for t in truth.writes.iter().filter(|t| t.file == "t.dat") {
         let b = t.offset / BS;
-        if let Some(&acked_block) = block_of.get(&t.write_id) {
+        if let Some(&acked_block) = block_of.get(&t.file_write_id) {
             assert_eq!(
                 acked_block, b,
-                "boot {boot}: write_id {} is seq {} of another block",
-                t.write_id, t.write_id
+                "boot {boot}: file_write_id {} is seq {} of another block",
+                t.file_write_id, t.file_write_id
             );
         }
-        if t.fate == Fate::Dropped && acked.get(&b).is_some_and(|&a| t.write_id <= a) {
+        if t.fate == Fate::Dropped && acked.get(&b).is_some_and(|&a| t.file_write_id <= a) {
             lost.insert(b);
         }
     }

@@ -292,6 +292,7 @@ fn the_human_report_ends_with_one_summary_line() {
         .unwrap();
     let o = plugpull(&[
         "verify",
+        "--read-back",
         "--listener",
         d.l.addr(),
         "--target",

@@ -64,9 +64,34 @@ fn a_writer_killed_mid_run_verifies_ok_and_its_in_flight_block_is_classified() {
     // Let it write and have acks confirmed, then kill it without warning.
     w.wait_acknowledged(1);
     sigkill(&mut w.child);
+    // Killing the writer cut no power: the canary it wrote without a durability call
+    // is whole on the medium, and the PASS it would give measures nothing.
+    let (code, v, err) = verify_json(&l, &[]);
+    assert_eq!(code, 2, "{err} {v}");
+    assert_eq!(
+        (&v["ok"], &v["not_measured"]),
+        (&json!(false), &json!(true))
+    );
+    assert_eq!(v["cut"]["cut"], json!("last_heard"));
+    assert_eq!(v["cut"]["canary"]["state"], json!("survived"));
+    assert_eq!(
+        v["cut"]["canary"]["on_medium"],
+        v["cut"]["canary"]["issued"]
+    );
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("NOT MEASURED: the canary survived the cut"),
+        "{v}"
+    );
+    // The page cache lost by hand, as a power cut would: now the cut is measured.
+    assert_eq!(plugpull_tests::lose_canary(dir.path()), 2);
     let (code, v, err) = verify_json(&l, &[]);
     assert_eq!(code, 0, "{err} {v}");
     assert_eq!(v["ok"], json!(true));
+    assert_eq!(v["cut"]["canary"]["state"], json!("lost"));
+    assert_eq!(v["cut"]["canary"]["on_medium"], json!(0));
     assert!(v["acknowledged"].as_u64().unwrap() > 0);
     let data = std::fs::read(&target).unwrap();
     let written = data

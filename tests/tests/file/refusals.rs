@@ -47,7 +47,7 @@ fn bad_input_is_refused_with_a_clear_message() {
         .local_addr()
         .unwrap()
         .to_string();
-    let o = plugpull(&["verify", "--listener", &free]);
+    let o = plugpull(&["verify", "--read-back", "--listener", &free]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains(&format!("cannot reach listener at {free}")),

@@ -106,7 +106,7 @@ fn a_run_on_ext4_mounted_without_barriers_carries_the_warning_into_write_and_ver
         "{out}"
     );
     assert!(out.contains(&format!("\n{nobarrier}\n")), "{out}");
-    let v = plugpull(&["verify", "--listener", l.addr()]);
+    let v = plugpull(&["verify", "--read-back", "--listener", l.addr()]);
     assert_eq!(v.status.code(), Some(0), "{}", stderr(&v));
     let text = stdout(&v);
     assert!(

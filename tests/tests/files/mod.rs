@@ -126,7 +126,14 @@ fn a_clean_run_on_a_real_directory_verifies_every_name_intact() {
     assert_eq!(acks.len(), 400);
     assert!(acks.iter().all(|a| a.promised && a.size % 512 == 0));
     // The text report has the table and the summary.
-    let o = plugpull(&["verify", "--listener", f.l.addr(), "--run", &f.run]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        f.l.addr(),
+        "--run",
+        &f.run,
+    ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0));
     assert!(out.contains("number of steps acknowledged: 400"), "{out}");

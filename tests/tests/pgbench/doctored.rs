@@ -41,7 +41,7 @@ impl Doctor<'_> {
 /// kind of finding, in this order), then a run cut short.
 #[test]
 fn doctored_databases_give_exact_counts() {
-    let Some((_dir, pg, l)) = setup("doctored_databases_give_exact_counts") else {
+    let Some((dir, pg, l)) = setup("doctored_databases_give_exact_counts") else {
         return;
     };
     let run = a_finished_run_verifies_clean(&pg, &l);
@@ -55,7 +55,7 @@ fn doctored_databases_give_exact_counts() {
     an_undone_commit_is_lost(&d);
     a_deleted_history_row_is_lost_and_breaks_the_invariant(&d);
     duplicates_phantoms_and_malformed_tags_are_named(&d);
-    a_gap_above_a_cut_runs_survivors_is_an_ordering_violation(&pg, &l);
+    a_gap_above_a_cut_runs_survivors_is_an_ordering_violation(&pg, &l, dir.path());
 }
 
 /// Writes 2 clients × 150 transactions to `bench`, checks the writer's pgbench-style
@@ -221,13 +221,24 @@ fn duplicates_phantoms_and_malformed_tags_are_named(d: &Doctor) {
     assert_eq!(v["findings"][0]["kind"], json!("malformed_tag"));
 }
 
-fn a_gap_above_a_cut_runs_survivors_is_an_ordering_violation(pg: &PgCluster, l: &Listener) {
+fn a_gap_above_a_cut_runs_survivors_is_an_ordering_violation(
+    pg: &PgCluster,
+    l: &Listener,
+    canary: &std::path::Path,
+) {
     // A run cut short (the agent killed): survivors beyond the ledger are fine, but a
     // gap above them with a later survivor is an ordering violation.
     let mut child = spawn_write(
         l,
         &pg.conninfo_db("bench"),
-        &["--clients", "2", "--duration", "60s"],
+        &[
+            "--clients",
+            "2",
+            "--duration",
+            "60s",
+            "--canary-dir",
+            canary.to_str().unwrap(),
+        ],
     );
     let before: u64 = pg
         .psql_in("bench", "SELECT count(*) FROM pgbench_history")
@@ -256,6 +267,8 @@ fn a_gap_above_a_cut_runs_survivors_is_an_ordering_violation(pg: &PgCluster, l: 
         .strip_prefix("run id: ")
         .unwrap()
         .to_string();
+    // The agent was killed, no power cut: the host's memory lost by hand.
+    assert_eq!(plugpull_tests::lose_canary(canary), 2);
     let (code, v, err) = verify(l, &run2, &pg.conninfo_db("bench"), &["--no-amcheck"]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v), expect(&[]), "{v:#}");

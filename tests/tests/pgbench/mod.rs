@@ -110,14 +110,17 @@ fn setup(test: &str) -> Option<(tempfile::TempDir, PgCluster, Listener)> {
 
 #[test]
 fn a_crash_mid_run_loses_no_acknowledged_commit() {
-    let Some((_dir, mut pg, l)) = setup("a_crash_mid_run_loses_no_acknowledged_commit") else {
+    let Some((dir, mut pg, l)) = setup("a_crash_mid_run_loses_no_acknowledged_commit") else {
         return;
     };
     let dsn = pg.conninfo_db("bench");
+    let canary = dir.path().to_str().unwrap();
     let mut child = spawn_write(
         &l,
         &dsn,
         &[
+            "--canary-dir",
+            canary,
             "--init",
             "--clients",
             "4",
@@ -181,6 +184,15 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
     assert!(err.contains("is PostgreSQL running?"), "{err}");
 
     pg.start(); // crash recovery
+
+    // A crash of PostgreSQL alone cut no power: the canary is whole, the cut (the
+    // server's loss) not measured.
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert_eq!(v["cut"]["cut"], json!("server_lost"));
+    assert_eq!(v["cut"]["canary"]["state"], json!("survived"));
+    // The host's memory lost by hand, as a power cut would: the cut is measured.
+    assert_eq!(plugpull_tests::lose_canary(dir.path()), 2);
     let (code, v, err) = verify(&l, &run, &dsn, &[]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v), expect(&[]), "{v:#}");
@@ -189,6 +201,24 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
     assert_eq!(v["finished"], json!(true));
     assert_eq!(v["acknowledged_commits"], json!(acked));
     assert!(v["amcheck"]["ran"].as_bool().unwrap(), "{v:#}");
+    run_recorded_its_settings_and_stack(&v, &pg);
+    let present = v["present_commits"].as_u64().unwrap();
+    let rows: u64 = pg
+        .psql_in("bench", "SELECT count(*) FROM pgbench_history")
+        .parse()
+        .unwrap();
+    assert_eq!(present, rows, "every history row is a tag of this run");
+    assert!(
+        present >= acked && present - acked <= in_flight,
+        "present {present}, acknowledged {acked}, in flight {in_flight}"
+    );
+    assert_eq!(v["unacknowledged_present"], json!(present - acked));
+    assert!(v["summary"].as_str().unwrap().starts_with("PASS"), "{v:#}");
+}
+
+/// The report of a pgbench run says which server settings it ran under and what
+/// stack its data directory was on (probed at the run's start, through its session).
+fn run_recorded_its_settings_and_stack(v: &Value, pg: &PgCluster) {
     let rs = &v["run_settings"];
     assert_eq!(rs["fsync"], json!("on"));
     assert_eq!(rs["synchronous_commit"], json!("on"));
@@ -213,18 +243,6 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
         assert_eq!(server["settings"][k], rs[k], "{k}: {server:#}");
     }
     assert_eq!(server["backend_eatmydata"], json!(false), "{server:#}");
-    let present = v["present_commits"].as_u64().unwrap();
-    let rows: u64 = pg
-        .psql_in("bench", "SELECT count(*) FROM pgbench_history")
-        .parse()
-        .unwrap();
-    assert_eq!(present, rows, "every history row is a tag of this run");
-    assert!(
-        present >= acked && present - acked <= in_flight,
-        "present {present}, acknowledged {acked}, in flight {in_flight}"
-    );
-    assert_eq!(v["unacknowledged_present"], json!(present - acked));
-    assert!(v["summary"].as_str().unwrap().starts_with("PASS"), "{v:#}");
 }
 
 /// Waits for a child to exit (SIGKILL after `limit`) and collects its output; a

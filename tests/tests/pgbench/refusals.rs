@@ -99,7 +99,7 @@ fn unsafe_configuration_is_refused_then_measured_as_unpromised() {
         &dsn,
         "--no-amcheck",
     ];
-    let o = plugpull(&[&["verify"], &judged[..]].concat());
+    let o = plugpull(&[&["verify", "--read-back"], &judged[..]].concat());
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stdout(&o).contains("NOT MEASURED: all 200"),
@@ -233,6 +233,7 @@ fn full_page_writes_off_is_refused_then_labelled_as_an_atomic_write_test() {
     assert_eq!(v["run_settings"]["full_page_writes"], json!("off"));
     let o = plugpull(&[
         "verify",
+        "--read-back",
         "--listener",
         l.addr(),
         "--run",
@@ -442,5 +443,46 @@ fn clients_never_land_on_another_server_than_the_one_checked() {
         b.psql_in("bench", "SELECT count(*) FROM pgbench_history"),
         "1",
         "nothing may be written on the second server"
+    );
+}
+
+/// Issue 41, item 6: the user ran pgbench (or anything that rewrites the tables)
+/// after a run. A `TRUNCATE pgbench_history` gives the table a new file: verify
+/// exits 2 naming the table and both files, never a FAIL blaming the storage for
+/// commits the user removed. The writer's last line warns of it.
+#[test]
+fn a_table_truncated_after_the_run_is_could_not_verify_naming_it() {
+    let Some((_dir, pg, l)) =
+        setup("a_table_truncated_after_the_run_is_could_not_verify_naming_it")
+    else {
+        return;
+    };
+    let dsn = pg.conninfo_db("bench");
+    let o = write(&l, &dsn, &["--init", "--transactions", "20"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let run = run_id(&o);
+    assert_eq!(
+        stdout(&o).trim_end().lines().last(),
+        Some("verify this run before anything else writes to the pgbench tables: a TRUNCATE, pgbench -i or VACUUM FULL makes it unverifiable")
+    );
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}\n{v:#}");
+    let before: String = pg.psql_in(
+        "bench",
+        "SELECT pg_relation_filenode('pgbench_history')::text",
+    );
+    pg.psql_in("bench", "TRUNCATE pgbench_history");
+    let after: String = pg.psql_in(
+        "bench",
+        "SELECT pg_relation_filenode('pgbench_history')::text",
+    );
+    let oid: String = pg.psql_in("bench", "SELECT 'pgbench_history'::regclass::oid::text");
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 2, "{err}\n{v:#}");
+    assert_eq!(
+        err.trim(),
+        format!(
+            "plugpull: cannot verify run {run}: its tables were rewritten or emptied since the run (TRUNCATE, pgbench -i, VACUUM FULL, or dropped and created again): pgbench_history (file {after} of OID {oid}; the run's was file {before} of OID {oid}); their rows are no longer the run's — verify a run before anything else writes its tables"
+        )
     );
 }

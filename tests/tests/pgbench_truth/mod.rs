@@ -239,7 +239,15 @@ fn a_server_still_in_recovery_is_waited_for_then_checked() {
 
     // Recovery ends while verify waits: it goes on and checks.
     let child = std::process::Command::new(bin("plugpull"))
-        .args(["verify", "--listener", l.addr(), "--json", "--run", &run1])
+        .args([
+            "verify",
+            "--read-back",
+            "--listener",
+            l.addr(),
+            "--json",
+            "--run",
+            &run1,
+        ])
         .args(["--dsn", &dsn, "--pg-wait", "120s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

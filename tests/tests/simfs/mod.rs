@@ -41,11 +41,13 @@
 //!   lost ⇔ `A(b) > s(b)`; and then the ground truth must list, for block `b`,
 //!   at least `a_b` dropped writes (the ledger's acks of `b` above `s(b)`), and the
 //!   first `a_b` of them (by `write_id`) must be `fsynced: true`. Both are asserted.
-//! * With one job, write ids and seqs coincide (`write_id == seq`: the writer is the
-//!   only process writing on a fresh mount and it preallocates with `fallocate`,
-//!   which is no write), which the test checks against the ledger for every truth
-//!   line it covers. Then the lost set follows from the truth and the ledger alone,
-//!   without the backing file: `{b : some dropped write to b has write_id ≤ A(b)}`.
+//! * With one job, the target's own write numbers and seqs coincide
+//!   (`file_write_id == seq`: the writer is the only process writing the target on a
+//!   fresh mount — its volatile canary writes other files — and it preallocates with
+//!   `fallocate`, which is no write), which the test checks against the ledger for
+//!   every truth line it covers. Then the lost set follows from the truth and the
+//!   ledger alone, without the backing file:
+//!   `{b : some dropped write to b has file_write_id ≤ A(b)}`.
 //! * The verdict of every block (not only the mode's headline verdict) is computed
 //!   from the backing file and the ledger by a small model of the rules in
 //!   `src/verdict/file.rs`, written independently here, and the verifier's counts and

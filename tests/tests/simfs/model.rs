@@ -217,7 +217,7 @@ impl Checked {
             "lost blocks per ledger+disk+truth vs the verifier"
         );
         if self.jobs == 1 {
-            // write_id == seq: check it on every truth line the ledger covers, then
+            // file_write_id == seq: check it on every truth line the ledger covers, then
             // predict the lost set from the truth and the ledger alone.
             let by_seq: BTreeMap<u64, u64> = self.acks.iter().map(|a| (a.seq, a.block)).collect();
             let top = by_seq.keys().next_back().copied().unwrap_or(0);
@@ -227,20 +227,20 @@ impl Checked {
                 "one job: the ledger holds seqs 1..={top} without a gap"
             );
             for w in self.truth_writes() {
-                if w.write_id <= top {
+                if w.file_write_id <= top {
                     assert_eq!(
-                        by_seq[&w.write_id],
+                        by_seq[&w.file_write_id],
                         w.block(BS),
-                        "write_id {} is seq {} but went to another block: {w:?}",
-                        w.write_id,
-                        w.write_id
+                        "file_write_id {} is seq {} but went to another block: {w:?}",
+                        w.file_write_id,
+                        w.file_write_id
                     );
                 }
             }
             let from_truth: BTreeSet<u64> = self
                 .truth_writes()
                 .filter(|w| {
-                    w.fate == Fate::Dropped && w.write_id <= self.acked[w.block(BS) as usize]
+                    w.fate == Fate::Dropped && w.file_write_id <= self.acked[w.block(BS) as usize]
                 })
                 .map(|w| w.block(BS))
                 .collect();

@@ -279,7 +279,7 @@ fn misdirected_writes_match_the_ground_truth() {
         }
         // A destination still holds misdirected data when its sectors name one of
         // the source blocks the truth sent there (with one job, also the very write:
-        // seq == write_id).
+        // seq == file_write_id).
         let mut holding = BTreeSet::new();
         for (&d, ws) in &by_dest {
             let secs = &c.disk[d as usize];
@@ -302,7 +302,7 @@ fn misdirected_writes_match_the_ground_truth() {
                 "block {d} holds sectors of several foreign writes: {named:?}"
             );
             let (src, seq) = *named.iter().next().unwrap();
-            assert!(ws.iter().any(|w| w.block(BS) == src && (c.jobs > 1 || w.write_id == seq)), "block {d} holds seq {seq} of block {src}, which the truth never sent there: {ws:?}");
+            assert!(ws.iter().any(|w| w.block(BS) == src && (c.jobs > 1 || w.file_write_id == seq)), "block {d} holds seq {seq} of block {src}, which the truth never sent there: {ws:?}");
             holding.insert(d);
         }
         let all_foreign: BTreeSet<u64> = (0..c.disk.len() as u64)

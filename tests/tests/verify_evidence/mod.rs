@@ -178,7 +178,14 @@ fn every_finding_names_its_evidence() {
     );
     assert_eq!(by_block(50)["verdict"], json!("corrupt"));
     // The human report names the same evidence.
-    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+    ]);
     let out = stdout(&o);
     assert!(out.contains("block 20: corrupt, expected seq 21, acknowledged"));
     assert!(out.contains("found sectors 0–2: seq 21; 3: this run's record of seq 21 with a bad CRC (3 bits differ from the regenerated record); 4–7: seq 21"), "{out}");
@@ -247,7 +254,14 @@ fn a_misdirected_write_is_reported_once_and_a_shorn_block_names_its_sectors() {
             {"first": 4, "last": 7, "content": {"kind": "seq", "seq": 11}}
         ])
     );
-    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+    ]);
     let out = stdout(&o);
     assert!(
         out.contains("found seq 6; its acknowledged write was found at block 40"),

@@ -44,6 +44,7 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
             listener_order: 0,
             listener_created_unix_ms: 0,
             storage: Default::default(),
+            canary: Default::default(),
         }),
     });
     let Some(Response::RunStarted { run: early, .. }) = c.recv() else {
@@ -76,7 +77,8 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
     let mut w = spawn(&target);
     w.wait_acknowledged(1);
     sigkill(&mut w.child);
-    let o = plugpull(&["verify", "--listener", l.addr(), "--json"]);
+    plugpull_tests::lose_canary(dir.path());
+    let o = plugpull(&["verify", "--read-back", "--listener", l.addr(), "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["run_id"], json!(w.run));
@@ -105,6 +107,7 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
             && err.trim_end().ends_with("give --run"),
         "{err}"
     );
+    plugpull_tests::lose_canary(dir.path());
     let (code, _, err) = verify_json(&l, &["--run", &y.run]);
     assert_eq!(code, 0, "{err}");
 }

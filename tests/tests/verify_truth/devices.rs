@@ -28,7 +28,15 @@ fn the_device_is_found_by_identity_and_another_device_is_refused() {
     let b = Loop::attach(&other_img, &[]);
     let a2 = Loop::attach(&img, &[]);
     assert_ne!(a2.dev, a_dev);
-    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run, "--json"]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["target"], json!(a2.dev));

@@ -60,7 +60,14 @@ fn verify_reads_the_medium_not_the_page_cache() {
     assert_eq!(v["boot"], json!("same_boot"));
     assert_eq!(target_finding_kinds(&v), vec!["no_record_of_run"]);
     // The human report says how it read and that the host did not reboot.
-    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run,
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     assert!(out.contains("read: from the medium with O_DIRECT, cached pages dropped first"));
@@ -82,6 +89,8 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
     let l = Listener::start(dir.path());
     let target = dir.path().join("t.dat");
     std::fs::write(&target, vec![0u8; 4 * BS as usize]).unwrap();
+    let canary = dir.path().join(".plugpull-canary-1-0");
+    std::fs::write(&canary, vec![0u8; 128 * 512]).unwrap();
     let mut c = RawConn::connect(l.addr());
     assert_eq!(
         c.handshake(&plugpull::auth::Secret::default()),
@@ -108,6 +117,14 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
             listener_order: 0,
             listener_created_unix_ms: 0,
             storage: Default::default(),
+            // A canary whose 3 records the cut took: none reached the medium.
+            canary: plugpull::ledger::CanaryManifest {
+                files: vec![canary.display().to_string()],
+                nonce: 1,
+                slots: 128,
+                turn_ms: 10_000,
+                none_because: String::new(),
+            },
         }),
     });
     let Some(Response::RunStarted { run, .. }) = c.recv() else {
@@ -137,15 +154,32 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
             promised: true,
             acks: Acks::File(acks),
             flushes: None,
+            canary: 3,
+            sealed_ms: 3,
         },
     });
     assert!(matches!(c.recv(), Some(Response::Confirmed { .. })));
     drop(c);
     let (code, v, err) = verify_json(&l, &["--run", &run.to_string()]);
     assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(
+        (
+            &v["cut"]["cut_ms"],
+            &v["cut"]["acks_last_1s"],
+            &v["cut"]["canary"]["state"]
+        ),
+        (&json!(3), &json!(4), &json!("lost"))
+    );
     assert_eq!(v["verdicts"], verdicts(&[("intact", 4)]));
     assert_eq!(v["boot"], json!("rebooted"));
-    let o = plugpull(&["verify", "--listener", l.addr(), "--run", &run.to_string()]);
+    let o = plugpull(&[
+        "verify",
+        "--read-back",
+        "--listener",
+        l.addr(),
+        "--run",
+        &run.to_string(),
+    ]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("\nhost: rebooted since the run\n"));
 }
@@ -246,6 +280,7 @@ fn a_target_still_being_written_is_refused() {
     );
     assert!(err.trim().starts_with(&refused), "{err}");
     sigkill(&mut w.child);
+    plugpull_tests::lose_canary(dir.path());
     let (code, v, err) = verify_json(&l, &["--run", &w.run]);
     assert_eq!(code, 0, "{err} {v}");
 }

@@ -94,6 +94,7 @@ fn a_drive_cut_under_a_running_writer_is_judged_and_an_honest_drive_passes() {
     );
     let o = plugpull(&[
         "verify",
+        "--read-back",
         "--listener",
         l.addr(),
         "--run",
@@ -109,7 +110,7 @@ fn a_drive_cut_under_a_running_writer_is_judged_and_an_honest_drive_passes() {
 /// Item 3, lying device (fsync returns at once, the cut drops everything cached):
 /// cut while one job runs. With one job write ids are seqs, so the blocks whose
 /// acknowledged write was lost follow from the ground truth and the ledger alone:
-/// `{b : a write to b the cut dropped has write_id ≤ A(b)}` (FIFO destage: once a
+/// `{b : a write to b the cut dropped has file_write_id ≤ A(b)}` (FIFO destage: once a
 /// write of b is dropped, every later one is). verify must name exactly those, as
 /// `lost_write` with the ledger's seq, and nothing else: exit 1.
 #[test]
@@ -138,7 +139,7 @@ fn a_drive_cut_under_a_running_writer_on_a_lying_drive_loses_exactly_the_truths_
         }
         let lost: BTreeMap<u64, u64> = truth
             .of_file("t.dat")
-            .filter(|t| t.fate == Fate::Dropped && t.write_id <= a[t.block(BS) as usize])
+            .filter(|t| t.fate == Fate::Dropped && t.file_write_id <= a[t.block(BS) as usize])
             .map(|t| (t.block(BS), a[t.block(BS) as usize]))
             .collect();
         let backing = sim.backing().join("t.dat");
@@ -288,6 +289,8 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         promised: true,
         acks: Acks::File(acks),
         flushes: None,
+        canary: Default::default(),
+        sealed_ms: 0,
     };
     let end = DeviceError {
         error: "fdatasync after block 3: Input/output error (os error 5)".into(),

@@ -118,6 +118,9 @@ fn an_ack_reaches_the_ledger_the_moment_its_durability_call_returns() {
             "120s",
             "-P",
             "0.05",
+            // The canary off the mount: simfs's write count is then the target's alone.
+            "--canary-dir",
+            dir.path().to_str().unwrap(),
         ]);
         w.wait_acknowledged(2);
         let writes = || sim.stats()["writes_total"].as_u64().unwrap();

@@ -31,6 +31,8 @@ pub(super) struct ClientResult {
     pub(super) failed: u64,
     /// How the client stopped.
     pub(super) end: ClientEnd,
+    /// When it stopped (`None` while it runs).
+    pub(super) ended_at: Option<std::time::Instant>,
 }
 
 /// How a client stopped.
@@ -106,6 +108,7 @@ pub(super) fn run_job(
                 committed: 0,
                 failed: 0,
                 end: ClientEnd::Done,
+                ended_at: None,
             },
         })
         .collect();
@@ -270,6 +273,7 @@ fn handle(cl: &mut Client, step: Step, shared: &Shared, go: &Go) {
 /// Stops client `cl` as `end` and ends its session.
 fn stop(cl: &mut Client, end: ClientEnd) {
     cl.r.end = end;
+    cl.r.ended_at = Some(std::time::Instant::now());
     cl.state = State::Stopped;
     cl.s.close();
 }

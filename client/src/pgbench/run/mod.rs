@@ -124,6 +124,8 @@ pub struct RunStats {
     pub elapsed: Duration,
     /// Whether the run was interrupted (SIGINT).
     pub interrupted: bool,
+    /// When the first client lost its connection (the server went away), if any.
+    pub first_lost: Option<Instant>,
 }
 
 /// State shared by every client of the run.
@@ -302,6 +304,7 @@ impl RunStats {
             conn_time,
             elapsed,
             interrupted,
+            first_lost: None,
         };
         for r in results {
             out.stats.merge(&r.stats);
@@ -311,6 +314,10 @@ impl RunStats {
             match r.end {
                 ClientEnd::Done => {}
                 ClientEnd::Lost { in_flight } => {
+                    out.first_lost = match (out.first_lost, r.ended_at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     out.lost_clients += 1;
                     out.in_flight += in_flight as u32;
                 }
@@ -363,6 +370,7 @@ mod tests {
             committed,
             failed,
             end,
+            ended_at: None,
         }
     }
 

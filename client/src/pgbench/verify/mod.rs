@@ -28,6 +28,7 @@ use crate::Error;
 use pages::Damage;
 use plugpull::ledger::{AckBatch, Manifest, PgManifest};
 use plugpull::report::{Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings};
+use plugpull::verdict::pgbench::relations::relation_changes;
 use plugpull::verdict::pgbench::{self as rules, ClientAcks, Counts};
 use plugpull::RunId;
 use sql::{q, Findings, Scan, ToList};
@@ -251,6 +252,20 @@ impl Connected<'_> {
         st.out
             .failures
             .extend(st.missing.iter().map(|t| missing_table(t)));
+        let now = schema::relations(client)
+            .await
+            .map_err(q("cannot read the pgbench tables' files"))?;
+        let changes = relation_changes(&self.pg.relations, &now);
+        if !changes.rewritten.is_empty() {
+            return Err(Error::Msg(format!(
+                "cannot verify run {}: its tables were rewritten or emptied since the run (TRUNCATE, pgbench -i, VACUUM FULL, or dropped and created again): {}; their rows are no longer the run's — verify a run before anything else writes its tables",
+                self.run,
+                changes.rewritten.join(", ")
+            )));
+        }
+        st.out
+            .failures
+            .extend(changes.older.iter().map(|t| older_table(t)));
 
         // Commits and the invariant, concurrently on two connections.
         let t_commits = Instant::now();
@@ -485,6 +500,19 @@ fn missing_table(t: &str) -> PgFinding {
         client: None,
         seq: None,
         detail: format!("relation \"{t}\" does not exist (lost, or --dsn names another database)"),
+        page: None,
+    }
+}
+
+/// A table older than the run's: the storage lost the table the run wrote.
+fn older_table(t: &str) -> PgFinding {
+    PgFinding {
+        kind: PgFindingKind::MissingTable,
+        client: None,
+        seq: None,
+        detail: format!(
+            "relation {t} is older than the run's: the storage lost the table the run wrote"
+        ),
         page: None,
     }
 }

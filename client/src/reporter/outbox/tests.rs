@@ -43,7 +43,7 @@ fn with_batches(n: u64) -> Outbox {
             block: seq * 10,
             ms: 0,
         }));
-        o.seal(None);
+        o.seal(None, (0, 0));
     }
     o
 }
@@ -71,7 +71,7 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
             counts: vec![Some(n)],
         })
     };
-    assert!(!o.seal(sample(1)));
+    assert!(!o.seal(sample(1), (0, 0)));
     o.add(Msg::File(FileAck {
         seq: 1,
         block: 7,
@@ -82,13 +82,13 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
         seq: 1,
         ms: 4,
     });
-    o.seal(sample(2));
+    o.seal(sample(2), (0, 0));
     o.add(Msg::File(FileAck {
         seq: 2,
         block: 8,
         ms: 5,
     }));
-    o.seal(None);
+    o.seal(None, (0, 0));
     let flushes: Vec<_> = o
         .pending
         .iter()
@@ -100,7 +100,10 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
 #[test]
 fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
     let mut o = Outbox::new(false);
-    assert!(!o.seal(None), "nothing gathered: nothing begins to wait");
+    assert!(
+        !o.seal(None, (0, 0)),
+        "nothing gathered: nothing begins to wait"
+    );
     o.add(Msg::File(FileAck {
         seq: 1,
         block: 7,
@@ -112,7 +115,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
         ms: 4,
     });
     assert_eq!(o.gathered(), 2);
-    assert!(o.seal(None));
+    assert!(o.seal(None, (0, 0)));
     assert_eq!(o.gathered(), 0);
     o.add(Msg::Pg {
         client: 2,
@@ -120,7 +123,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
         ms: 5,
     });
     assert!(
-        !o.seal(None),
+        !o.seal(None, (0, 0)),
         "batches already wait: no new start of a stall"
     );
     let sent: Vec<AckBatch> = std::iter::from_fn(|| {
@@ -141,6 +144,8 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
                     ms: 3
                 }]),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             },
             AckBatch {
                 batch: 2,
@@ -152,6 +157,8 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
                     ms: 4
                 }]),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             },
             AckBatch {
                 batch: 3,
@@ -163,6 +170,8 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
                     ms: 5
                 }]),
                 flushes: None,
+                canary: Default::default(),
+                sealed_ms: 0,
             },
         ]
     );
@@ -192,7 +201,7 @@ fn a_batch_is_sent_once_per_connection() {
         block: 30,
         ms: 0,
     }));
-    o.seal(None);
+    o.seal(None, (0, 0));
     assert_eq!(send_all(&mut o), vec![3]);
 }
 

@@ -1,0 +1,244 @@
+use super::*;
+use crate::ledger::{AckBatch, DeviceError, FileAck, Manifest, PgAckRange};
+use crate::RunId;
+
+/// The canary found on the medium: records 1..=n.
+fn found(n: u64) -> CanaryRead {
+    CanaryRead::Found {
+        seqs: (1..=n).collect(),
+    }
+}
+
+fn ledger(batches: Vec<AckBatch>) -> RunLedger {
+    RunLedger {
+        run: RunId(7),
+        manifest: Manifest::example_file("sut", "/t", 1 << 20, 4096),
+        batches,
+        finished: false,
+        lost_ms: None,
+        end_flushes: None,
+        device_error: None,
+        acks_after_error: 0,
+        chosen: String::new(),
+    }
+}
+
+/// A batch sealed at `sealed` with file acks at `ms`, canary record `canary`.
+fn batch(n: u64, ms: &[u32], sealed: u32, canary: u64) -> AckBatch {
+    AckBatch {
+        batch: n,
+        promised: true,
+        acks: Acks::File(
+            ms.iter()
+                .enumerate()
+                .map(|(i, &ms)| FileAck {
+                    seq: i as u64 + 1,
+                    block: 0,
+                    ms,
+                })
+                .collect(),
+        ),
+        flushes: None,
+        sealed_ms: sealed,
+        canary,
+    }
+}
+
+#[test]
+fn a_host_cut_with_acks_in_the_last_second_and_a_lost_canary_is_measured() {
+    let l = ledger(vec![
+        batch(1, &[100, 3000, 3950, 4000], 4002, 190),
+        batch(2, &[], 4100, 195),
+    ]);
+    let r = judge_cut(&l, Some(false), found(160));
+    assert_eq!((r.cut, r.cut_ms), (CutKind::LastHeard, Some(4100)));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (0, 2));
+    assert_eq!(r.last_ack_before_cut_ms, Some(100));
+    assert_eq!(r.canary.state, CanaryState::Lost);
+    assert_eq!((r.canary.issued, r.canary.on_medium), (195, Some(160)));
+    assert!(r.measured, "{}", r.not_measured);
+    assert_eq!(r.not_measured, "");
+    assert_eq!(
+        r.lines(),
+        vec![
+            "cut: the witness last heard from the agent at 4.100 s into the run".to_string(),
+            "exposure: 0 acknowledged in the last 100 ms before the cut, 2 in the last 1 s (the last 0.100 s before it)".to_string(),
+            "canary: lost: 16 of the newest 16 records written with no durability call (180..=195) are not on the medium (the newest there is 160): the host's memory lost power".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn a_canary_whole_up_to_the_last_record_reported_is_a_clean_shutdown() {
+    let l = ledger(vec![batch(1, &[3990], 4000, 195)]);
+    for newest in [195, 230] {
+        let r = judge_cut(&l, Some(false), found(newest));
+        assert_eq!(r.canary.state, CanaryState::Survived, "{newest}");
+        assert!(!r.measured);
+        assert_eq!(
+            r.not_measured,
+            "the canary survived the cut (its newest record, 195, is on the medium): the host's memory did not lose power — a clean shutdown, or a sync before the cut"
+        );
+    }
+}
+
+#[test]
+fn no_acknowledgement_in_the_last_second_is_an_idle_cut() {
+    let l = ledger(vec![
+        batch(1, &[2000, 2999], 3000, 10),
+        batch(2, &[], 4000, 60),
+    ]);
+    let r = judge_cut(&l, Some(false), found(5));
+    assert_eq!(
+        (r.acks_last_100ms, r.acks_last_1s, r.last_ack_before_cut_ms),
+        (0, 0, Some(1001))
+    );
+    assert_eq!(r.canary.state, CanaryState::Lost);
+    assert_eq!(
+        r.not_measured,
+        "the workload was idle at the cut: nothing was acknowledged in the last second before it (the last one 1.001 s before it)"
+    );
+    // One ms later the ack is inside the window.
+    let l = ledger(vec![
+        batch(1, &[2000, 3001], 3002, 10),
+        batch(2, &[], 4000, 60),
+    ]);
+    let r = judge_cut(&l, Some(false), found(5));
+    assert_eq!((r.acks_last_1s, r.measured), (1, true));
+}
+
+#[test]
+fn a_device_error_is_the_cut_and_needs_no_canary() {
+    let mut l = ledger(vec![batch(1, &[900, 1000, 1210, 1250], 1260, 0)]);
+    l.device_error = Some(DeviceError {
+        error: "fdatasync: Input/output error (os error 5)".into(),
+        ms: 1300,
+        device: true,
+        ..DeviceError::default()
+    });
+    let r = judge_cut(
+        &l,
+        Some(true),
+        CanaryRead::Missing("the target is a block device: give --canary-dir".into()),
+    );
+    assert_eq!((r.cut, r.cut_ms), (CutKind::DeviceError, Some(1300)));
+    assert_eq!(
+        (r.acks_last_100ms, r.acks_last_1s, r.last_ack_before_cut_ms),
+        (2, 4, Some(50))
+    );
+    assert_eq!(r.canary.state, CanaryState::NotNeeded);
+    assert!(r.measured);
+}
+
+#[test]
+fn a_finished_run_is_a_read_back_on_the_same_boot_and_not_measured_after_a_reboot() {
+    let mut l = ledger(vec![batch(1, &[900], 1000, 50)]);
+    l.finished = true;
+    let r = judge_cut(&l, Some(true), found(0));
+    assert_eq!(
+        (r.cut, r.cut_ms, r.measured, r.read_back),
+        (CutKind::Finished, None, false, true)
+    );
+    assert!(
+        r.not_measured.starts_with("read-back check: "),
+        "{}",
+        r.not_measured
+    );
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!((r.measured, r.read_back), (false, false));
+    assert!(
+        r.not_measured
+            .starts_with("the run finished by itself before the cut"),
+        "{}",
+        r.not_measured
+    );
+    let r = judge_cut(&l, None, found(0));
+    assert_eq!((r.measured, r.read_back), (false, false));
+}
+
+#[test]
+fn a_pgbench_server_loss_is_the_cut_and_counts_commits_of_a_range() {
+    let mut l = ledger(vec![AckBatch {
+        batch: 1,
+        promised: true,
+        acks: Acks::Pg(vec![
+            PgAckRange {
+                client: 0,
+                first: 1,
+                last: 40,
+                ms: 501,
+            },
+            PgAckRange {
+                client: 1,
+                first: 1,
+                last: 7,
+                ms: 1450,
+            },
+        ]),
+        flushes: None,
+        sealed_ms: 1452,
+        canary: 70,
+    }]);
+    l.finished = true;
+    l.lost_ms = Some(1500);
+    let r = judge_cut(&l, Some(false), found(20));
+    assert_eq!((r.cut, r.cut_ms), (CutKind::ServerLost, Some(1500)));
+    assert_eq!(
+        (r.acks_last_100ms, r.acks_last_1s, r.last_ack_before_cut_ms),
+        (7, 47, Some(50))
+    );
+    assert_eq!((r.canary.state, r.measured), (CanaryState::Lost, true));
+}
+
+#[test]
+fn without_a_canary_or_a_heartbeat_nothing_shows_a_power_loss() {
+    let l = ledger(vec![batch(1, &[990], 1000, 0)]);
+    let r = judge_cut(
+        &l,
+        Some(false),
+        CanaryRead::Missing("the run has no canary".into()),
+    );
+    assert_eq!(r.canary.state, CanaryState::NotMeasured);
+    assert_eq!(
+        r.not_measured,
+        "nothing shows the host lost power: canary not measured: the run has no canary"
+    );
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!(r.canary.state, CanaryState::NotMeasured);
+    assert!(!r.measured);
+    let r = judge_cut(&ledger(vec![]), Some(false), found(3));
+    assert_eq!(
+        (r.cut, r.cut_ms, r.measured),
+        (CutKind::LastHeard, None, false)
+    );
+    assert_eq!(
+        r.lines()[0],
+        "cut: unknown: the witness heard nothing after the run's start"
+    );
+}
+
+#[test]
+fn the_newest_record_alone_on_the_medium_is_a_lost_canary_not_a_surviving_one() {
+    // A device that keeps a random part of its cache kept record 195 but lost 190.
+    let l = ledger(vec![batch(1, &[3990], 4000, 195)]);
+    let seqs: Vec<u64> = (1..=195).filter(|&s| s != 190).collect();
+    let r = judge_cut(&l, Some(false), CanaryRead::Found { seqs });
+    assert_eq!(
+        (r.canary.state, r.canary.on_medium),
+        (CanaryState::Lost, Some(195))
+    );
+    assert_eq!(
+        r.canary.detail,
+        "lost: 1 of the newest 16 records written with no durability call (180..=195) are not on the medium (the newest there is 195): the host's memory lost power"
+    );
+    assert!(r.measured);
+    // Record 179, older than the newest 16, missing: the canary survived.
+    let seqs: Vec<u64> = (1..=195).filter(|&s| s != 179).collect();
+    let r = judge_cut(&l, Some(false), CanaryRead::Found { seqs });
+    assert_eq!(r.canary.state, CanaryState::Survived);
+    // Fewer than 16 written: all of them count.
+    let l = ledger(vec![batch(1, &[3990], 4000, 3)]);
+    let r = judge_cut(&l, Some(false), CanaryRead::Found { seqs: vec![1, 3] });
+    assert_eq!(r.canary.state, CanaryState::Lost);
+    assert_eq!(r.canary.detail, "lost: 1 of the newest 3 records written with no durability call (1..=3) are not on the medium (the newest there is 3): the host's memory lost power");
+}
