@@ -95,6 +95,7 @@ async fn agent(
                     flushes: None,
                     canary: Default::default(),
                     sealed_ms: 0,
+                    oldest_in_flight_ms: None,
                 },
             })
             .await

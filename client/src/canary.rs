@@ -6,14 +6,17 @@
 //! after a clean shutdown or a `sync` they are all there, and a PASS is NOT
 //! MEASURED (`plugpull::verdict::cut`).
 //!
-//! Layout, chosen so the kernel does not write the newest records back early: two
+//! Layout, chosen so the kernel does not write the newest records back early: three
 //! files of [`SLOTS`] records, filled with zeros and made durable before the run (so
 //! a record never allocates a block, which ext4's ordered mode would flush at its
 //! next journal commit), written in turns of `turn_ms` (a third of
-//! `vm.dirty_expire_centisecs`, at most 10 s): the file a turn leaves is fsynced, so
-//! the one being written was never dirty long enough to expire. Only writeback for
-//! memory pressure (dirty pages above `vm.dirty_background_ratio`) can write the
-//! newest records early; the cut is then NOT MEASURED, never a false PASS.
+//! `vm.dirty_expire_centisecs`, 0.5 to 10 s), file `t mod 3` in turn `t`. At each
+//! turn the file written next (left two turns ago) is fsynced, never the one just
+//! left: the newest records (this turn's, and the last turn's right after a switch)
+//! are never made durable by the canary itself, and no file stays dirty for two
+//! turns, so none ages into writeback. Only writeback for memory pressure (dirty
+//! pages above `vm.dirty_background_ratio`) can write the newest records early; the
+//! cut is then NOT MEASURED, never a false PASS.
 
 use crate::Error;
 use plugpull::ledger::{CanaryManifest, Workload};
@@ -33,8 +36,9 @@ pub const SLOTS: u32 = 128;
 pub const EVERY: Duration = Duration::from_millis(20);
 /// A canary record's first 8 bytes.
 pub const MAGIC: &[u8; 8] = b"PLGCANRY";
-/// Canary files per run: one written, one left (fsynced) at each turn.
-const FILES: usize = 2;
+/// Canary files per run: the one written, the one just left (still dirty), and the
+/// one fsynced to be written next.
+const FILES: usize = 3;
 
 /// A run's canary: its files and, once started, the thread that writes them.
 pub struct Canary {
@@ -68,8 +72,9 @@ pub fn parse(r: &[u8], nonce: u64) -> Option<u64> {
 }
 
 /// The directory a run's canary goes to without `--canary-dir`: a file target's
-/// directory, a files run's directory; a block device or a PostgreSQL server has
-/// none (`Err`: why, naming `--canary-dir`).
+/// directory, a files run's directory's parent on the same filesystem (else the
+/// directory); a block device or a PostgreSQL server has none (`Err`: why, naming
+/// `--canary-dir`).
 pub fn default_dir(workload: &Workload) -> Result<PathBuf, String> {
     match workload {
         Workload::File(f) if f.identity.kind == "block" => Err(
@@ -150,14 +155,14 @@ fn persistent(dir: &Path) -> Result<(), String> {
 }
 
 /// The turn length: a third of `vm.dirty_expire_centisecs` (30 s when unreadable or
-/// 0), between 1 and 10 s, in ms.
+/// 0), between 0.5 and 10 s, in ms (at least the 16 records verify checks, 320 ms).
 fn turn_ms() -> u64 {
     let expire_cs = std::fs::read_to_string("/proc/sys/vm/dirty_expire_centisecs")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .filter(|&v| v > 0)
         .unwrap_or(3000);
-    (expire_cs * 10 / 3).clamp(1000, 10_000)
+    (expire_cs * 10 / 3).clamp(500, 10_000)
 }
 
 impl Canary {
@@ -262,9 +267,10 @@ impl Canary {
                 let ms = now_ms();
                 let file = (ms / turn) as usize % files.len();
                 if file != current {
-                    // The file left is made durable: it never ages into writeback
-                    // while it is the one being written next time.
-                    let _ = files[current].sync_data();
+                    // The file written next turn was left two turns ago: made durable
+                    // now, it is clean when it is dirtied again, and the file just
+                    // left keeps the newest records volatile.
+                    let _ = files[(file + 1) % files.len()].sync_data();
                     (current, slot) = (file, 0);
                 }
                 seq += 1;
@@ -280,11 +286,19 @@ impl Canary {
         }));
     }
 
-    /// Stops writing (the run ended); the files stay for verify.
+    /// Stops writing (the run ended); the files stay for verify. Waits at most
+    /// 100 ms for the thread: a write on a failing filesystem may hang, and the end
+    /// of the run must still reach the listener (the thread is then left to end).
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let until = std::time::Instant::now() + Duration::from_millis(100);
+            while !t.is_finished() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -379,6 +393,48 @@ mod tests {
     }
 
     #[test]
+    fn turns_go_round_three_files_and_the_newest_records_are_all_readable() {
+        let dir = std::env::temp_dir().join(format!("pp-canary-turns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let w = plugpull::ledger::Manifest::example_file("h", "/x", 0, 512).workload;
+        let Ok(mut c) = Canary::create(Some(&dir), &w) else {
+            return; // tmpfs: the refusal is the other test's
+        };
+        let m = c.manifest();
+        // The run's clock sped up so that a turn takes 500 ms (25 records, more than
+        // the 16 verify checks, as every real turn of at least 0.5 s has), and 1.6 s
+        // of writing goes round the three files.
+        let (t0, turn) = (std::time::Instant::now(), m.turn_ms);
+        c.start(move || t0.elapsed().as_millis() as u64 * turn / 500);
+        std::thread::sleep(Duration::from_millis(1600));
+        c.stop();
+        let issued = c.issued().load(Ordering::Acquire);
+        let CanaryRead::Found { seqs } = read(&m) else {
+            panic!("the canary reads back")
+        };
+        // Same boot: O_DIRECT reads what the page cache holds (it writes it out
+        // first), so every record still in its slot is there, the newest 16 too.
+        let first = issued.saturating_sub(15).max(1);
+        assert!(
+            (first..=issued).all(|s| seqs.binary_search(&s).is_ok()),
+            "{issued}: {seqs:?}"
+        );
+        let per_file: Vec<usize> = m
+            .files
+            .iter()
+            .map(|f| read_file(Path::new(f), &m).unwrap().len())
+            .collect();
+        assert!(
+            per_file.iter().all(|&n| n > 0),
+            "turn {turn} ms: {per_file:?}"
+        );
+        for f in &m.files {
+            std::fs::remove_file(f).unwrap();
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
     fn a_record_reads_back_and_a_changed_one_does_not() {
         let r = record(0xfeed, 42, 1234);
         assert_eq!(parse(&r, 0xfeed), Some(42));
@@ -403,7 +459,7 @@ mod tests {
             }
         };
         let m = c.manifest();
-        assert_eq!((m.files.len(), m.slots), (2, SLOTS));
+        assert_eq!((m.files.len(), m.slots), (3, SLOTS));
         assert_eq!(read(&m), CanaryRead::Found { seqs: Vec::new() });
         let t0 = std::time::Instant::now();
         c.start(move || t0.elapsed().as_millis() as u64);

@@ -155,6 +155,8 @@ pub struct Shared {
     mode: Mode,
     seed: u64,
     flush_delay: Duration,
+    /// How long a flush waits before its work ([`SimConfig::flush_latency_ms`]).
+    flush_latency: Duration,
     statfs_zero: bool,
 }
 
@@ -718,6 +720,10 @@ impl Shared {
     /// writes made before the call are marked fsynced and the lock is returned still
     /// held, so the caller replies before a cut can intervene.
     fn sync_ino(&self, ino: u64, datasync: bool) -> Result<MutexGuard<'_, State>, Errno> {
+        if !self.flush_latency.is_zero() {
+            // A flush that takes time: what it covers is still only cached meanwhile.
+            std::thread::sleep(self.flush_latency);
+        }
         let mut st = self.lock();
         st.live()?;
         let upto = st.sim.next_write_id();
@@ -821,6 +827,7 @@ impl SimFs {
             mode: options.sim.mode,
             seed: options.sim.seed,
             flush_delay: Duration::from_millis(options.sim.flush_delay_ms),
+            flush_latency: Duration::from_millis(options.sim.flush_latency_ms),
             statfs_zero: options.sim.statfs_zero,
         });
         Ok((

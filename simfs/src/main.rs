@@ -72,6 +72,11 @@ enum Command {
         /// returning, after its work: a slow cache flush.
         #[arg(long, default_value_t = 0)]
         flush_delay_ms: u64,
+        /// Milliseconds every fsync/fdatasync (and O_SYNC/O_DSYNC write) waits before
+        /// its work, the writes it covers still only cached: a cut meanwhile finds them
+        /// in the cache (a slow flush of a volatile cache).
+        #[arg(long, default_value_t = 0)]
+        flush_latency_ms: u64,
         /// Report 0 bytes in all from statfs, as FUSE filesystems without statfs do.
         #[arg(long)]
         statfs_zero: bool,
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
             threads,
             control,
             flush_delay_ms,
+            flush_latency_ms,
             statfs_zero,
             metadata,
         } => {
@@ -164,6 +170,7 @@ fn main() -> ExitCode {
                     misdirect_block,
                     misdirect_every,
                     flush_delay_ms,
+                    flush_latency_ms,
                     statfs_zero,
                     metadata,
                 },

@@ -199,6 +199,10 @@ pub fn verdict_of(reports: &[(&Outcome, Value)]) -> CutVerdict {
             .iter()
             .filter_map(|(_, r)| r["atomic"]["torn"].as_u64())
             .reduce(|a, b| a + b),
+        in_flight: reports
+            .iter()
+            .filter_map(|(_, r)| r["atomic"]["in_flight"].as_u64())
+            .reduce(|a, b| a + b),
     }
 }
 

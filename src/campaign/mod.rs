@@ -309,6 +309,11 @@ pub struct CutVerdict {
     /// `None` when no run did.
     #[serde(default)]
     pub torn: Option<u64>,
+    /// Writes in flight at the cut, summed over the same runs (each report's
+    /// `atomic.in_flight`: writes whose durability call had not returned and that
+    /// reached the medium whole or torn); `None` when no run expected atomic writes.
+    #[serde(default)]
+    pub in_flight: Option<u64>,
 }
 
 /// What the listener tells an agent to do next.

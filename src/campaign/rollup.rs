@@ -32,6 +32,10 @@ pub struct RollUp {
     /// Of those, cuts that tore a write in flight; left out of the JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub torn_cuts: u32,
+    /// Of the atomic cuts, those with writes in flight at the cut: only they could
+    /// tear one. Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub exposed_cuts: u32,
 }
 
 impl RollUp {
@@ -51,6 +55,8 @@ impl RollUp {
                     if let Some(torn) = c.verdict.as_ref().and_then(|v| v.torn) {
                         r.atomic_cuts += 1;
                         r.torn_cuts += u32::from(torn > 0);
+                        let in_flight = c.verdict.as_ref().and_then(|v| v.in_flight);
+                        r.exposed_cuts += u32::from(torn > 0 || in_flight.unwrap_or(0) > 0);
                     }
                 }
                 Validity::NotMeasured(_) => r.not_measured += 1,
@@ -77,22 +83,36 @@ impl RollUp {
         }
     }
 
-    /// For a campaign whose runs expected atomic writes: `atomic writes
-    /// (--expect-atomic): 0 torn in 40 valid cuts`, or `3 of 40 valid cuts tore a write
-    /// in flight`; `None` when no valid cut expected them.
-    pub fn atomic_line(&self) -> Option<String> {
-        (self.atomic_cuts > 0).then(|| {
-            if self.torn_cuts == 0 {
-                format!(
-                    "atomic writes (--expect-atomic): 0 torn in {} valid cuts",
-                    self.atomic_cuts
-                )
-            } else {
-                format!(
-                    "atomic writes (--expect-atomic): {} of {} valid cuts tore a write in flight: not atomic",
-                    self.torn_cuts, self.atomic_cuts
-                )
-            }
+    /// For a campaign whose runs expected atomic writes, the claim its cuts support,
+    /// with its confidence bound over the cuts that had writes in flight (only they
+    /// could tear one; Clopper–Pearson, [`crate::stats::failure_rate`]): `atomic
+    /// writes (--expect-atomic): 0 torn in 40 valid cuts, 31 with writes in flight:
+    /// the tear rate per cut with writes in flight is below 9.21 % with 95 %
+    /// confidence`; `None` when no valid cut expected them.
+    pub fn atomic_line(&self, confidence: f64) -> Option<String> {
+        use crate::stats::{percent, percent_down, percent_up};
+        if self.atomic_cuts == 0 {
+            return None;
+        }
+        let head = format!(
+            "atomic writes (--expect-atomic): {} torn in {} valid cuts, {} with writes in flight",
+            self.torn_cuts, self.atomic_cuts, self.exposed_cuts
+        );
+        let bound = crate::stats::failure_rate(self.torn_cuts, self.exposed_cuts, confidence)
+            .ok()
+            .flatten();
+        Some(match bound {
+            None => format!("{head}: no cut had a write in flight, so atomicity was not measured"),
+            Some(b) if b.failed == 0 => format!(
+                "{head}: the tear rate per cut with writes in flight is below {} with {} confidence",
+                percent_up(b.upper_one_sided),
+                percent(confidence)
+            ),
+            Some(b) => format!(
+                "{head}: not atomic; the tear rate per cut with writes in flight is at least {} with {} confidence",
+                percent_down(b.lower_one_sided),
+                percent(confidence)
+            ),
         })
     }
 
@@ -120,22 +140,32 @@ mod tests {
             passed: 30,
             ..RollUp::default()
         };
-        assert_eq!(r.atomic_line(), None);
+        assert_eq!(r.atomic_line(0.95), None);
         let atomic = RollUp {
             atomic_cuts: 30,
             ..r.clone()
         };
         assert_eq!(
-            atomic.atomic_line().unwrap(),
-            "atomic writes (--expect-atomic): 0 torn in 30 valid cuts"
+            atomic.atomic_line(0.95).unwrap(),
+            "atomic writes (--expect-atomic): 0 torn in 30 valid cuts, 0 with writes in flight: no cut had a write in flight, so atomicity was not measured"
+        );
+        let exposed = RollUp {
+            exposed_cuts: 29,
+            ..atomic.clone()
+        };
+        // 1 - 0.05^(1/29) = 9.82 %.
+        assert_eq!(
+            exposed.atomic_line(0.95).unwrap(),
+            "atomic writes (--expect-atomic): 0 torn in 30 valid cuts, 29 with writes in flight: the tear rate per cut with writes in flight is below 9.82 % with 95 % confidence"
         );
         let torn = RollUp {
             torn_cuts: 2,
-            ..atomic
+            ..exposed
         };
         assert_eq!(
-            torn.atomic_line().unwrap(),
-            "atomic writes (--expect-atomic): 2 of 30 valid cuts tore a write in flight: not atomic"
+            torn.atomic_line(0.95).unwrap(),
+            // P(X ≥ 2 | n = 29, p) = 5 % at p = 1.2394 %.
+            "atomic writes (--expect-atomic): 2 torn in 30 valid cuts, 29 with writes in flight: not atomic; the tear rate per cut with writes in flight is at least 1.23 % with 95 % confidence"
         );
         assert_eq!(
             r.bound_line(0.95),

@@ -163,6 +163,7 @@ fn judged_cuts_roll_up() {
             findings: 0,
             max_lag_secs: None,
             torn: None,
+            in_flight: None,
         })
     );
     let f = judge(&facts(&p, Some((&fail, "b2"))));
@@ -174,6 +175,7 @@ fn judged_cuts_roll_up() {
             findings: 6,
             max_lag_secs: Some(0.5),
             torn: None,
+            in_flight: None,
         })
     );
     let same = judge(&facts(&p, Some((&pass, "b1"))));

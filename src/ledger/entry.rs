@@ -95,6 +95,11 @@ pub struct AckBatch {
     /// The highest volatile-canary record the agent had written when it sealed the
     /// batch (0: none yet, or the run has no canary; `docs/formats.md`, "Canary").
     pub canary: u64,
+    /// When the oldest write (or transaction) the agent had in flight when it sealed
+    /// the batch was issued, ms after the run's start (`None`: none was). A storage
+    /// that hangs before it fails, or a cut while a write waits, shows here as a
+    /// write issued long before the batch: the writes stopped then.
+    pub oldest_in_flight_ms: Option<u32>,
 }
 
 /// Longest time, in ms, between two batches an agent seals while a run goes on: a

@@ -227,6 +227,7 @@ mod tests {
             flushes: None,
             canary: Default::default(),
             sealed_ms: 0,
+            oldest_in_flight_ms: None,
         })
     }
 
@@ -349,6 +350,7 @@ mod tests {
             flushes: None,
             canary: Default::default(),
             sealed_ms: 0,
+            oldest_in_flight_ms: None,
         });
         let mut out = Vec::new();
         encode_entry(&e, &mut out);
@@ -393,6 +395,7 @@ mod proptests {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             }));
         }
         let mut out = header(RunId(3)).to_vec();

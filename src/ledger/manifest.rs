@@ -45,11 +45,12 @@ pub struct CanaryManifest {
     pub files: Vec<String>,
     /// Random number every record of this run's canary carries.
     pub nonce: u64,
-    /// Records per file (each 512 bytes); record `s` (from 1) of a file's turn goes to
-    /// slot `(s - 1) mod slots`.
+    /// Records per file (each 512 bytes); a turn's `k`-th record (from 0) goes to
+    /// slot `k mod slots` of the turn's file.
     pub slots: u32,
-    /// Milliseconds each file is written before the next one takes over (the one left
-    /// is then fsynced, so the kernel never writes back the current one for its age).
+    /// Milliseconds each file is written before the next one takes over (three files
+    /// in turn; the one to be written next is fsynced at each switch, so none ages
+    /// into the kernel's writeback while it holds the newest records).
     pub turn_ms: u64,
     /// Why the run has no canary (empty when it has one), e.g. `the target is a block
     /// device: give --canary-dir`.

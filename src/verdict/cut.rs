@@ -94,8 +94,14 @@ pub struct CutReport {
     /// How the moment of the cut is known.
     pub cut: CutKind,
     /// The cut, ms after the run's start on the acks' clock (`None`: the run
-    /// finished, or the witness heard nothing after the start).
+    /// finished, or the witness heard nothing after the start): the moment below, or
+    /// earlier when a write was then in flight since before it (the storage hung
+    /// first: the issue time of the oldest write in flight, as the newest batch
+    /// sealed by then says).
     pub cut_ms: Option<u64>,
+    /// How long before the moment the oldest write then in flight had been issued,
+    /// ms, when the cut was moved back to it (`None`: not moved).
+    pub moved_back_ms: Option<u64>,
     /// Acknowledgements (commits for pgbench) in the [`SHORT_WINDOW_MS`] before the cut.
     pub acks_last_100ms: u64,
     /// Acknowledgements in the [`LONG_WINDOW_MS`] before the cut.
@@ -119,7 +125,8 @@ impl CutReport {
     /// before it)` and `canary: …`.
     pub fn lines(&self) -> Vec<String> {
         let when = |ms: u64| format!("{:.3} s", ms as f64 / 1000.0);
-        let cut = match (self.cut, self.cut_ms) {
+        let moment = self.cut_ms.map(|c| c + self.moved_back_ms.unwrap_or(0));
+        let cut = match (self.cut, moment) {
             (CutKind::Finished, _) => "none while the run wrote: it finished by itself".to_string(),
             (CutKind::DeviceError, Some(ms)) => {
                 format!("the device error at {} into the run", when(ms))
@@ -134,6 +141,14 @@ impl CutReport {
                 )
             }
             (_, None) => "unknown: the witness heard nothing after the run's start".to_string(),
+        };
+        let cut = match (self.moved_back_ms, self.cut_ms) {
+            (Some(back), Some(ms)) => format!(
+                "{cut}; taken at {}: the oldest write then in flight had been issued {} before",
+                when(ms),
+                when(back)
+            ),
+            _ => cut,
         };
         let mut out = vec![format!("cut: {cut}")];
         if self.cut != CutKind::Finished && self.cut_ms.is_some() {
@@ -155,7 +170,7 @@ impl CutReport {
 /// the boot the run started in (`None`: unknown), `canary` what was read of the
 /// canary. Pure: the client reads the canary and the boot id.
 pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> CutReport {
-    let (cut, cut_ms) = if let Some(d) = &l.device_error {
+    let (cut, moment) = if let Some(d) = &l.device_error {
         (CutKind::DeviceError, Some(d.ms))
     } else if l.finished {
         match l.lost_ms {
@@ -166,11 +181,26 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
         let heard = l.batches.iter().map(|b| u64::from(b.sealed_ms)).max();
         (CutKind::LastHeard, heard)
     };
+    // A write in flight since before the moment (the newest batch sealed by then
+    // says since when): the storage stopped answering at its issue at the latest.
+    let stalled = moment.and_then(|at| {
+        let b = l
+            .batches
+            .iter()
+            .filter(|b| u64::from(b.sealed_ms) <= at)
+            .max_by_key(|b| b.sealed_ms)?;
+        b.oldest_in_flight_ms
+            .map(u64::from)
+            .filter(|&t| t < at)
+            .map(|t| (t, at - t))
+    });
     let mut r = CutReport {
         cut,
-        cut_ms,
+        cut_ms: stalled.map(|(t, _)| t).or(moment),
+        moved_back_ms: stalled.map(|(_, d)| d),
         ..CutReport::default()
     };
+    let cut_ms = r.cut_ms;
     if let Some(at) = cut_ms {
         for b in &l.batches {
             for (ms, n) in ack_times(&b.acks) {
@@ -187,11 +217,31 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
     }
     let issued = l.batches.iter().map(|b| b.canary).max().unwrap_or(0);
     r.canary = canary_report(cut, issued, canary);
-    let why = not_measured(&r, same_boot);
+    let full = l
+        .device_error
+        .as_ref()
+        .is_some_and(|d| errno_of(&d.error) == Some(ENOSPC));
+    let why = if full && r.canary.state == CanaryState::NotNeeded {
+        // A full filesystem or thin pool ends a run with a device error, but nothing
+        // lost power: the storage kept running.
+        Some("the run ended because the storage filled up (ENOSPC): no power was cut".into())
+    } else {
+        not_measured(&r, same_boot)
+    };
     r.measured = why.is_none();
     r.read_back = cut == CutKind::Finished && same_boot == Some(true);
     r.not_measured = why.unwrap_or_default();
     r
+}
+
+/// ENOSPC on Linux (`errno.h`).
+const ENOSPC: i32 = 28;
+
+/// The errno a device error's message ends with: Rust's `std::io::Error` prints
+/// an OS error as `… (os error N)`.
+fn errno_of(msg: &str) -> Option<i32> {
+    let (_, tail) = msg.rsplit_once("(os error ")?;
+    tail.strip_suffix(')')?.parse().ok()
 }
 
 /// `(ms, count)` of each acknowledgement (a pgbench range counts its commits at its

@@ -299,6 +299,7 @@ mod tests {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             },
         };
         let mut bytes = encode(&msg);
@@ -340,6 +341,7 @@ mod tests {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             },
         }
     }
@@ -348,7 +350,7 @@ mod tests {
     async fn a_frame_split_at_every_byte_is_incomplete_until_whole_then_decodes() {
         let msg = acks_request();
         let f = encode(&msg);
-        assert_eq!(f.len(), 35);
+        assert_eq!(f.len(), 36);
         let mut buf = Vec::new();
         for k in 0..=f.len() {
             // The scanner: incomplete until the last byte is there.

@@ -255,6 +255,7 @@ mod proptests {
                         flushes: None,
                         canary: Default::default(),
                         sealed_ms: 0,
+                        oldest_in_flight_ms: None,
                     }
                 }
             ),

@@ -383,7 +383,7 @@ pub fn write_file(l: &Listener, target: &Path, size: &str, extra: &[&str]) -> Ou
 /// agent made without a durability call had reached the medium. A test that kills
 /// a writer without cutting any power calls it to judge the run as a cut by hand;
 /// without it, verify rightly says the canary survived (NOT MEASURED). Returns how
-/// many canary files it zeroed (2 per run).
+/// many canary files it zeroed (3 per run).
 pub fn lose_canary(dir: &Path) -> usize {
     let mut n = 0;
     for e in std::fs::read_dir(dir).expect("read the canary's directory") {

@@ -41,11 +41,11 @@ fn a_live_run_is_refused_through_another_path() {
     assert_eq!(code, 2, "{err} {v}");
     let prefix = format!(
         "plugpull: listener {} refused: run {} is still being written: its agent is \
-         connected and its last acknowledgement arrived ",
+         connected and was last heard from ",
         l.addr(),
         w.run
     );
-    let suffix = " ms ago; verify after the writer has ended (or the machine was cut)";
+    let suffix = " ms ago (its acknowledgements, or its heartbeat every 100 ms); verify after the writer has ended (or the machine was cut)";
     let err = err.trim();
     let ms = err
         .strip_prefix(&prefix)

@@ -139,7 +139,7 @@ pub fn statistics(c: &Campaign) -> Vec<String> {
     } else {
         r.bound_line(CONFIDENCE)
     }];
-    lines.extend(r.atomic_line());
+    lines.extend(r.atomic_line(CONFIDENCE));
     let d = &c.definition;
     if !c.done() && c.cancelled().is_none() && r.failed == 0 {
         if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {

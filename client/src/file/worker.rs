@@ -180,6 +180,8 @@ fn worker(
         enc.encode_block(buf.bytes_mut(), block, seq, sh.watermark.get());
         sh.count_issue(id as usize);
         let t0 = Instant::now();
+        // In flight from here: a hang or a failure leaves it marked (the cut's moment).
+        sink.in_flight_since(Some(t0));
         if let Err((e, device)) =
             durable_write(&file, buf.bytes_mut(), block, plan.sync, plan.rwf_atomic)
         {
@@ -187,6 +189,7 @@ fn worker(
             break;
         }
         let t1 = Instant::now();
+        sink.in_flight_since(None);
         now = t1;
         // After another worker's failed call, this success is not trusted: no ack.
         if sh.has_failed() {

@@ -163,11 +163,14 @@ fn worker(
         }
         sh.count_issue(j as usize);
         let t0 = Instant::now();
+        // In flight from here: a hang or a failure leaves it marked (the cut's moment).
+        sink.in_flight_since(Some(t0));
         if let Err((e, device)) = do_step(plan, dirfd, enc, &st) {
             sh.fail(e, device);
             break;
         }
         let t1 = Instant::now();
+        sink.in_flight_since(None);
         if sh.has_failed() {
             break;
         }

@@ -244,6 +244,7 @@ mod tests {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             },
         }
     }

@@ -161,7 +161,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     }
     let out = prepared.go(run_id, reporter.sink()).await;
     // The server's loss is the moment of the cut (verify's exposure counts from it).
-    let lost_ms = out.first_lost.map(|t| u64::from(reporter.sink().ms_at(t)));
+    let lost_ms = out.server_lost.map(|t| u64::from(reporter.sink().ms_at(t)));
     let confirmed = reporter
         .finish(RunSummary {
             issued: out.attempts,

@@ -24,7 +24,7 @@
 //! between them, as they had none in a shared queue beyond the moment they arrived.
 
 use super::sink::Msg;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
@@ -32,6 +32,10 @@ use tokio::sync::Notify;
 #[repr(align(128))]
 struct Lane {
     queue: Mutex<Queue>,
+    /// Since when (ms after the run's start, plus 1) the sink's oldest write or
+    /// transaction still in flight was issued; 0 when none is. Only its sink writes
+    /// it; the task reads it when it seals a batch.
+    busy_since: AtomicU64,
 }
 
 /// What a lane's lock guards.
@@ -72,6 +76,7 @@ impl Lanes {
                 acks: Vec::new(),
                 watched: true,
             }),
+            busy_since: AtomicU64::new(0),
         });
         self.lanes.lock().unwrap().push(lane.clone());
         self.live.fetch_add(1, Ordering::SeqCst);
@@ -93,6 +98,19 @@ impl Lanes {
             Arc::strong_count(lane) > 1
         });
         out.len() - before
+    }
+
+    /// The issue time (ms after the run's start) of the oldest write or transaction
+    /// any sink has in flight now, if one has.
+    pub(super) fn oldest_in_flight(&self) -> Option<u64> {
+        self.lanes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.busy_since.load(Ordering::Relaxed))
+            .filter(|&v| v > 0)
+            .min()
+            .map(|v| v - 1)
     }
 
     /// True once every sink is gone and every lane taken: no ack can come any more.
@@ -135,6 +153,14 @@ impl LaneTx {
         if watched {
             self.lanes.wake.notify_one();
         }
+    }
+
+    /// Says this sink's oldest write in flight was issued at `ms` after the run's
+    /// start (`None`: nothing in flight).
+    pub(super) fn set_in_flight(&self, ms: Option<u64>) {
+        let lane = self.lane.as_ref().expect("a live sink has its lane");
+        lane.busy_since
+            .store(ms.map_or(0, |m| m + 1), Ordering::Relaxed);
     }
 
     /// Another sink's end: a lane of its own.

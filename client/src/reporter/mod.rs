@@ -111,8 +111,9 @@ pub struct ReporterOptions {
     /// Write the run's volatile canary (records with no durability call, read back
     /// after the cut to tell a power loss from a clean shutdown) in this directory, on
     /// a persistent local filesystem of the host whose power is cut [default: a file
-    /// target's directory, a files run's directory; none for a block device or
-    /// pgbench, whose PASS is then not measured unless a device error was the cut]
+    /// target's directory, a files run's directory's parent (the directory itself when
+    /// it is a mount point); none for a block device or pgbench, whose PASS is then
+    /// not measured unless a device error was the cut]
     #[arg(long, value_name = "DIR")]
     pub canary_dir: Option<std::path::PathBuf>,
 }
@@ -139,6 +140,12 @@ impl Reporter {
         let mut canary =
             crate::canary::Canary::create(opts.canary_dir.as_deref(), &manifest.workload)?;
         manifest.canary = canary.manifest();
+        if manifest.canary.files.is_empty() {
+            eprintln!(
+                "warning: this run has no volatile canary ({}): only a device error can make its cut count, and a PASS after a power cut will be NOT MEASURED",
+                manifest.canary.none_because
+            );
+        }
         let empty = match &manifest.workload {
             plugpull::ledger::Workload::File(_) => plugpull::ledger::Acks::File(Vec::new()),
             plugpull::ledger::Workload::Files(_) => plugpull::ledger::Acks::Files(Vec::new()),

@@ -56,6 +56,18 @@ pub(super) struct Outbox {
     told: u64,
 }
 
+/// What every batch carries besides its acks (`AckBatch::sealed_ms`, `canary`,
+/// `oldest_in_flight_ms`), taken when it is sealed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Stamp {
+    /// The run's clock, ms after its start.
+    pub(super) ms: u32,
+    /// The newest canary record written.
+    pub(super) canary: u64,
+    /// When the oldest write in flight was issued, ms after the run's start.
+    pub(super) oldest_in_flight_ms: Option<u32>,
+}
+
 impl Outbox {
     /// An empty outbox; the first batch sealed is number 1.
     pub(super) fn new(promised: bool) -> Outbox {
@@ -92,9 +104,9 @@ impl Outbox {
     /// ack was acknowledged), goes with the last batch sealed; with nothing gathered
     /// it is dropped.
     ///
-    /// `stamp` is `(ms, canary)`: the run's clock now and the newest canary record
-    /// written, which every batch sealed carries.
-    pub(super) fn seal(&mut self, flushes: Option<FlushSample>, stamp: (u32, u64)) -> bool {
+    /// `stamp` is what every batch sealed carries: the run's clock now, the newest
+    /// canary record written, the oldest write in flight.
+    pub(super) fn seal(&mut self, flushes: Option<FlushSample>, stamp: Stamp) -> bool {
         let began = self.pending.is_empty() && self.gather.n > 0;
         let first = self.next_batch;
         for acks in self.gather.take() {
@@ -103,8 +115,9 @@ impl Outbox {
                 promised: self.promised,
                 acks,
                 flushes: None,
-                sealed_ms: stamp.0,
-                canary: stamp.1,
+                sealed_ms: stamp.ms,
+                canary: stamp.canary,
+                oldest_in_flight_ms: stamp.oldest_in_flight_ms,
             });
             self.next_batch += 1;
         }
@@ -116,16 +129,17 @@ impl Outbox {
         began
     }
 
-    /// Seals a batch with no acks (`empty`, the workload's kind) stamped `(ms,
-    /// canary)`: the heartbeat that tells the listener the agent still runs.
-    pub(super) fn heartbeat(&mut self, empty: Acks, stamp: (u32, u64)) {
+    /// Seals a batch with no acks (`empty`, the workload's kind) stamped `stamp`:
+    /// the heartbeat that tells the listener the agent still runs.
+    pub(super) fn heartbeat(&mut self, empty: Acks, stamp: Stamp) {
         self.pending.push_back(AckBatch {
             batch: self.next_batch,
             promised: self.promised,
             acks: empty,
             flushes: None,
-            sealed_ms: stamp.0,
-            canary: stamp.1,
+            sealed_ms: stamp.ms,
+            canary: stamp.canary,
+            oldest_in_flight_ms: stamp.oldest_in_flight_ms,
         });
         self.next_batch += 1;
     }

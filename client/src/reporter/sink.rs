@@ -144,6 +144,15 @@ impl AckSink {
         self.ms_at(Instant::now())
     }
 
+    /// Says this sink's oldest write (or transaction) still in flight was issued at
+    /// `t`, or that none is (`None`). Heartbeats carry the oldest of every sink's:
+    /// when storage hangs before it fails, or a machine is cut while a write waits,
+    /// that is when the writes stopped, not the moment the error or the silence came
+    /// (`plugpull::verdict::cut`).
+    pub fn in_flight_since(&self, t: Option<Instant>) {
+        self.lane.set_in_flight(t.map(|t| self.shared.ms_at(t)));
+    }
+
     /// Milliseconds from the run's start to `t`: the time stamp of an ack made at `t`.
     pub fn ms_at(&self, t: Instant) -> u32 {
         self.shared.ms_at(t).min(u32::MAX as u64) as u32

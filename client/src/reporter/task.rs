@@ -21,7 +21,7 @@
 
 use super::fault::step_of;
 use super::lanes::Lanes;
-use super::outbox::Outbox;
+use super::outbox::{Outbox, Stamp};
 use super::sink::{Msg, Shared};
 use super::{BATCH_MAX, FINISH_DEADLINE, LINGER};
 use crate::net::{self, NetError, Polled};
@@ -318,10 +318,15 @@ impl Task {
         self.ending.is_none() && !self.abandoned && self.linger_until.is_none()
     }
 
-    /// `(ms, canary)` now: the run's clock and the newest canary record written.
-    fn stamp(&self) -> (u32, u64) {
-        let ms = self.shared.ms_at(Instant::now()).min(u64::from(u32::MAX)) as u32;
-        (ms, self.canary.load(Ordering::Acquire))
+    /// What a batch sealed now carries: the run's clock, the newest canary record
+    /// written, the oldest write in flight.
+    fn stamp(&self) -> Stamp {
+        let ms = |v: u64| v.min(u64::from(u32::MAX)) as u32;
+        Stamp {
+            ms: ms(self.shared.ms_at(Instant::now())),
+            canary: self.canary.load(Ordering::Acquire),
+            oldest_in_flight_ms: self.lanes.oldest_in_flight().map(ms),
+        }
     }
 
     /// Handles every answer that arrived.

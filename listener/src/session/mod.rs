@@ -464,7 +464,7 @@ impl Requests<'_> {
             if since.elapsed() > LIVE_APPEND {
                 return Err(Refusal::new(
                     ErrorKind::Live,
-                    format!("run {run} is still being written: its agent is connected and its last acknowledgement arrived {ago} ms ago; verify after the writer has ended (or the machine was cut)"),
+                    format!("run {run} is still being written: its agent is connected and was last heard from {ago} ms ago (its acknowledgements, or its heartbeat every 100 ms); verify after the writer has ended (or the machine was cut)"),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -30,6 +30,9 @@ pub struct Encoded {
     pub highest: u64,
     /// Whether the group ends the run (holds a `Finished`, `DeviceError` or `Invalid`).
     pub ended: bool,
+    /// Whether a batch the group wrote holds acks (a heartbeat batch holds none: it
+    /// says the agent runs, not that a write was acknowledged).
+    pub acked: bool,
 }
 
 /// Appends to `out` the ledger entries of `group`, in order, for a run whose highest
@@ -44,10 +47,12 @@ pub fn encode_group<'a>(
     out: &mut Vec<u8>,
 ) -> Encoded {
     let mut ended = false;
+    let mut acked = false;
     for req in group {
         match req {
             Append::Batch(b) if b.batch > highest => {
                 highest = b.batch;
+                acked |= b.acks.count() > 0;
                 ledger::encode_entry(&Entry::Acks(b.clone()), out);
             }
             Append::Batch(_) | Append::Barrier => {}
@@ -65,7 +70,11 @@ pub fn encode_group<'a>(
             }
         }
     }
-    Encoded { highest, ended }
+    Encoded {
+        highest,
+        ended,
+        acked,
+    }
 }
 
 /// The group-commit loop of one run: the run's only writer while it is registered.
@@ -113,7 +122,7 @@ pub(super) async fn writer(
         };
         match result {
             Ok(len) => {
-                store.committed(run, done.highest, len, done.ended);
+                store.committed(run, &done, len);
                 for (_, reply) in group {
                     let _ = reply.send(Ok(done.highest));
                 }
@@ -178,6 +187,7 @@ mod tests {
             flushes: None,
             canary: Default::default(),
             sealed_ms: 0,
+            oldest_in_flight_ms: None,
         }
     }
 
@@ -205,7 +215,8 @@ mod tests {
             done,
             Encoded {
                 highest: 7,
-                ended: true
+                ended: true,
+                acked: true
             }
         );
         let mut want = vec![0xAA];
@@ -213,8 +224,8 @@ mod tests {
         ledger::encode_entry(&Entry::Acks(batch(7)), &mut want);
         ledger::encode_entry(&Entry::Finished(summary), &mut want);
         assert_eq!(out, want);
-        // 1 + two acks entries of 8 + 11 bytes + a Finished entry of 8 + 7 bytes.
-        assert_eq!(out.len(), 54);
+        // 1 + two acks entries of 8 + 12 bytes + a Finished entry of 8 + 7 bytes.
+        assert_eq!(out.len(), 56);
     }
 
     #[test]
@@ -230,10 +241,30 @@ mod tests {
             done,
             Encoded {
                 highest: 3,
-                ended: false
+                ended: false,
+                acked: false
             }
         );
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_heartbeat_batch_is_written_but_acknowledges_nothing() {
+        let mut beat = batch(4);
+        beat.acks = Acks::File(Vec::new());
+        let mut out = Vec::new();
+        let done = encode_group(3, &[Append::Batch(beat.clone())], &mut out);
+        assert_eq!(
+            done,
+            Encoded {
+                highest: 4,
+                ended: false,
+                acked: false
+            }
+        );
+        let mut want = Vec::new();
+        ledger::encode_entry(&Entry::Acks(beat), &mut want);
+        assert_eq!(out, want);
     }
 
     #[test]
@@ -248,7 +279,8 @@ mod tests {
             done,
             Encoded {
                 highest: 0,
-                ended: true
+                ended: true,
+                acked: false
             }
         );
         let mut want = Vec::new();
@@ -261,7 +293,8 @@ mod tests {
             done,
             Encoded {
                 highest: 2,
-                ended: true
+                ended: true,
+                acked: false
             }
         );
         let mut want = Vec::new();

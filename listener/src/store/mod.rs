@@ -380,18 +380,20 @@ impl Store {
         (r.highest_batch, r.len)
     }
 
-    /// Records a durable group of `run`: its highest batch and length now, appended
-    /// now, ended if the group ended it.
-    fn committed(&self, run: RunId, highest: u64, len: u64, ended: bool) {
+    /// Records a durable group of `run` (`done`): its highest batch and length `len`
+    /// now, appended now, acknowledged now when it held acks (a heartbeat does not
+    /// count: campaigns read the last acknowledgement as the writes' last sign of
+    /// life), ended if the group ended it.
+    fn committed(&self, run: RunId, done: &commit::Encoded, len: u64) {
         if let Some(r) = self.runs.lock().unwrap().get_mut(&run) {
             let now = now_ms();
-            if highest > r.highest_batch {
+            if done.acked {
                 r.last_ack_unix_ms = now;
             }
-            r.highest_batch = highest;
+            r.highest_batch = done.highest;
             r.len = len;
             r.last_append_unix_ms = now;
-            r.ended |= ended;
+            r.ended |= done.ended;
         }
     }
 

@@ -21,6 +21,7 @@ fn batch(batch: u64) -> Append {
         flushes: None,
         canary: Default::default(),
         sealed_ms: 0,
+        oldest_in_flight_ms: None,
     })
 }
 
@@ -91,7 +92,7 @@ fn a_repeated_batch_is_confirmed_without_being_written_again() {
         assert_eq!(store.read(run).unwrap().0, before);
         assert_eq!(h.append(batch(3)).await.unwrap(), Ok(3));
         let (after, _) = store.read(run).unwrap();
-        assert_eq!(after.len(), before.len() + 19);
+        assert_eq!(after.len(), before.len() + 20);
         assert_eq!(after, [before, entry_of(3)].concat());
     });
 }
@@ -100,11 +101,11 @@ fn a_repeated_batch_is_confirmed_without_being_written_again() {
 fn a_reopened_store_recovers_the_durable_length_and_highest_batch() {
     let dir = tempfile::tempdir().unwrap();
     let (run, bytes) = run_with_two_batches(dir.path());
-    // Header, manifest, then the two batches of one ack each (19 bytes apiece).
+    // Header, manifest, then the two batches of one ack each (20 bytes apiece).
     assert_eq!(&bytes[..8], b"PPLEDGR6");
     assert_eq!(&bytes[8..16], run.0.to_le_bytes());
     assert_eq!(
-        &bytes[bytes.len() - 38..],
+        &bytes[bytes.len() - 40..],
         [entry_of(1), entry_of(2)].concat()
     );
     let path = dir.path().join("runs").join(format!("{run}.ledger"));

@@ -74,6 +74,11 @@ pub struct SimConfig {
     /// doing its work and before it returns: a slow cache flush (the data is as
     /// durable as the mode makes it before the call returns, which is late). 0: none.
     pub flush_delay_ms: u64,
+    /// Milliseconds every fsync/fdatasync (and `O_SYNC`/`O_DSYNC` write) waits before
+    /// it does its work: a flush that takes time while the writes it covers are still
+    /// only in the volatile cache, so a cut during it finds them there (the
+    /// `docs/atomic.md` rehearsal tears writes this way). 0: none.
+    pub flush_latency_ms: u64,
     /// Answer `statfs` with 0 blocks in all, free and available, as FUSE filesystems
     /// that implement no `statfs` do.
     pub statfs_zero: bool,
@@ -83,7 +88,7 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     /// `honest`, seed 0, 2000 ms delay, 64 MiB cache, 512-byte sectors, no atomic
-    /// unit, 4096-byte blocks, misdirect 1 in 50, no flush delay, a true `statfs`,
+    /// unit, 4096-byte blocks, misdirect 1 in 50, no flush delay or latency, a true `statfs`,
     /// `posix` metadata.
     fn default() -> Self {
         SimConfig {
@@ -96,6 +101,7 @@ impl Default for SimConfig {
             misdirect_block: 4096,
             misdirect_every: 50,
             flush_delay_ms: 0,
+            flush_latency_ms: 0,
             statfs_zero: false,
             metadata: crate::journal::Metadata::Posix,
         }

@@ -19,6 +19,7 @@ fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> AckBatch {
         flushes: sample.map(|counts| FlushSample { counts }),
         canary: Default::default(),
         sealed_ms: 0,
+        oldest_in_flight_ms: None,
     }
 }
 

@@ -41,6 +41,7 @@ fn batch(n: u64, ms: &[u32], sealed: u32, canary: u64) -> AckBatch {
         flushes: None,
         sealed_ms: sealed,
         canary,
+        oldest_in_flight_ms: None,
     }
 }
 
@@ -178,6 +179,7 @@ fn a_pgbench_server_loss_is_the_cut_and_counts_commits_of_a_range() {
         flushes: None,
         sealed_ms: 1452,
         canary: 70,
+        oldest_in_flight_ms: None,
     }]);
     l.finished = true;
     l.lost_ms = Some(1500);
@@ -241,4 +243,66 @@ fn the_newest_record_alone_on_the_medium_is_a_lost_canary_not_a_surviving_one() 
     let r = judge_cut(&l, Some(false), CanaryRead::Found { seqs: vec![1, 3] });
     assert_eq!(r.canary.state, CanaryState::Lost);
     assert_eq!(r.canary.detail, "lost: 1 of the newest 3 records written with no durability call (1..=3) are not on the medium (the newest there is 3): the host's memory lost power");
+}
+
+#[test]
+fn a_full_filesystem_is_no_power_cut() {
+    let mut l = ledger(vec![batch(1, &[900, 1000], 1010, 0)]);
+    l.device_error = Some(DeviceError {
+        error: "pwrite of block 3 at byte 12288: No space left on device (os error 28)".into(),
+        ms: 1020,
+        device: true,
+        ..DeviceError::default()
+    });
+    let r = judge_cut(&l, Some(true), found(0));
+    assert_eq!(
+        (r.cut, r.acks_last_1s, r.measured),
+        (CutKind::DeviceError, 2, false)
+    );
+    assert_eq!(
+        r.not_measured,
+        "the run ended because the storage filled up (ENOSPC): no power was cut"
+    );
+    assert_eq!(
+        errno_of("fdatasync after block 7: Input/output error (os error 5)"),
+        Some(5)
+    );
+    assert_eq!(errno_of("a short write"), None);
+}
+
+#[test]
+fn a_write_in_flight_since_before_the_error_moves_the_cut_back_to_its_issue() {
+    // Acks until 10.0 s; a write issued at 10.002 s hangs; heartbeats say so; the
+    // device error comes 30 s later (an I/O timeout).
+    let mut hung = batch(2, &[], 25_000, 500);
+    hung.oldest_in_flight_ms = Some(10_002);
+    let mut l = ledger(vec![batch(1, &[9_500, 9_990, 10_000], 10_001, 480), hung]);
+    l.device_error = Some(DeviceError {
+        error: "fdatasync after block 7: Input/output error (os error 5)".into(),
+        ms: 40_002,
+        device: true,
+        ..DeviceError::default()
+    });
+    let r = judge_cut(&l, Some(true), found(0));
+    assert_eq!((r.cut_ms, r.moved_back_ms), (Some(10_002), Some(30_000)));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (2, 3));
+    assert!(r.measured, "{}", r.not_measured);
+    assert_eq!(
+        r.lines()[0],
+        "cut: the device error at 40.002 s into the run; taken at 10.002 s: the oldest write then in flight had been issued 30.000 s before"
+    );
+    // Nothing in flight at the newest batch: the moment stands.
+    let mut l = ledger(vec![batch(1, &[9_990], 10_001, 480)]);
+    l.device_error = l_error(10_050);
+    let r = judge_cut(&l, Some(true), found(0));
+    assert_eq!((r.cut_ms, r.moved_back_ms), (Some(10_050), None));
+}
+
+fn l_error(ms: u64) -> Option<DeviceError> {
+    Some(DeviceError {
+        error: "pwrite: Input/output error (os error 5)".into(),
+        ms,
+        device: true,
+        ..DeviceError::default()
+    })
 }

@@ -24,6 +24,7 @@ fn batch(n: u64, promised: bool, ranges: &[(u32, u64, u64)]) -> AckBatch {
         flushes: None,
         canary: Default::default(),
         sealed_ms: 0,
+        oldest_in_flight_ms: None,
     }
 }
 

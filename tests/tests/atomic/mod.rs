@@ -23,14 +23,22 @@ const BS: u64 = 8192;
 const BLOCKS: u64 = 256;
 
 /// One cut of a `--expect-atomic` run with 8 KiB blocks on a fresh `torn` mount with
-/// `--atomic-unit unit`: the writer runs 12 jobs, the power goes once `acks` writes are
-/// confirmed, the writer stops on EIO (exit 1, a device error). Returns the ground
-/// truth, `verify --json` of the backing file, and the human report's atomic lines.
-fn cut_with_writer_alive(unit: u64, seed: u64, acks: u64) -> (Truth, i32, Value, Vec<String>) {
+/// `--atomic-unit unit` and the mount options `sim_extra`: the writer runs `jobs`
+/// jobs, the power goes once `acks` writes are confirmed, the writer stops on EIO
+/// (exit 1, a device error). Returns the ground truth, `verify --json` of the backing
+/// file, and the human report's atomic lines.
+fn cut_with_writer_alive(
+    unit: u64,
+    seed: u64,
+    acks: u64,
+    jobs: &str,
+    sim_extra: &[&str],
+) -> (Truth, i32, Value, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
     let unit = unit.to_string();
-    let mut sim = SimFs::mount_with(dir.path(), "torn", seed, &["--atomic-unit", &unit]);
+    let opts = [&["--atomic-unit", &unit][..], sim_extra].concat();
+    let mut sim = SimFs::mount_with(dir.path(), "torn", seed, &opts);
     let target = sim.mnt().join("t.dat");
     let (size, seed_s) = ((BLOCKS * BS).to_string(), seed.to_string());
     let mut w = Writer::spawn(&[
@@ -45,7 +53,7 @@ fn cut_with_writer_alive(unit: u64, seed: u64, acks: u64) -> (Truth, i32, Value,
         "--block-size",
         &BS.to_string(),
         "--jobs",
-        "12",
+        jobs,
         "--seed",
         &seed_s,
         "--expect-atomic",
@@ -155,7 +163,8 @@ fn an_atomic_unit_of_8k_tears_no_8k_write_and_the_run_passes() {
             break;
         }
         cuts += 1;
-        let (truth, code, v, lines) = cut_with_writer_alive(8192, seed, 150 + 50 * (seed % 4));
+        let (truth, code, v, lines) =
+            cut_with_writer_alive(8192, seed, 150 + 50 * (seed % 4), "12", &[]);
         check_lines(&lines, &v);
         assert_eq!(torn_blocks(&truth), BTreeSet::new());
         assert_eq!(code, 0, "{v}");
@@ -210,7 +219,8 @@ fn an_atomic_unit_of_4k_tears_8k_writes_exactly_as_the_truth_says_and_fails() {
             break;
         }
         cuts += 1;
-        let (truth, code, v, lines) = cut_with_writer_alive(4096, seed, 150 + 50 * (seed % 4));
+        let (truth, code, v, lines) =
+            cut_with_writer_alive(4096, seed, 150 + 50 * (seed % 4), "12", &[]);
         check_lines(&lines, &v);
         let torn = torn_blocks(&truth);
         let found: BTreeSet<u64> = v["findings"]
@@ -257,4 +267,38 @@ fn an_atomic_unit_of_4k_tears_8k_writes_exactly_as_the_truth_says_and_fails() {
         t0.elapsed().as_secs_f64()
     );
     assert!(torn_total > 0, "no torn block in {cuts} cuts");
+}
+
+/// The rehearsal `docs/atomic.md` gives (issue 41, item 3): `torn --atomic-unit 4096
+/// --flush-latency-ms 20`, 8 KiB blocks, 6 jobs. A flush that takes 20 ms keeps each
+/// job's write cached while it runs, so a cut finds writes there: within 5 cuts one
+/// tears (exit 1), and no cut's sentence says "consistent".
+#[test]
+fn the_documented_atomic_rehearsal_tears_within_five_cuts() {
+    if skip_without_fuse("the_documented_atomic_rehearsal_tears_within_five_cuts") {
+        return;
+    }
+    let latency = ["--flush-latency-ms", "20"];
+    let mut cached = Vec::new();
+    let mut failed_at = None;
+    for (i, seed) in (900..905u64).enumerate() {
+        let (truth, code, v, lines) = cut_with_writer_alive(4096, seed, 100, "6", &latency);
+        check_lines(&lines, &v);
+        let sentence = v["atomic"]["sentence"].as_str().unwrap();
+        assert!(!sentence.contains("consistent"), "{sentence}");
+        cached.push(truth.summary.cached_at_cut);
+        let torn = torn_blocks(&truth);
+        assert_eq!(v["atomic"]["torn"], json!(torn.len()), "{v}");
+        if !torn.is_empty() {
+            assert_eq!(code, 1, "{v}");
+            failed_at = Some(i + 1);
+            break;
+        }
+        assert_eq!(code, 0, "{v}");
+    }
+    eprintln!("atomic rehearsal: cached at each cut {cached:?}; torn at cut {failed_at:?}");
+    assert!(
+        failed_at.is_some(),
+        "no tear in 5 cuts (writes cached at each: {cached:?})"
+    );
 }

@@ -268,7 +268,7 @@ fn a_gap_above_a_cut_runs_survivors_is_an_ordering_violation(
         .unwrap()
         .to_string();
     // The agent was killed, no power cut: the host's memory lost by hand.
-    assert_eq!(plugpull_tests::lose_canary(canary), 2);
+    assert_eq!(plugpull_tests::lose_canary(canary), 3);
     let (code, v, err) = verify(l, &run2, &pg.conninfo_db("bench"), &["--no-amcheck"]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v), expect(&[]), "{v:#}");

@@ -192,7 +192,7 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
     assert_eq!(v["cut"]["cut"], json!("server_lost"));
     assert_eq!(v["cut"]["canary"]["state"], json!("survived"));
     // The host's memory lost by hand, as a power cut would: the cut is measured.
-    assert_eq!(plugpull_tests::lose_canary(dir.path()), 2);
+    assert_eq!(plugpull_tests::lose_canary(dir.path()), 3);
     let (code, v, err) = verify(&l, &run, &dsn, &[]);
     assert_eq!(code, 0, "{err}\n{v:#}");
     assert_eq!(counts(&v), expect(&[]), "{v:#}");

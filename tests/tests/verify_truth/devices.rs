@@ -26,7 +26,15 @@ fn the_device_is_found_by_identity_and_another_device_is_refused() {
     drop(a);
     // Another disk now has the old name; the run's disk comes back under a new one.
     let b = Loop::attach(&other_img, &[]);
-    let a2 = Loop::attach(&img, &[]);
+    let mut a2 = Loop::attach(&img, &[]);
+    // Tests running beside this one free and take loop devices too: when the run's
+    // disk got its old number back, park another device there and attach it again.
+    let mut parked = Vec::new();
+    while a2.dev == a_dev {
+        drop(a2);
+        parked.push(Loop::attach(&other_img, &[]));
+        a2 = Loop::attach(&img, &[]);
+    }
     assert_ne!(a2.dev, a_dev);
     let o = plugpull(&[
         "verify",

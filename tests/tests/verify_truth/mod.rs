@@ -156,6 +156,7 @@ fn the_report_says_whether_the_host_rebooted_since_the_run() {
             flushes: None,
             canary: 3,
             sealed_ms: 3,
+            oldest_in_flight_ms: None,
         },
     });
     assert!(matches!(c.recv(), Some(Response::Confirmed { .. })));
@@ -274,7 +275,7 @@ fn a_target_still_being_written_is_refused() {
     // (tests/tests/verify_live.rs checks the whole message).
     let refused = format!(
         "plugpull: listener {} refused: run {} is still being written: its agent is \
-         connected and its last acknowledgement arrived ",
+         connected and was last heard from ",
         l.addr(),
         w.run
     );

@@ -291,6 +291,7 @@ fn writes_acknowledged_after_a_device_error_make_the_run_unverifiable() {
         flushes: None,
         canary: Default::default(),
         sealed_ms: 0,
+        oldest_in_flight_ms: None,
     };
     let end = DeviceError {
         error: "fdatasync after block 3: Input/output error (os error 5)".into(),

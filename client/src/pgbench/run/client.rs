@@ -133,6 +133,15 @@ pub(super) fn run_job(
                 }
             }
         }
+        // The oldest transaction whose COMMIT is in flight, for the heartbeats: when
+        // the server's storage hangs, or the server dies while a COMMIT waits, that is
+        // when the commits stopped (a client waiting on a lock is no storage stall).
+        let oldest = clients
+            .iter()
+            .filter(|cl| matches!(cl.state, State::InTx) && cl.s.commit_in_flight())
+            .map(|cl| cl.t0)
+            .min();
+        go.sink.in_flight_since(oldest);
         fds.clear();
         polled.clear();
         for (i, cl) in clients.iter().enumerate() {

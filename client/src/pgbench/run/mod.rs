@@ -124,8 +124,9 @@ pub struct RunStats {
     pub elapsed: Duration,
     /// Whether the run was interrupted (SIGINT).
     pub interrupted: bool,
-    /// When the first client lost its connection (the server went away), if any.
-    pub first_lost: Option<Instant>,
+    /// When the last client that lost its connection lost it: the server went away
+    /// by then (one client's earlier network trouble does not move it), if any.
+    pub server_lost: Option<Instant>,
 }
 
 /// State shared by every client of the run.
@@ -304,7 +305,7 @@ impl RunStats {
             conn_time,
             elapsed,
             interrupted,
-            first_lost: None,
+            server_lost: None,
         };
         for r in results {
             out.stats.merge(&r.stats);
@@ -314,8 +315,8 @@ impl RunStats {
             match r.end {
                 ClientEnd::Done => {}
                 ClientEnd::Lost { in_flight } => {
-                    out.first_lost = match (out.first_lost, r.ended_at) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
+                    out.server_lost = match (out.server_lost, r.ended_at) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
                         (a, b) => a.or(b),
                     };
                     out.lost_clients += 1;

@@ -43,7 +43,7 @@ fn with_batches(n: u64) -> Outbox {
             block: seq * 10,
             ms: 0,
         }));
-        o.seal(None, (0, 0));
+        o.seal(None, Stamp::default());
     }
     o
 }
@@ -71,7 +71,7 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
             counts: vec![Some(n)],
         })
     };
-    assert!(!o.seal(sample(1), (0, 0)));
+    assert!(!o.seal(sample(1), Stamp::default()));
     o.add(Msg::File(FileAck {
         seq: 1,
         block: 7,
@@ -82,13 +82,13 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
         seq: 1,
         ms: 4,
     });
-    o.seal(sample(2), (0, 0));
+    o.seal(sample(2), Stamp::default());
     o.add(Msg::File(FileAck {
         seq: 2,
         block: 8,
         ms: 5,
     }));
-    o.seal(None, (0, 0));
+    o.seal(None, Stamp::default());
     let flushes: Vec<_> = o
         .pending
         .iter()
@@ -101,7 +101,7 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
 fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
     let mut o = Outbox::new(false);
     assert!(
-        !o.seal(None, (0, 0)),
+        !o.seal(None, Stamp::default()),
         "nothing gathered: nothing begins to wait"
     );
     o.add(Msg::File(FileAck {
@@ -115,7 +115,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
         ms: 4,
     });
     assert_eq!(o.gathered(), 2);
-    assert!(o.seal(None, (0, 0)));
+    assert!(o.seal(None, Stamp::default()));
     assert_eq!(o.gathered(), 0);
     o.add(Msg::Pg {
         client: 2,
@@ -123,7 +123,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
         ms: 5,
     });
     assert!(
-        !o.seal(None, (0, 0)),
+        !o.seal(None, Stamp::default()),
         "batches already wait: no new start of a stall"
     );
     let sent: Vec<AckBatch> = std::iter::from_fn(|| {
@@ -146,6 +146,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             },
             AckBatch {
                 batch: 2,
@@ -159,6 +160,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             },
             AckBatch {
                 batch: 3,
@@ -172,6 +174,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
                 flushes: None,
                 canary: Default::default(),
                 sealed_ms: 0,
+                oldest_in_flight_ms: None,
             },
         ]
     );
@@ -201,7 +204,7 @@ fn a_batch_is_sent_once_per_connection() {
         block: 30,
         ms: 0,
     }));
-    o.seal(None, (0, 0));
+    o.seal(None, Stamp::default());
     assert_eq!(send_all(&mut o), vec![3]);
 }
 
@@ -288,4 +291,41 @@ fn the_unconfirmed_bound_blocks_above_exactly_n_and_releases_at_n() {
     assert!(!over_bound(3, 3), "back to N: writers go on again");
     assert!(over_bound(2, 1));
     assert!(!over_bound(1, 1));
+}
+
+#[test]
+fn every_batch_sealed_and_every_heartbeat_carries_the_stamp() {
+    let mut o = Outbox::new(true);
+    let stamp = Stamp {
+        ms: 1234,
+        canary: 61,
+        oldest_in_flight_ms: Some(1200),
+    };
+    o.add(Msg::File(FileAck {
+        seq: 1,
+        block: 0,
+        ms: 1230,
+    }));
+    o.seal(None, stamp);
+    o.heartbeat(
+        Acks::File(Vec::new()),
+        Stamp {
+            ms: 1334,
+            canary: 66,
+            oldest_in_flight_ms: None,
+        },
+    );
+    let got: Vec<(u64, u64, u32, u64, Option<u32>)> = std::iter::from_fn(|| {
+        let b = o.next_unsent()?.clone();
+        o.sent(b.batch);
+        Some((
+            b.batch,
+            b.acks.count(),
+            b.sealed_ms,
+            b.canary,
+            b.oldest_in_flight_ms,
+        ))
+    })
+    .collect();
+    assert_eq!(got, [(1, 1, 1234, 61, Some(1200)), (2, 0, 1334, 66, None)]);
 }
