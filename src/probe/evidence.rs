@@ -10,14 +10,20 @@
 //!   (`id`, `raw.value`): 12 Power Cycle Count, 174 Unexpected Power Loss Count
 //!   (named `Unsafe_Shutdown_Count` on Intel drives), 192 Power-off Retract Count
 //!   (hard disks: heads retracted in an emergency).
+//! * OCP NVMe: a drive built to the OCP Datacenter NVMe SSD specification also
+//!   keeps the "SMART / Health Information Extended" log page (C0h) with its PLP
+//!   start count, capacitor health and incomplete shutdowns (module [`ocp`]).
 //!
 //! [`parse_nvme_cli`] and [`parse_smartctl`] read one snapshot per disk
-//! ([`CutEvidence`]); a whole [`Snapshot`] adds the boot id and uptime; [`compare`]
-//! turns two snapshots into the lines `verify` prints ("unsafe shutdowns +1: the
-//! drive saw a power loss").
+//! ([`CutEvidence`]), [`parse_ocp_smart_add_log`] its OCP counters; a whole
+//! [`Snapshot`] adds the boot id and uptime; [`compare`] turns two snapshots into
+//! the lines `verify` prints ("unsafe shutdowns +1: the drive saw a power loss").
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub mod ocp;
+pub use ocp::{ocp_from_smart_add_log, parse_ocp_smart_add_log, OcpCounters};
 
 /// One disk's power-loss counters at one moment. `None`: the drive or tool does not report it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -30,6 +36,11 @@ pub struct CutEvidence {
     pub power_cycles: Option<u64>,
     /// ATA attribute 192 (power-off retract count); NVMe has none.
     pub power_off_retracts: Option<u64>,
+    /// The OCP extended SMART log's counters (`nvme ocp smart-add-log`); `None` (and
+    /// no `ocp` key in the JSON): not an OCP drive, nvme-cli could not read the log,
+    /// or a snapshot taken before plugpull read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocp: Option<OcpCounters>,
 }
 
 /// The cut-evidence snapshot of a whole machine: taken at run start and again by `verify`.
@@ -65,6 +76,7 @@ fn nvme_counters(disk: &str, log: &Value) -> CutEvidence {
         unsafe_shutdowns: counter(log.get("unsafe_shutdowns")),
         power_cycles: counter(log.get("power_cycles")),
         power_off_retracts: None,
+        ocp: None,
     }
 }
 
@@ -117,6 +129,7 @@ pub fn parse_smartctl(disk: &str, json: &str) -> Result<CutEvidence, String> {
         unsafe_shutdowns: attr(174),
         power_cycles: attr(12),
         power_off_retracts: attr(192),
+        ocp: None,
     })
 }
 
@@ -138,16 +151,17 @@ pub fn unsafe_shutdowns_text(d: u64) -> String {
     }
 }
 
-/// One counter's line: `+N` with what it means, "went down" (a different drive or
-/// a reset counter), or "unknown" when either snapshot lacks it.
+/// One counter's line: `text(before, after)` saying what the rise means, "went
+/// down" (a different drive or a reset counter), or "unknown" when either snapshot
+/// lacks it.
 fn counter_line(
     name: &str,
     before: Option<u64>,
     after: Option<u64>,
-    text: fn(u64) -> String,
+    text: impl Fn(u64, u64) -> String,
 ) -> String {
     match (before, after) {
-        (Some(b), Some(a)) if a >= b => text(a - b),
+        (Some(b), Some(a)) if a >= b => text(b, a),
         (Some(b), Some(a)) => format!(
             "{name} went down ({b} \u{2192} {a}): not the same drive, or its counter was reset"
         ),
@@ -157,7 +171,8 @@ fn counter_line(
 
 /// What changed between the snapshot at run start and the one after the cut, one
 /// line each: the boot id first, then per disk of `before` (matched by name) its
-/// unsafe shutdowns, power cycles and, when reported, power-off retracts.
+/// unsafe shutdowns, power cycles and, when reported, power-off retracts and the
+/// OCP counters ([`ocp::lines`]: nothing when neither snapshot read the OCP log).
 pub fn compare(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     let mut lines = Vec::new();
     lines.push(if before.boot_id.is_empty() || after.boot_id.is_empty() {
@@ -176,10 +191,10 @@ pub fn compare(before: &Snapshot, after: &Snapshot) -> Vec<String> {
             "unsafe shutdowns",
             b.unsafe_shutdowns,
             a.unsafe_shutdowns,
-            unsafe_shutdowns_text,
+            |b, a| unsafe_shutdowns_text(a - b),
         );
-        let pc = counter_line("power cycles", b.power_cycles, a.power_cycles, |d| {
-            format!("power cycles +{d}")
+        let pc = counter_line("power cycles", b.power_cycles, a.power_cycles, |b, a| {
+            format!("power cycles +{}", a - b)
         });
         lines.push(format!("{}: {us}", b.disk));
         lines.push(format!("{}: {pc}", b.disk));
@@ -188,9 +203,12 @@ pub fn compare(before: &Snapshot, after: &Snapshot) -> Vec<String> {
                 "power-off retracts",
                 b.power_off_retracts,
                 a.power_off_retracts,
-                |d| format!("power-off retracts +{d}"),
+                |b, a| format!("power-off retracts +{}", a - b),
             );
             lines.push(format!("{}: {r}", b.disk));
+        }
+        for l in ocp::lines(b.ocp.as_ref(), a.ocp.as_ref()) {
+            lines.push(format!("{}: {l}", b.disk));
         }
     }
     lines

@@ -1,11 +1,14 @@
 //! The cut-evidence snapshot: boot id, uptime, and per leaf disk the counters a
 //! power loss moves, read with `nvme smart-log DEV -o json` (NVMe, nvme-cli) or
-//! `smartctl -j -A DEV` (ATA; NVMe when nvme-cli is missing). A missing tool or an
-//! unreadable drive is a note, never an error. The parsers and the deltas are in
-//! the core ([`plugpull::probe::evidence`]).
+//! `smartctl -j -A DEV` (ATA; NVMe when nvme-cli is missing), and on an NVMe drive
+//! also the OCP extended SMART log (`nvme ocp smart-add-log DEV -o json`) when it
+//! has one. A missing tool or an unreadable drive is a note, never an error; a drive
+//! or nvme-cli without the OCP log is not even a note. The parsers and the deltas
+//! are in the core ([`plugpull::probe::evidence`]).
 
 use plugpull::probe::evidence::{
-    parse_nvme_cli, parse_smartctl, smartctl_rpm, CutEvidence, Snapshot,
+    ocp_from_smart_add_log, parse_nvme_cli, parse_smartctl, smartctl_rpm, CutEvidence, OcpCounters,
+    Snapshot,
 };
 use std::process::Command;
 
@@ -38,13 +41,37 @@ fn run(tool: &str, args: &[&str]) -> Ran {
     }
 }
 
-/// One disk's counters, or the note saying why there are none.
-fn disk_evidence(disk: &str) -> Result<CutEvidence, String> {
+/// An NVMe disk's OCP extended SMART counters (log page C0h) from `nvme ocp
+/// smart-add-log DEV -o json`: `Ok(None)` when the drive has no such log or this
+/// nvme-cli cannot read it (a non-zero exit, no JSON: an old nvme-cli's help text)
+/// or it did not answer in time; `Err` (a note) only for JSON that is not the log.
+fn ocp_counters(disk: &str, dev: &str) -> Result<Option<OcpCounters>, String> {
+    let mut c = Command::new("nvme");
+    c.args(["ocp", "smart-add-log", dev, "-o", "json"])
+        .stdin(std::process::Stdio::null());
+    match crate::rig::proc::output_within(c, "nvme", super::tools::TOOL_TIMEOUT) {
+        Ok(o) => ocp_from_smart_add_log(
+            disk,
+            o.status.success(),
+            &String::from_utf8_lossy(&o.stdout),
+        ),
+        Err(_) => Ok(None),
+    }
+}
+
+/// One disk's counters, or the note saying why there are none. `notes` gets what
+/// could be read only in part (an OCP log in an unknown shape).
+fn disk_evidence(disk: &str, notes: &mut Vec<String>) -> Result<CutEvidence, String> {
     let dev = format!("/dev/{disk}");
     if disk.starts_with("nvme") {
         match run("nvme", &["smart-log", &dev, "-o", "json"]) {
             Ran::Output(out) => {
-                return parse_nvme_cli(disk, &out).map_err(|e| format!("{disk}: {e}"))
+                let mut e = parse_nvme_cli(disk, &out).map_err(|e| format!("{disk}: {e}"))?;
+                match ocp_counters(disk, &dev) {
+                    Ok(o) => e.ocp = o,
+                    Err(note) => notes.push(note),
+                }
+                return Ok(e);
             }
             Ran::Failed(e) => return Err(format!("{disk}: {e}")),
             Ran::NotInstalled => {}
@@ -92,7 +119,7 @@ pub fn snapshot(disks: &[String]) -> Snapshot {
         notes: Vec::new(),
     };
     for d in disks {
-        match disk_evidence(d) {
+        match disk_evidence(d, &mut snap.notes) {
             Ok(e) => snap.disks.push(e),
             Err(note) => snap.notes.push(note),
         }

@@ -137,7 +137,8 @@ fn flush_lines(s: &mut String, m: &plugpull::probe::flush::FlushMeasurement) {
     }
 }
 
-/// The cut-evidence counters per leaf disk (what a power loss moves).
+/// The cut-evidence counters per leaf disk (what a power loss moves), and an NVMe
+/// drive's OCP extended SMART counters when it has them.
 fn evidence_lines(s: &mut String, e: &plugpull::probe::evidence::Snapshot) {
     let _ = writeln!(
         s,
@@ -153,6 +154,16 @@ fn evidence_lines(s: &mut String, e: &plugpull::probe::evidence::Snapshot) {
             opt(&d.power_cycles),
             opt(&d.power_off_retracts)
         );
+        if let Some(o) = &d.ocp {
+            let cap = o.capacitor_health.map_or("?".into(), |h| format!("{h} %"));
+            let _ = writeln!(
+                s,
+                "  {}: OCP log: PLP start count {}, capacitor health {cap}, incomplete shutdowns {}",
+                d.disk,
+                opt(&o.plp_start_count),
+                opt(&o.incomplete_shutdowns)
+            );
+        }
     }
     for n in &e.notes {
         let _ = writeln!(s, "  {n}");

@@ -19,6 +19,7 @@ fn smartctl_nvme_health_log() {
             unsafe_shutdowns: Some(12),
             power_cycles: Some(16),
             power_off_retracts: None,
+            ocp: None,
         }
     );
 }

@@ -208,6 +208,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         unsafe_shutdowns: Some(us),
         power_cycles: Some(9),
         power_off_retracts: None,
+        ocp: None,
     };
     p.evidence = Some(Snapshot {
         boot_id: "a".into(),
