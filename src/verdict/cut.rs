@@ -235,11 +235,11 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
 }
 
 /// ENOSPC on Linux (`errno.h`).
-const ENOSPC: i32 = 28;
+pub(crate) const ENOSPC: i32 = 28;
 
 /// The errno a device error's message ends with: Rust's `std::io::Error` prints
 /// an OS error as `… (os error N)`.
-fn errno_of(msg: &str) -> Option<i32> {
+pub(crate) fn errno_of(msg: &str) -> Option<i32> {
     let (_, tail) = msg.rsplit_once("(os error ")?;
     tail.strip_suffix(')')?.parse().ok()
 }

@@ -91,9 +91,13 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, DeviceErrorRef
             later,
         });
     }
+    let what = if super::cut::errno_of(error) == Some(super::cut::ENOSPC) {
+        "the storage filled up: no power was cut"
+    } else {
+        "the device lost power or went away; if it came back under a new name, give --target"
+    };
     Ok(Some(format!(
-        "run ended by a device error at {:.3} s into the run: {error} (the device lost power or went away; \
-         if it came back under a new name, give --target); the {} acknowledgements confirmed before it are judged",
+        "run ended by a device error at {:.3} s into the run: {error} ({what}); the {} acknowledgements confirmed before it are judged",
         *ms as f64 / 1000.0,
         end.acknowledged
     )))

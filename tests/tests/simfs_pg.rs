@@ -251,7 +251,10 @@ fn relation_files_pgbench_created_survive_a_checkpoint_only_with_journal_rules()
         // which a real flush never does to another file's dirty pages.
         let cdir = dir.path().join("canary");
         std::fs::create_dir(&cdir).unwrap();
-        let mut csim = SimFs::mount(&cdir, "honest", 6);
+        // It keeps what it caches for a minute: PostgreSQL's kill after the cut takes
+        // seconds, and the canary's unsynced records must still be cached when it is
+        // cut.
+        let mut csim = SimFs::mount_with(&cdir, "honest", 6, &["--destage-delay-ms", "60000"]);
         let data = sim.mnt().join("pg").join("data");
         let mut pg = PgCluster::init_at(&data);
         pg.start();

@@ -71,7 +71,12 @@ impl AgentConfig {
         match w {
             Workload::File(a) => {
                 if self.targets.iter().any(|t| same_path(t, &a.target)) {
-                    return Ok(());
+                    return strict(&a.target).map_err(|why| {
+                        format!(
+                            "target {} is refused: {why}: anyone who can write there can make the agent (root) write elsewhere with a symlink (sshd's StrictModes rule); keep the target under directories only root can write",
+                            a.target.display()
+                        )
+                    });
                 }
                 Err(format!(
                     "target {} is not in {}'s `targets`: this agent writes only the targets listed there",
@@ -93,6 +98,100 @@ impl AgentConfig {
     }
 }
 
+/// Why a user other than root (or this agent's user) could redirect a write to
+/// `path`, if one could: a component whose directory such a user can write without
+/// the sticky bit (they can replace any entry), an entry in a sticky
+/// world-writable directory owned by such a user, a symlink owned by one, or a
+/// name that does not exist yet in a directory such a user can write (they can
+/// plant a symlink there before the run creates it). Checked on the path as given
+/// and, once resolved, on where its symlinks lead (a `/dev/disk/by-id` link, owned
+/// by root in a root-only directory, passes).
+pub fn strict(path: &Path) -> Result<(), String> {
+    strict_depth(path, 0)
+}
+
+/// [`strict`], following at most 40 symlinks (as the kernel's `ELOOP` limit).
+fn strict_depth(path: &Path, depth: u32) -> Result<(), String> {
+    if depth > 40 {
+        return Err(format!("{}: too many levels of symlinks", path.display()));
+    }
+    strict_walk(path)?;
+    // Where it leads: its directory resolved, then its last component if a symlink
+    // (whose target need not exist yet).
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(());
+    };
+    let Ok(dir) = std::fs::canonicalize(parent) else {
+        return Ok(());
+    };
+    let real = dir.join(name);
+    if real != path {
+        strict_walk(&real)?;
+    }
+    match std::fs::read_link(&real) {
+        Ok(to) => strict_depth(&dir.join(to), depth + 1),
+        Err(_) => Ok(()),
+    }
+}
+
+/// [`strict`] on the components of `path` as written (not resolving symlinks).
+fn strict_walk(path: &Path) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let trusted = |uid: u32| uid == 0 || uid == me;
+    let abs = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut at = PathBuf::from("/");
+    for c in abs.components().skip(1) {
+        let dir = std::fs::symlink_metadata(&at)
+            .map_err(|e| format!("cannot inspect {}: {e}", at.display()))?;
+        let mode = dir.mode() & 0o7777;
+        // Others can add or replace entries: not its trusted owner, or writable by
+        // all, or by a group other than root's.
+        let others = if !trusted(dir.uid()) {
+            Some(format!("belongs to uid {}", dir.uid()))
+        } else if mode & 0o002 != 0 || (mode & 0o020 != 0 && dir.gid() != 0) {
+            Some(format!("is writable by others (mode {mode:04o})"))
+        } else {
+            None
+        };
+        // The sticky bit keeps others from replacing what they do not own.
+        let sticky = mode & 0o1000 != 0 && trusted(dir.uid());
+        let dir_name = at.display().to_string();
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) => {
+                if let (Some(why), false) = (&others, sticky) {
+                    return Err(format!("directory {dir_name} {why}"));
+                }
+                if (others.is_some() || m.file_type().is_symlink()) && !trusted(m.uid()) {
+                    return Err(format!(
+                        "{} belongs to uid {}{}",
+                        at.display(),
+                        m.uid(),
+                        if m.file_type().is_symlink() {
+                            " (a symlink)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(why) = others {
+                    return Err(format!(
+                        "{} does not exist yet and directory {dir_name} {why}: a symlink could be planted there",
+                        at.display()
+                    ));
+                }
+                // Nothing below a missing name exists: its directory is trusted.
+                return Ok(());
+            }
+            Err(e) => return Err(format!("cannot inspect {}: {e}", at.display())),
+        }
+    }
+    Ok(())
+}
+
 /// The same path as given, or the same file once both are resolved (a symlink under
 /// /dev/disk/by-id and the device node it names).
 fn same_path(listed: &Path, asked: &Path) -> bool {
@@ -109,6 +208,64 @@ fn same_path(listed: &Path, asked: &Path) -> bool {
 mod tests {
     use super::*;
     use crate::campaign::workload::parse;
+
+    #[test]
+    fn a_path_others_can_redirect_is_named() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED a_path_others_can_redirect_is_named: needs root (lchown)");
+            return;
+        }
+        use std::os::unix::fs::{lchown, symlink, PermissionsExt};
+        let d = std::env::temp_dir().join(format!("pp-strict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let root = d.canonicalize().unwrap();
+        let safe = root.join("safe");
+        std::fs::create_dir(&safe).unwrap();
+        std::fs::set_permissions(&safe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(strict(&safe.join("t.dat")), Ok(()));
+        let open = root.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(
+            strict(&open.join("t.dat")),
+            Err(format!(
+                "{}/t.dat does not exist yet and directory {} is writable by others (mode 0777): a symlink could be planted there",
+                open.display(),
+                open.display()
+            ))
+        );
+        // A sticky world-writable directory: root's own file passes, another user's
+        // symlink does not.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::write(open.join("mine.dat"), b"").unwrap();
+        assert_eq!(strict(&open.join("mine.dat")), Ok(()));
+        let secret = root.join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        symlink(secret.join("f"), open.join("t.dat")).unwrap();
+        lchown(open.join("t.dat"), Some(65534), Some(65534)).unwrap();
+        assert_eq!(
+            strict(&open.join("t.dat")),
+            Err(format!(
+                "{}/t.dat belongs to uid 65534 (a symlink)",
+                open.display()
+            ))
+        );
+        // A root-owned symlink (as /dev/disk/by-id's) into the open directory: the
+        // resolved path is checked too.
+        symlink(open.join("x.dat"), safe.join("link")).unwrap();
+        assert_eq!(
+            strict(&safe.join("link")),
+            Err(format!(
+                "{}/x.dat does not exist yet and directory {} is writable by others (mode 1777): a symlink could be planted there",
+                open.display(),
+                open.display()
+            ))
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn lists_decide() {

@@ -66,6 +66,31 @@ fn power_on(uri: &str) {
     assert!(st.success());
 }
 
+/// Creates campaign `name`, one cut of host `h1` behind `uri` with workload `wl`
+/// (boot timeout 5 s), powers the machine on and runs the campaign.
+fn one_cut(w: &Witness, name: &str, uri: &str, wl: &str) -> std::process::Output {
+    let o = w.campaign(
+        "create",
+        &[
+            "--name",
+            name,
+            "--host",
+            "h1",
+            "--power",
+            uri,
+            "--workload",
+            wl,
+            "--cuts",
+            "1",
+            "--boot-timeout",
+            "5s",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    power_on(uri);
+    w.campaign("run", &["--name", name])
+}
+
 /// An agent whose configuration does not list the campaign's target refuses it,
 /// logs why, writes nothing; the controller pauses and exits 2 naming the refusal.
 #[test]
@@ -75,26 +100,7 @@ fn a_target_the_agent_does_not_list_is_refused() {
     let _off = Off(w.path("h1"));
     let target = w.path("other.dat");
     let wl = format!("file --target {} --size 1MiB", target.display());
-    let o = w.campaign(
-        "create",
-        &[
-            "--name",
-            "r",
-            "--host",
-            "h1",
-            "--power",
-            &uri,
-            "--workload",
-            &wl,
-            "--cuts",
-            "1",
-            "--boot-timeout",
-            "5s",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    power_on(&uri);
-    let o = w.campaign("run", &["--name", "r"]);
+    let o = one_cut(&w, "r", &uri, &wl);
     let why = format!(
         "the agent refused: target {} is not in {}'s `targets`: this agent writes only the targets listed there",
         target.display(),
@@ -114,6 +120,56 @@ fn a_target_the_agent_does_not_list_is_refused() {
     let v = w.status("r");
     assert_eq!(v["hosts"][0]["paused"], json!(why));
     assert_eq!(v["cuts"], json!([]));
+}
+
+/// Issue 42, item 2: a symlink planted at a listed path (by user `nobody`, in a
+/// world-writable directory) pointing into a root-only directory: the root agent
+/// refuses the target naming the directory others can write, and writes nothing —
+/// neither the link's target nor anything through it.
+#[test]
+fn a_symlink_planted_at_a_listed_path_is_refused_and_nothing_is_written() {
+    if !plugpull_tests::is_root() {
+        plugpull_tests::skipped(
+            "a_symlink_planted_at_a_listed_path_is_refused_and_nothing_is_written",
+            "needs root to plant a symlink owned by another user",
+        );
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let w = Witness::start(&["open/t.dat"]);
+    let open = w.path("open");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let secret = w.path("rootonly");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let target = open.join("t.dat");
+    std::os::unix::fs::symlink(secret.join("nologin"), &target).unwrap();
+    std::os::unix::fs::lchown(&target, Some(65534), Some(65534)).unwrap();
+    let uri = machine(&w, "h1", false, false);
+    let _off = Off(w.path("h1"));
+    let wl = format!("file --target {} --size 1MiB", target.display());
+    let o = one_cut(&w, "s", &uri, &wl);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let why = format!(
+        "the agent refused: target {} is refused: directory {} is writable by others (mode 0777): anyone who can write there can make the agent (root) write elsewhere with a symlink (sshd's StrictModes rule); keep the target under directories only root can write",
+        target.display(),
+        open.display()
+    );
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!("plugpull: campaign s stopped: h1: {why}; rerun `plugpull campaign run --name s` to resume")
+    );
+    assert_eq!(
+        std::fs::read_dir(&secret).unwrap().count(),
+        0,
+        "written through the link"
+    );
+    assert_eq!(
+        std::fs::read_dir(&open).unwrap().count(),
+        1,
+        "only the planted link"
+    );
 }
 
 /// A driver that does not cut the machine: the agent keeps acknowledging after

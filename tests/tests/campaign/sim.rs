@@ -31,18 +31,25 @@ pub(super) fn machine(w: &Witness, host: &str, mode: &str, seed: u64) -> Machine
 /// Creates campaign `name` over `(host, machine)` pairs with `cuts` cuts of
 /// 1–2 s, power off 0 s, and turns the machines on.
 pub(super) fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: &str) {
+    let uris: Vec<(&str, &str)> = hosts.iter().map(|(h, m)| (*h, m.uri.as_str())).collect();
+    create_with(w, name, &uris, cuts);
+}
+
+/// [`create`] with each host's power given as a URI (a machine behind another
+/// driver).
+pub(super) fn create_with(w: &Witness, name: &str, hosts: &[(&str, &str)], cuts: &str) {
     // One workload line for every host: `{host}` is each agent's host name.
     let wl = format!(
         "file --target {} --size 1MiB",
         w.path("{host}/mnt/t.dat").display()
     );
     let mut args = vec!["--name".to_string(), name.into(), "--workload".into(), wl];
-    for (h, m) in hosts {
+    for (h, uri) in hosts {
         args.extend([
             "--host".into(),
             h.to_string(),
             "--power".into(),
-            m.uri.clone(),
+            uri.to_string(),
         ]);
     }
     args.extend(
@@ -61,8 +68,8 @@ pub(super) fn create(w: &Witness, name: &str, hosts: &[(&str, &Machine)], cuts: 
     let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let o = w.campaign("create", &a);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    for (_, m) in hosts {
-        let o = plugpull(&["power", "--power", &m.uri, "on"]);
+    for (_, uri) in hosts {
+        let o = plugpull(&["power", "--power", uri, "on"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     }
 }

@@ -253,10 +253,20 @@ fn a_filesystem_that_fills_up_mid_run_is_judged_with_the_error_named() {
         &l,
         &["--run", &run_id, "--target", target.to_str().unwrap()],
     );
-    assert_eq!(code, 0, "{err} {v}");
-    assert_eq!(v["ok"], json!(true));
+    // Every acknowledged write read back, but a full filesystem is no power cut.
+    assert_eq!(code, 2, "{err} {v}");
+    assert_eq!(
+        (&v["ok"], &v["not_measured"]),
+        (&json!(false), &json!(true))
+    );
     assert_eq!(v["acknowledged"], json!(acks.len()));
     assert_eq!(v["findings"], json!([]));
+    assert!(
+        v["summary"].as_str().unwrap().starts_with(
+            "NOT MEASURED: the run ended because the storage filled up (ENOSPC): no power was cut; read back: "
+        ),
+        "{v}"
+    );
     assert!(
         v["device_error"]
             .as_str()
