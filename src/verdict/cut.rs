@@ -181,17 +181,19 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
         let heard = l.batches.iter().map(|b| u64::from(b.sealed_ms)).max();
         (CutKind::LastHeard, heard)
     };
-    // A write in flight since before the moment (the newest batch sealed by then
-    // says since when): the storage stopped answering at its issue at the latest.
+    // A write in flight since well before the moment (the newest batch sealed by
+    // then says since when): the storage stopped answering at its issue at the latest.
     let stalled = moment.and_then(|at| {
         let b = l
             .batches
             .iter()
             .filter(|b| u64::from(b.sealed_ms) <= at)
             .max_by_key(|b| b.sealed_ms)?;
+        // A write in flight for less than a heartbeat's interval is a write, not a
+        // stall.
         b.oldest_in_flight_ms
             .map(u64::from)
-            .filter(|&t| t < at)
+            .filter(|&t| t + u64::from(crate::ledger::HEARTBEAT_MS) <= at)
             .map(|t| (t, at - t))
     });
     let mut r = CutReport {
