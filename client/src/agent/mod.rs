@@ -245,7 +245,9 @@ async fn run_set(me: &Me, campaign: &str, number: u32, workloads: &[String]) {
     let Some(how) = how else {
         log(
             me,
-            &format!("run set {number} stopped: the campaign wants no more cuts"),
+            &format!(
+                "run set {number} stopped: the campaign wants no more cuts (done or cancelled)"
+            ),
         );
         return;
     };
@@ -264,13 +266,17 @@ async fn run_set(me: &Me, campaign: &str, number: u32, workloads: &[String]) {
     tokio::time::sleep(Duration::from_secs_f64(me.args.poll * 6.0)).await;
 }
 
-/// Waits for a run set's runs to end (a cut ends them with the agent). Every ten
-/// polls it asks whether the campaign still wants cuts of this host, and stops the
-/// runs when it does not (`None`). `stop` stops them at once (their run set could
-/// not be recorded). Otherwise how each run ended.
+/// How often [`watch`] looks at its runs.
+const WATCH_TICK: Duration = Duration::from_millis(250);
+
+/// Waits for a run set's runs to end (a cut ends them with the agent). Every `--poll`
+/// seconds it asks whether the campaign still wants cuts of this host — not when it
+/// was cancelled, or has its cuts — and stops the runs when it does not (`None`).
+/// `stop` stops them at once (their run set could not be recorded). Otherwise how
+/// each run ended.
 async fn watch(me: &Me, campaign: &str, mut children: Vec<Running>, stop: bool) -> Option<String> {
-    let mut polls = 0u32;
     let mut stopping = stop;
+    let mut asked = tokio::time::Instant::now();
     loop {
         let done: Vec<bool> = children
             .iter_mut()
@@ -279,11 +285,14 @@ async fn watch(me: &Me, campaign: &str, mut children: Vec<Running>, stop: bool) 
         if done.iter().all(|d| *d) {
             break;
         }
-        polls += 1;
-        if !stopping && polls.is_multiple_of(10) {
+        if !stopping && asked.elapsed().as_secs_f64() >= me.args.poll {
+            asked = tokio::time::Instant::now();
             stopping = crate::campaign::load(&me.args.listener, &me.secret, campaign)
                 .await
-                .is_ok_and(|c| c.host(&me.host).cuts.len() as u32 >= c.definition.cuts);
+                .is_ok_and(|c| {
+                    c.cancelled().is_some()
+                        || c.host(&me.host).cuts.len() as u32 >= c.definition.cuts
+                });
         }
         if stopping {
             for c in &mut children {
@@ -295,7 +304,7 @@ async fn watch(me: &Me, campaign: &str, mut children: Vec<Running>, stop: bool) 
             RUNNING.lock().unwrap().clear();
             return None;
         }
-        tokio::time::sleep(Duration::from_secs_f64(me.args.poll)).await;
+        tokio::time::sleep(WATCH_TICK).await;
     }
     RUNNING
         .lock()

@@ -4,6 +4,7 @@
 
 use super::*;
 use plugpull_tests::wait_for;
+use std::path::Path;
 use std::time::Duration;
 
 /// The script machine: `on` starts the agent for `host` with a new boot id in its
@@ -169,6 +170,87 @@ fn a_symlink_planted_at_a_listed_path_is_refused_and_nothing_is_written() {
         std::fs::read_dir(&open).unwrap().count(),
         1,
         "only the planted link"
+    );
+}
+
+/// `plugpull write` processes whose command line names `target`.
+fn writers_of(target: &Path) -> usize {
+    let t = target.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(" write file ") && c.contains(&t))
+        .count()
+}
+
+/// Issue 42, item 3: `campaign cancel` stops the agent's runs within seconds and
+/// frees it: cancelled while its run set writes, no writer is left, and the next
+/// campaign for the host gets its cut.
+#[test]
+fn cancel_stops_the_runs_and_frees_the_agent_for_the_next_campaign() {
+    let w = Witness::start(&["t.dat"]);
+    let uri = machine(&w, "h1", false, false);
+    let _off = Off(w.path("h1"));
+    let target = w.path("t.dat");
+    let wl = format!("file --target {} --size 1MiB", target.display());
+    let plan = |name: &'static str, after: &'static str| {
+        let o = w.campaign(
+            "create",
+            &[
+                "--name",
+                name,
+                "--host",
+                "h1",
+                "--power",
+                &uri,
+                "--workload",
+                &wl,
+                "--cuts",
+                "1",
+                "--cut-after",
+                after,
+                "--off",
+                "0s",
+                "--boot-timeout",
+                "30s",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    };
+    plan("a", "120s");
+    power_on(&uri);
+    let mut first = w.run_in_background("a");
+    let log = || std::fs::read_to_string(w.path("h1/agent.log")).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(30), || log()
+            .contains("run set 1 started")),
+        "{}",
+        log()
+    );
+    assert_eq!(writers_of(&target), 1);
+    let o = w.campaign("cancel", &["--name", "a", "--reason", "wrong plan"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t0 = std::time::Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(5), || writers_of(&target) == 0),
+        "the writer still runs {:.1} s after cancel",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        log().contains("run set 1 stopped: the campaign wants no more cuts (done or cancelled)"),
+        "{}",
+        log()
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+    // The agent serves the next campaign for the host.
+    plan("b", "2s");
+    let o = w.campaign("run", &["--name", "b"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        cuts(&w.status("b")),
+        vec![(1, "valid".into(), String::new())]
     );
 }
 
