@@ -311,3 +311,52 @@ fn a_finished_run_is_a_read_back_check_not_a_pass() {
     );
     assert!(v["summary"].as_str().unwrap().starts_with("PASS: "), "{v}");
 }
+
+/// Issue 41, item 7: a rehearsal whose cut lost the target's allocation and every
+/// write leaves the backing file empty. Verify reads it through the simulator's
+/// backing directory (`--target`, as the rehearsal does): it is the run's file
+/// (simfs keeps the name; its inode numbers differ), so the loss is a FAIL naming
+/// every missing block — not "wrong --target?".
+#[test]
+fn an_emptied_rehearsal_target_read_through_the_backing_directory_fails() {
+    let name = "an_emptied_rehearsal_target_read_through_the_backing_directory_fails";
+    if skip_without_fuse(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let mut sim = SimFs::mount(dir.path(), "honest", 51);
+    let mut w = writer(&l, &sim, "1");
+    w.wait_acknowledged(100);
+    sigkill(&mut w.child);
+    sim.cut();
+    sim.umount();
+    let backing = sim.backing().join("t.dat");
+    std::fs::File::options()
+        .write(true)
+        .open(&backing)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let o = plugpull(&[
+        "verify",
+        "--listener",
+        l.addr(),
+        "--run",
+        &w.run,
+        "--target",
+        backing.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert_eq!(o.status.code(), Some(1), "{} {v}", stderr(&o));
+    assert_eq!(v["ok"], json!(false));
+    let kinds: Vec<&str> = v["target_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["target_shorter", "no_record_of_run"], "{v}");
+    assert_eq!(v["verdicts"]["missing"], v["blocks_checked"], "{v}");
+}
