@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 mod device;
+mod evidence;
 mod exec;
 mod pg;
 mod sim;
