@@ -89,6 +89,7 @@ pub fn judge_hand(host: &str, index: u32, r: &HandRun) -> CutRecord {
         acknowledged: 0,
         validity: Validity::NotMeasured("never verified".into()),
         verdict: None,
+        evidence: None,
     };
     if let Some(name) = &r.campaign {
         cut.validity = Validity::NotMeasured(format!(

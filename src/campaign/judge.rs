@@ -39,6 +39,9 @@ pub struct CutFacts<'a> {
     pub last_ack_ms: u64,
     /// The driver's status after "off" (`on`, `off`), when it has one.
     pub status_after: Option<&'a str>,
+    /// When the controller called the driver's "on" (listener clock, as
+    /// `off_at_ms`); `None` before it did.
+    pub on_at_ms: Option<u64>,
     /// `Err(why)` when the machine did not come back.
     pub came_back: Result<(), String>,
     /// The verify outcomes and the boot id of the agent that verified.
@@ -67,6 +70,7 @@ pub fn judge(f: &CutFacts) -> CutRecord {
     let acknowledged = reports.iter().map(|(_, r)| acks_of(r)).sum();
     let validity = validity(f, &reports, acknowledged);
     let verdict = (validity == Validity::Valid).then(|| verdict_of(&reports));
+    let evidence = super::evidence::of(f, &reports);
     CutRecord {
         host: p.host.clone(),
         index: p.index,
@@ -79,6 +83,7 @@ pub fn judge(f: &CutFacts) -> CutRecord {
         acknowledged,
         validity,
         verdict,
+        evidence: Some(Box::new(evidence)),
     }
 }
 

@@ -17,9 +17,11 @@
 //!   [`Event::Refused`] (a workload its local configuration does not allow);
 //! * the controller (`plugpull campaign run`): [`Event::Pulling`] just before the
 //!   driver's "off", [`Event::Pulled`] once it knows whether the load dropped,
-//!   [`Event::Cut`] (the judged cut), [`Event::Paused`], and [`Event::Controller`]
+//!   [`Event::Restored`] just before the driver's "on", [`Event::Cut`] (the judged
+//!   cut, with its [`evidence`]), [`Event::Paused`], and [`Event::Controller`]
 //!   when it starts (only the newest controller cuts).
 
+pub mod evidence;
 pub mod history;
 pub mod judge;
 pub mod record;
@@ -30,6 +32,7 @@ use crate::RunId;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+pub use evidence::Evidence;
 pub use judge::{judge, CutFacts};
 pub use rollup::RollUp;
 pub use state::{Campaign, HostView};
@@ -149,6 +152,17 @@ pub enum Event {
         /// The driver's status read after "off", when it has one (`on`/`off`).
         status_after: Option<String>,
     },
+    /// The controller is about to call the driver's "on" for cut `index`: power has
+    /// been off since its `Pulled` record's `off_at_ms`. A controller resuming the cut
+    /// calls "on" again (every driver does it idempotently) and keeps this time.
+    Restored {
+        /// Host.
+        host: String,
+        /// The cut.
+        index: u32,
+        /// When (listener clock, as `Pulled`'s `off_at_ms`).
+        on_at_ms: u64,
+    },
     /// A judged cut.
     Cut(CutRecord),
     /// The campaign was cancelled (`plugpull campaign cancel`): no more cuts; an
@@ -191,6 +205,7 @@ impl Event {
             | Event::Refused { host, .. }
             | Event::Ended { host, .. }
             | Event::Pulled { host, .. }
+            | Event::Restored { host, .. }
             | Event::Paused { host, .. } => host,
             Event::Pulling(p) => &p.host,
             Event::Cut(c) => &c.host,
@@ -289,6 +304,10 @@ pub struct CutRecord {
     pub validity: Validity,
     /// The verdict, for a verified cut.
     pub verdict: Option<CutVerdict>,
+    /// What the validity rests on (`None`: a cut judged without it, by hand or by an
+    /// earlier version).
+    #[serde(default)]
+    pub evidence: Option<Box<Evidence>>,
 }
 
 /// The verdict of a verified cut: failed when any run's verify failed.

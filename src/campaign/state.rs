@@ -52,6 +52,9 @@ pub struct HostView {
     pub pulling: Option<Pulling>,
     /// What the controller saw after "off" of the cut in progress.
     pub pulled: Option<Event>,
+    /// When the controller called "on" for the cut in progress (listener clock), once
+    /// it recorded doing so.
+    pub restored: Option<u64>,
     /// The last refusal after the last run set started, if any.
     pub refused: Option<String>,
     /// The last pause after the last judged cut and the last controller start, if any.
@@ -129,12 +132,15 @@ impl Campaign {
                 Event::Pulling(p) => {
                     v.pulling = Some(p.clone());
                     v.pulled = None;
+                    v.restored = None;
                 }
                 Event::Pulled { .. } => v.pulled = Some(e.clone()),
+                Event::Restored { on_at_ms, .. } => v.restored = Some(*on_at_ms),
                 Event::Cut(c) => {
                     if v.pulling.as_ref().is_some_and(|p| p.index == c.index) {
                         v.pulling = None;
                         v.pulled = None;
+                        v.restored = None;
                     }
                     v.paused = None;
                     v.cuts.push(c.clone());
@@ -221,7 +227,8 @@ impl Campaign {
 
     /// Whether `e` may be appended now: a controller's records must follow its
     /// cuts in order — `Pulling` for the next cut of a host with none in progress, of
-    /// a run set that exists; `Pulled` and `Cut` for the cut in progress (once each).
+    /// a run set that exists; `Pulled` and `Cut` for the cut in progress (once each);
+    /// `Restored` for the cut in progress once pulled (once).
     /// Two controllers racing, or one replaying, are refused here.
     ///
     /// Errors: why the event does not fit.
@@ -264,12 +271,22 @@ impl Campaign {
                     ));
                 }
             }
-            Event::Pulled { index, .. } | Event::Cut(CutRecord { index, .. }) => {
+            Event::Pulled { index, .. }
+            | Event::Restored { index, .. }
+            | Event::Cut(CutRecord { index, .. }) => {
                 if in_progress != Some(*index) {
                     return Err(format!("cut {index} of {host} is not in progress"));
                 }
                 if matches!(e, Event::Pulled { .. }) && v.pulled.is_some() {
                     return Err(format!("cut {index} of {host} was pulled already"));
+                }
+                if matches!(e, Event::Restored { .. }) {
+                    if v.pulled.is_none() {
+                        return Err(format!("cut {index} of {host} was not pulled yet"));
+                    }
+                    if v.restored.is_some() {
+                        return Err(format!("cut {index} of {host} was restored already"));
+                    }
                 }
             }
             _ => {}

@@ -66,6 +66,7 @@ fn facts<'a>(p: &'a Pulling, v: Option<(&'a [Outcome], &'a str)>) -> CutFacts<'a
         off_at_ms: 1000,
         last_ack_ms: 900,
         status_after: None,
+        on_at_ms: Some(1600),
         came_back: Ok(()),
         verified: v,
         verify_boot_at_ms: Some(1500),
@@ -327,10 +328,26 @@ fn appends_must_follow_the_campaign_order() {
         c.check_append(&pulled(2)),
         Err("cut 2 of h1 is not in progress".into())
     );
+    let restored = Event::Restored {
+        host: "h1".into(),
+        index: 1,
+        on_at_ms: 7000,
+    };
+    assert_eq!(
+        c.check_append(&restored),
+        Err("cut 1 of h1 was not pulled yet".into())
+    );
     c.events.push(pulled(1));
     assert_eq!(
         c.check_append(&pulled(1)),
         Err("cut 1 of h1 was pulled already".into())
+    );
+    assert_eq!(c.check_append(&restored), Ok(()));
+    c.events.push(restored.clone());
+    assert_eq!(c.host("h1").restored, Some(7000));
+    assert_eq!(
+        c.check_append(&restored),
+        Err("cut 1 of h1 was restored already".into())
     );
     let ok = [file_report(0, 5, 0)];
     let cut = Event::Cut(judge(&facts(&p1, Some((&ok, "b2")))));
@@ -340,6 +357,7 @@ fn appends_must_follow_the_campaign_order() {
         c.check_append(&cut),
         Err("cut 1 of h1 is not in progress".into())
     );
+    assert_eq!(c.host("h1").restored, None);
     c.events.push(Event::Cancelled {
         reason: "wrong disk".into(),
         at_ms: 5,

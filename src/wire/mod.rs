@@ -49,7 +49,7 @@ use crate::RunId;
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol, carried in `Hello` and `Challenge`.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// A message from the agent or verifier to the listener.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

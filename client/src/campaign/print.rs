@@ -1,12 +1,13 @@
-//! `campaign status` (and the end of `campaign run`): one line per cut, the roll-up,
-//! `--json` (the whole campaign as one object) and `--junit FILE` (one test case per
-//! cut: failure = a failed verdict, skipped = not measured, error = invalid).
+//! `campaign status` (and the end of `campaign run`): one line per cut and one of its
+//! evidence, the roll-up, `--json` (the whole campaign as one object) and `--junit
+//! FILE` (one test case per cut: failure = a failed verdict, skipped = not measured,
+//! error = invalid; the evidence as its properties).
 
 use super::ShowArgs;
 use crate::Error;
 use plugpull::campaign::{Campaign, CutRecord, RollUp, Validity};
 use plugpull::stats;
-use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
 /// Prints `c` as `args` asks and writes the JUnit file when asked.
 ///
@@ -56,6 +57,16 @@ pub fn cut_line(c: &CutRecord) -> String {
     )
 }
 
+/// The line under a cut's line: what its validity rests on, indented
+/// ([`plugpull::campaign::Evidence::line`]), or that it was not recorded.
+pub fn evidence_line(c: &CutRecord) -> String {
+    let e = match &c.evidence {
+        Some(e) => e.line(),
+        None => "evidence: not recorded (judged without it, by an earlier plugpull)".into(),
+    };
+    format!("       {e}")
+}
+
 /// `2026-12-01T02:16:08Z`: [`plugpull::units::utc`] without the milliseconds.
 fn utc_secs(ms: u64) -> String {
     plugpull::units::utc(ms - ms % 1000).replace(".000Z", "Z")
@@ -73,6 +84,8 @@ pub fn text(c: &Campaign) -> String {
     );
     for cut in c.cuts() {
         s.push_str(&cut_line(&cut));
+        s.push('\n');
+        s.push_str(&evidence_line(&cut));
         s.push('\n');
     }
     if let Some(why) = c.cancelled() {
@@ -179,6 +192,7 @@ pub fn json(c: &Campaign) -> serde_json::Value {
                 "runs": k.runs.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
                 "acknowledged": k.acknowledged, "validity": k.validity.name(),
                 "reason": k.validity.reason(), "verdict": k.verdict,
+                "evidence": k.evidence,
             })
         })
         .collect();
@@ -223,6 +237,9 @@ pub fn junit(c: &Campaign) -> Result<String, Error> {
         for k in hosts.iter().flat_map(|h| c.host(h).cuts) {
             let mut case = TestCase::new(format!("cut {}", k.index), junit_status(&k));
             case.set_classname(k.host.clone());
+            for (name, value) in k.evidence.iter().flat_map(|e| e.properties()) {
+                case.add_property(Property::new(name, value));
+            }
             suite.add_test_case(case);
         }
         report.add_test_suite(suite);

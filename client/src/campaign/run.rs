@@ -9,7 +9,9 @@
 //! 4. after [`SILENCE_GRACE_MS`] + 1 s, ask the listener when the runs last
 //!    acknowledged, read the driver's status, record `Pulled`; a machine that kept
 //!    talking is judged at once (not measured);
-//! 5. keep power off for `--off`, call "on";
+//! 5. keep power off until `--off` has passed since "off" returned (the listener's
+//!    clock, so a rerun resuming the cut waits only for the rest), record
+//!    `Restored`, call "on";
 //! 6. wait for a new boot id (`--boot-timeout`), then for the verify reports;
 //! 7. judge ([`plugpull::campaign::judge`]) and record the `Cut`.
 
@@ -65,6 +67,7 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
     w.say(print::HEADER);
     for cut in &done {
         w.say(&print::cut_line(cut));
+        w.say(&print::evidence_line(cut));
     }
     if !c.done() {
         let me = Event::Controller {
@@ -324,7 +327,7 @@ struct Pulled {
 
 /// Steps 3–4: "off", the silence check, the `Pulled` record; or, when resuming a cut
 /// already pulled, what was recorded (power is never cut twice for one cut).
-async fn pull(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(Pulled, bool), Error> {
+async fn pull(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<Pulled, Error> {
     if let Some(Event::Pulled {
         off_at_ms,
         last_append_ms,
@@ -333,13 +336,12 @@ async fn pull(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(Pull
         ..
     }) = w.load().await?.host(host).pulled
     {
-        let f = Pulled {
+        return Ok(Pulled {
             off_at: off_at_ms,
             last_ack: last_append_ms,
             off_error,
             status_after,
-        };
-        return Ok((f, true));
+        });
     }
     let off_error = drive(power, "off").await.err().map(|e| e.to_string());
     let off_at = listener_now(w, &p.runs).await?;
@@ -358,13 +360,47 @@ async fn pull(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(Pull
         status_after: status_after.clone(),
     };
     w.append(pulled).await?;
-    let f = Pulled {
+    Ok(Pulled {
         off_at,
         last_ack,
         off_error,
         status_after,
+    })
+}
+
+/// Step 5: keeps power off until `off_ms` after "off" returned at `off_at` (listener
+/// clock: a controller resuming the cut waits only for the rest), records
+/// `Restored`, calls "on". Returns when "on" was called (listener clock) and the
+/// driver's answer. A cut already restored keeps its recorded time and calls "on"
+/// again (every driver does it idempotently).
+async fn restore(
+    w: &Witness,
+    host: &str,
+    power: &str,
+    p: &Pulling,
+    off_at: u64,
+    off_ms: u64,
+) -> Result<(u64, Result<(), Error>), Error> {
+    let on_at = match w.load().await?.host(host).restored {
+        Some(at) => at,
+        None => {
+            let until = off_at + off_ms;
+            let mut now = listener_now(w, &p.runs).await?;
+            while now < until {
+                tokio::time::sleep(Duration::from_millis(until - now)).await;
+                now = listener_now(w, &p.runs).await?;
+            }
+            let restored = Event::Restored {
+                host: host.into(),
+                index: p.index,
+                on_at_ms: now,
+            };
+            w.append(restored).await?;
+            now
+        }
     };
-    Ok((f, false))
+    let on = drive(power, "on").await.map(|_| ());
+    Ok((on_at, on))
 }
 
 /// The newest acknowledgement batch of `runs` the listener made durable (its clock).
@@ -379,30 +415,34 @@ async fn last_ack(w: &Witness, runs: &[RunId]) -> Result<u64, Error> {
 
 /// Steps 3–7 for a recorded `Pulling`.
 async fn cut(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(), Error> {
-    let (pulled, resumed) = pull(w, host, power, p).await?;
+    let pulled = pull(w, host, power, p).await?;
     let mut facts = CutFacts {
         pulling: p,
         off_error: pulled.off_error.as_deref(),
         off_at_ms: pulled.off_at,
         last_ack_ms: pulled.last_ack,
         status_after: pulled.status_after.as_deref(),
+        on_at_ms: None,
         came_back: Ok(()),
         verified: None,
         verify_boot_at_ms: None,
     };
     let early = judge(&facts);
     if facts.off_error.is_some() || matches!(early.validity, Validity::NotMeasured(_)) {
-        let _ = drive(power, "on").await;
+        // Not a power loss (the driver failed, or the machine kept power): power back
+        // at once, whatever "on" answers.
+        let (on_at, _) = restore(w, host, power, p, pulled.off_at, 0).await?;
+        facts.on_at_ms = Some(on_at);
         let why = facts
             .off_error
             .map(|e| format!("cut {}: the driver's off failed: {e}", p.index));
-        return record(w, early, why).await;
+        return record(w, judge(&facts), why).await;
     }
     let c = w.load().await?;
-    if !resumed {
-        tokio::time::sleep(Duration::from_millis(c.definition.off_ms)).await;
-    }
-    if let Err(e) = drive(power, "on").await {
+    let off_ms = c.definition.off_ms;
+    let (on_at, on) = restore(w, host, power, p, pulled.off_at, off_ms).await?;
+    facts.on_at_ms = Some(on_at);
+    if let Err(e) = on {
         let why = format!("cut {}: the driver's on failed: {e}", p.index);
         return Err(pause(w, host, why).await);
     }
@@ -466,6 +506,7 @@ async fn record(
 ) -> Result<(), Error> {
     let host = cut.host.clone();
     w.say(&print::cut_line(&cut));
+    w.say(&print::evidence_line(&cut));
     w.append(Event::Cut(cut)).await?;
     match pause_reason {
         Some(r) => Err(pause(w, &host, r).await),

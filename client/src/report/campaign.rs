@@ -7,8 +7,8 @@
 //!   failed, not measured, invalid), with a legend counting each;
 //! * for each failed cut, how long before the cut its oldest lost write was
 //!   acknowledged;
-//! * the per-cut table (validity, reason, verdict) and the configurations with their
-//!   own roll-ups.
+//! * the per-cut table (validity, reason, verdict, the evidence validity rests on) and
+//!   the configurations with their own roll-ups.
 
 use super::figures::{self, hex, FAIL, WIDTH};
 use super::html::Page;
@@ -283,6 +283,7 @@ fn cut_table(p: &mut Page, c: &Campaign, cuts: &[CutRecord]) {
                 k.acknowledged.to_string(),
                 Outcome::of(k).name().to_string(),
                 verdict,
+                evidence_cell(k),
             ]
         })
         .collect();
@@ -295,10 +296,20 @@ fn cut_table(p: &mut Page, c: &Campaign, cuts: &[CutRecord]) {
             "acknowledged",
             "outcome",
             "verdict or reason",
+            "evidence",
         ],
         &rows,
         &outcome_colors(cuts),
     );
+}
+
+/// A cut's evidence for the table: [`plugpull::campaign::Evidence::line`] without its
+/// `evidence: ` prefix.
+fn evidence_cell(k: &CutRecord) -> String {
+    match &k.evidence {
+        Some(e) => e.line().trim_start_matches("evidence: ").to_string(),
+        None => "not recorded".into(),
+    }
 }
 
 /// Each row's outcome colour, for the table.

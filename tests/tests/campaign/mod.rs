@@ -14,6 +14,7 @@ use std::process::Output;
 
 mod clean;
 mod device;
+mod evidence;
 mod exec;
 mod pg;
 mod sim;
