@@ -306,3 +306,49 @@ fn l_error(ms: u64) -> Option<DeviceError> {
         ..DeviceError::default()
     })
 }
+
+#[test]
+fn the_windows_are_half_open_and_acks_after_the_cut_do_not_count() {
+    // Cut at 5000 (last heard). Acks exactly 100 ms and 1000 ms before fall outside
+    // their windows; one at the cut counts in both.
+    let l = ledger(vec![batch(1, &[4000, 4001, 4900, 4901, 5000], 5000, 10)]);
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!(r.cut_ms, Some(5000));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (2, 4));
+    assert_eq!(r.last_ack_before_cut_ms, Some(0));
+    // A write stalled since 4100: the cut is taken there, and the acks of other
+    // jobs after it are not counted as before it.
+    let mut stalled = batch(2, &[4500, 4600], 5000, 12);
+    stalled.oldest_in_flight_ms = Some(4100);
+    let l = ledger(vec![batch(1, &[3200, 4050], 4060, 10), stalled]);
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!((r.cut_ms, r.moved_back_ms), (Some(4100), Some(900)));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (1, 2));
+    assert_eq!(r.last_ack_before_cut_ms, Some(50));
+}
+
+#[test]
+fn a_write_in_flight_for_less_than_a_heartbeat_does_not_move_the_cut() {
+    let mut b = batch(1, &[4950], 5000, 10);
+    b.oldest_in_flight_ms = Some(4901);
+    let r = judge_cut(&ledger(vec![b.clone()]), Some(false), found(0));
+    assert_eq!((r.cut_ms, r.moved_back_ms), (Some(5000), None));
+    // 100 ms in flight: a stall.
+    b.oldest_in_flight_ms = Some(4900);
+    let r = judge_cut(&ledger(vec![b]), Some(false), found(0));
+    assert_eq!((r.cut_ms, r.moved_back_ms), (Some(4900), Some(100)));
+}
+
+#[test]
+fn a_finished_run_has_no_exposure_line() {
+    let mut l = ledger(vec![batch(1, &[900], 1000, 50)]);
+    l.finished = true;
+    let r = judge_cut(&l, Some(true), found(50));
+    assert_eq!(
+        r.lines(),
+        vec![
+            "cut: none while the run wrote: it finished by itself".to_string(),
+            "canary: survived: records 35..=50, the newest the agent reported written with no durability call, are all on the medium (the newest there is 50), as after a clean shutdown or a sync".to_string(),
+        ]
+    );
+}
