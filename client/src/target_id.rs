@@ -26,6 +26,12 @@ use std::path::{Path, PathBuf};
 /// gives its agent and the agent's runs the boot id of the simulated boot.
 pub const SIMULATED_BOOT_ID_ENV: &str = "PLUGPULL_SIMULATED_BOOT_ID";
 
+/// Whether a host whose boot id is `here` still runs boot `run` (a run's manifest's):
+/// `None` when either is unknown (`""`).
+pub fn same_boot(run: &str, here: &str) -> Option<bool> {
+    (!run.is_empty() && !here.is_empty()).then(|| run == here)
+}
+
 /// This host's boot id (`/proc/sys/kernel/random/boot_id`, a UUID that changes at
 /// every boot), or `""` when it cannot be read; inside the simulated machine, the
 /// simulated boot's (`PLUGPULL_SIMULATED_BOOT_ID`).

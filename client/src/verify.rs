@@ -228,9 +228,7 @@ pub async fn judge_ledger(
     let read = tokio::task::spawn_blocking(move || crate::canary::read(&canary))
         .await
         .map_err(|e| Error::Msg(format!("reading the canary failed: {e}")))?;
-    let now = crate::target_id::boot_id();
-    let same_boot =
-        (!l.manifest.boot_id.is_empty() && !now.is_empty()).then(|| l.manifest.boot_id == now);
+    let same_boot = crate::target_id::same_boot(&l.manifest.boot_id, &crate::target_id::boot_id());
     report.set_cut(
         plugpull::verdict::cut::judge_cut(l, same_boot, read),
         opts.read_back,

@@ -293,12 +293,10 @@ fn simfs_backing(fm: &FileManifest, path: &Path) -> bool {
 /// Whether this host rebooted since the run: `same_boot`, `rebooted`, or `unknown` when
 /// either boot id (the run's, this host's) is unknown (`""`).
 fn boot_relation(run: &str, here: &str) -> &'static str {
-    if run.is_empty() || here.is_empty() {
-        "unknown"
-    } else if run == here {
-        "same_boot"
-    } else {
-        "rebooted"
+    match target_id::same_boot(run, here) {
+        None => "unknown",
+        Some(true) => "same_boot",
+        Some(false) => "rebooted",
     }
 }
 
