@@ -82,7 +82,9 @@ pub fn mount(args: MountArgs) -> io::Result<()> {
     let listener = control::bind(&socket)?;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
-        MountOption::FSName("plugpull-simfs".into()),
+        // The source names the fault model, so a probe of the mount tells an honest
+        // simulated disk from a lying one (`plugpull::probe::simfs_mode`).
+        MountOption::FSName(format!("plugpull-simfs:{}", args.sim.mode.name())),
         MountOption::Subtype("plugpull-simfs".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,

@@ -265,6 +265,19 @@ impl WarningId {
     }
 }
 
+/// The fault model of a `plugpull-simfs` mount, read from its mount source: simfs
+/// mounts with the source `plugpull-simfs:MODE` (`honest`, `lying`, `reorder`,
+/// `torn`, `misdirect`; `simfs/src/cmd.rs`). `Some("")` for a simfs that does not name
+/// its mode (older builds mount as plain `plugpull-simfs`), `None` for any other
+/// filesystem.
+pub fn simfs_mode(source: &str) -> Option<&str> {
+    match source.strip_prefix("plugpull-simfs") {
+        Some("") => Some(""),
+        Some(rest) => rest.strip_prefix(':'),
+        None => None,
+    }
+}
+
 impl Probe {
     /// The configuration of the stack, without what names one machine's parts
     /// (device names, mount points, serials, sizes): each layer's kind and settings
@@ -272,7 +285,9 @@ impl Probe {
     /// `ext4 (rw,relatime) / dm [crypt] / disk Samsung SSD 990 PRO 4B2QJXD7 (write
     /// back, fua)`; with a PostgreSQL server, its version and the settings that decide
     /// durability come first: `postgresql 15.4 (fsync on, synchronous_commit on,
-    /// full_page_writes on, wal_sync_method fdatasync, data_checksums off)`. Machines
+    /// full_page_writes on, wal_sync_method fdatasync, data_checksums off)`. A
+    /// `plugpull-simfs` mount names its fault model as its disk ([`simfs_mode`]):
+    /// `fuse (rw,…) / simulated disk lying`. Machines
     /// whose probes give the same text run the same configuration, and a campaign
     /// pools their cuts; `campaign compare` shows the parts that differ.
     pub fn configuration(&self) -> String {
@@ -295,8 +310,18 @@ impl Probe {
             .filter_map(|l| {
                 Some(match l {
                     Layer::Mount {
-                        fstype, options, ..
-                    } => format!("{fstype} ({})", options.join(",")),
+                        fstype,
+                        options,
+                        source,
+                        ..
+                    } => match simfs_mode(source).filter(|m| !m.is_empty()) {
+                        // The simulated disk is the stack's disk: its fault model is
+                        // its model, so an honest and a lying one never pool.
+                        Some(mode) => {
+                            format!("{fstype} ({}) / simulated disk {mode}", options.join(","))
+                        }
+                        None => format!("{fstype} ({})", options.join(",")),
+                    },
                     Layer::Partition { .. } => "partition".into(),
                     Layer::Dm {
                         targets,

@@ -15,6 +15,7 @@
 pub mod compare;
 pub mod print;
 pub mod run;
+pub mod summary;
 pub mod witness;
 pub mod workload;
 

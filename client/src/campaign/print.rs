@@ -107,59 +107,9 @@ pub fn text(c: &Campaign) -> String {
         if let Some(r) = &v.paused {
             s.push_str(&format!("  {}: paused: {r}\n", h.host));
         }
-        if d.hosts.len() > 1 {
-            s.push_str(&format!("  {}: {}\n", h.host, RollUp::of(&v.cuts).line()));
-        }
     }
-    let configs = c.configurations();
-    if d.hosts.len() > 1 {
-        for (config, hosts) in &configs {
-            let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
-            let r = RollUp::of(&cuts);
-            s.push_str(&format!(
-                "  configuration {config} ({}): {}\n    {}\n",
-                hosts.join(", "),
-                r.line(),
-                r.bound_line(CONFIDENCE)
-            ));
-        }
-    }
-    s.push_str(&format!("{}\n", c.roll_up().line()));
-    for line in statistics(c) {
-        s.push_str(&format!("{line}\n"));
-    }
+    s.push_str(&super::summary::text(c));
     s
-}
-
-/// The lines under a campaign's roll-up: its bound ([`RollUp::bound_line`]), said to
-/// be pooled when its hosts show more than one configuration; and, while the campaign
-/// runs and no valid cut has failed, what its planned cuts would show (`plan: …`).
-pub fn statistics(c: &Campaign) -> Vec<String> {
-    let r = c.roll_up();
-    let configs = c.configurations().len();
-    let hosts = c.definition.hosts.len();
-    let mut lines = vec![if configs > 1 {
-        format!(
-            "pooled over {configs} configurations, read each configuration's own line: {}",
-            r.bound_line(CONFIDENCE)
-        )
-    } else if hosts > 1 {
-        format!(
-            "pooled over {hosts} hosts (their probes show one stack; their own lines show whether \
-             they behave alike): {}",
-            r.bound_line(CONFIDENCE)
-        )
-    } else {
-        r.bound_line(CONFIDENCE)
-    }];
-    lines.extend(r.atomic_line(CONFIDENCE));
-    let d = &c.definition;
-    if !c.done() && c.cancelled().is_none() && r.failed == 0 {
-        if let Ok(plan) = stats::plan_sentence(d.cuts * d.hosts.len() as u32, CONFIDENCE) {
-            lines.push(format!("plan: {plan}"));
-        }
-    }
-    lines
 }
 
 /// The confidence level of the bounds `status` prints (95 %).
@@ -179,6 +129,7 @@ pub fn json(c: &Campaign) -> serde_json::Value {
                 "boot_id": v.boots.last().map(|b| b.0.clone()),
                 "refused": v.refused, "paused": v.paused,
                 "roll_up": RollUp::of(&v.cuts),
+                "bound": RollUp::of(&v.cuts).bound(CONFIDENCE),
             })
         })
         .collect();
@@ -205,12 +156,14 @@ pub fn json(c: &Campaign) -> serde_json::Value {
             serde_json::json!({"configuration": config, "hosts": hosts, "bound": r.bound(CONFIDENCE), "roll_up": r})
         })
         .collect();
+    let pooled = super::summary::pooled(c);
     serde_json::json!({
         "name": c.definition.name, "definition": c.definition, "done": c.done(),
         "configurations": configurations,
         "cancelled": c.cancelled(),
         "hosts": hosts, "cuts": cuts, "roll_up": c.roll_up(),
-        "bound": c.roll_up().bound(CONFIDENCE),
+        "pooled": pooled,
+        "bound": pooled.as_ref().and_then(|_| c.roll_up().bound(CONFIDENCE)),
         "plan_rate_shown": stats::rate_shown(c.definition.cuts * c.definition.hosts.len() as u32, CONFIDENCE).ok(),
     })
 }

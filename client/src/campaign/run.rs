@@ -122,11 +122,8 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
         (true, Ok(_)) => println!("{}", print::json(&c)),
         (true, Err(_)) => {}
         (false, _) => {
-            // The roll-up, then the same confidence lines `campaign status` ends with.
-            println!("{}", roll.line());
-            for line in print::statistics(&c) {
-                println!("{line}");
-            }
+            // The same headline lines `campaign status` ends with.
+            print!("{}", super::summary::text(&c));
         }
     }
     if let Some(path) = &args.junit {

@@ -285,7 +285,7 @@ fn judge_file(
 /// backing directory under other inode numbers, so identity cannot match; the name
 /// must.
 fn simfs_backing(fm: &FileManifest, path: &Path) -> bool {
-    let simfs = fm.identity.fs_source == "plugpull-simfs"
+    let simfs = plugpull::probe::simfs_mode(&fm.identity.fs_source).is_some()
         || fm.identity.fs_type.ends_with("plugpull-simfs");
     simfs && path.file_name().is_some() && path.file_name() == Path::new(&fm.target).file_name()
 }

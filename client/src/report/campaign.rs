@@ -161,15 +161,8 @@ pub fn render(c: &Campaign) -> Result<String, Error> {
         ),
         "",
     );
-    let r = c.roll_up();
-    let class = match (r.valid, r.failed) {
-        (0, _) => "",
-        (_, 0) => "pass",
-        _ => "fail",
-    };
-    p.para(&r.line(), class);
-    for (i, line) in crate::campaign::print::statistics(c).iter().enumerate() {
-        p.para(line, if i == 0 { class } else { "" });
+    for h in crate::campaign::summary::headlines(c) {
+        p.para(&h.text, h.class);
     }
     if let Some(why) = c.cancelled() {
         p.para(&format!("cancelled: {why}"), "fail");
@@ -371,12 +364,19 @@ fn verdict_or_reason(k: &CutRecord) -> String {
 /// The Markdown summary of a campaign: its roll-up, bound, and one row per cut.
 pub fn markdown(c: &Campaign) -> String {
     use super::html::md;
-    let r = c.roll_up();
+    // The first headline in bold, each one a paragraph of its own.
+    let head: Vec<String> = crate::campaign::summary::headlines(c)
+        .iter()
+        .enumerate()
+        .map(|(i, h)| match i {
+            0 => format!("**{}**", md(&h.text)),
+            _ => md(h.text.trim_start()),
+        })
+        .collect();
     let mut s = format!(
-        "### plugpull campaign {}\n\n**{}**\n\n{}\n\n| cut | outcome | verdict or reason |\n| --- | --- | --- |\n",
+        "### plugpull campaign {}\n\n{}\n\n| cut | outcome | verdict or reason |\n| --- | --- | --- |\n",
         md(&c.definition.name),
-        md(&r.line()),
-        md(&crate::campaign::print::statistics(c).join(" "))
+        head.join("\n\n")
     );
     for k in in_order(c) {
         let why = verdict_or_reason(&k);

@@ -108,10 +108,7 @@ async fn campaign_command(
         write(path, &crate::campaign::print::junit(&c)?)?;
     }
     let r = c.roll_up();
-    println!("{}", r.line());
-    for line in crate::campaign::print::statistics(&c) {
-        println!("{line}");
-    }
+    print!("{}", crate::campaign::summary::text(&c));
     println!("report: {} ({} bytes)", out.html.display(), html.len());
     if r.valid == 0 {
         return Err(Error::Msg(format!(

@@ -283,6 +283,23 @@ fn a_two_host_fleet_is_cut_concurrently() {
         assert_eq!(v["hosts"][i]["roll_up"]["passed"], json!(3));
     }
     assert_eq!((m1.boots(), m2.boots()), (4, 4));
+    // One stack: the campaign-wide bound pools both hosts, and says so.
+    assert_eq!(v["pooled"], json!(["sim1", "sim2"]));
+    assert_eq!(v["bound"]["valid"], json!(6), "{v}");
+    assert_eq!(v["hosts"][0]["bound"]["valid"], json!(3), "{v}");
+    let text = stdout(&w.campaign("status", &["--name", "f"]));
+    assert!(
+        text.ends_with(
+            "sim1: 3 cuts: 3 valid (0 failed, 3 passed), 0 not measured, 0 invalid\n  \
+             0 of 3 valid cuts failed: the loss rate per cut is below 63.2 % with 95 % confidence\n\
+             sim2: 3 cuts: 3 valid (0 failed, 3 passed), 0 not measured, 0 invalid\n  \
+             0 of 3 valid cuts failed: the loss rate per cut is below 63.2 % with 95 % confidence\n\
+             pooled over sim1, sim2 (their probes show one stack): 6 cuts: 6 valid (0 failed, 6 passed), 0 not measured, 0 invalid\n  \
+             0 of 6 valid cuts failed: the loss rate per cut is below 39.4 % with 95 % confidence\n\
+             2 hosts: 6 cuts: 6 valid (0 failed, 6 passed), 0 not measured, 0 invalid\n"
+        ),
+        "{text}"
+    );
     // The same stack on both: one configuration pooling all six cuts.
     let configs = v["configurations"].as_array().unwrap();
     assert_eq!(configs.len(), 1, "{configs:?}");
@@ -354,8 +371,43 @@ fn the_demo_runs_a_campaign_of_n_cuts() {
         ]
     );
     assert_eq!(out.matches(" simfs (simulated) ").count(), 4, "{out}");
-    // The campaign page: the strip of four cuts, two of them failed.
+    // The two machines' stacks differ in their simulated disk: each has its own
+    // headline and bound, and nothing is pooled across them.
+    let honest = "sim-honest: 2 cuts: 2 valid (0 failed, 2 passed), 0 not measured, 0 invalid";
+    let lying = "sim-lying: 2 cuts: 2 valid (2 failed, 0 passed), 0 not measured, 0 invalid";
+    for (line, bound) in [
+        (honest, "  0 of 2 valid cuts failed: the loss rate per cut is below 77.7 % with 95 % confidence"),
+        (lying, "  2 of 2 valid cuts failed (100 %; 95 % interval 15.8 %–100 %): the loss rate per cut is at least 22.3 % with 95 % confidence"),
+    ] {
+        assert!(out.contains(&format!("\n{line}\n{bound}\n")), "{out}");
+    }
+    let not_pooled = out
+        .lines()
+        .find(|l| l.starts_with("not pooled across stacks: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        not_pooled.starts_with("not pooled across stacks: the hosts' probes show 2 stacks (sim-honest: ")
+            && not_pooled.contains(" / simulated disk honest; sim-lying: ")
+            && not_pooled.ends_with(
+                " / simulated disk lying); `plugpull campaign compare` tests two campaigns against each other"
+            ),
+        "{not_pooled}"
+    );
+    assert!(!out.contains("pooled over"), "{out}");
+    assert!(
+        out.contains(
+            "\n2 hosts: 4 cuts: 4 valid (2 failed, 2 passed), 0 not measured, 0 invalid\n"
+        ),
+        "{out}"
+    );
+    // The campaign page: the two per-host headlines at the top, coloured by outcome;
+    // the strip of four cuts, two of them failed.
     let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.contains(&format!("<p class=\"pass\">{honest}</p>\n"))
+            && page.contains(&format!("<p class=\"fail\">{lying}</p>\n")),
+        "{page}"
+    );
     assert!(
         page.contains("\npassed (2)\n") && page.contains("\nfailed (2)\n"),
         "{page}"

@@ -97,14 +97,18 @@ fn compare_a_lying_and_an_honest_machine() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     same_numbers(&v["fisher"], &serde_json::to_value(&f).unwrap());
     assert_eq!(v["fisher"]["table"], json!([[failed, 5 - failed], [0, 5]]));
-    assert_eq!(v["only_in_a"], json!([]));
-    assert_eq!(v["only_in_b"], json!([]));
+    // The two simulated disks differ in their fault model only.
+    assert_eq!(v["only_in_a"], json!(["simulated disk lying"]));
+    assert_eq!(v["only_in_b"], json!(["simulated disk honest"]));
     let o = w.campaign("compare", &["lie", "hon"]);
     let text = stdout(&o);
     let sentence = f.sentence("lie", "hon", 0.05);
     assert!(text.contains(&format!("\n{sentence}\n")), "{text}");
     assert!(
-        text.contains("\nconfiguration: the same stack (fuse"),
+        text.contains(
+            "\nconfiguration: only in lie: simulated disk lying\n               \
+             only in hon: simulated disk honest\n"
+        ),
         "{text}"
     );
     let row = format!(

@@ -124,9 +124,14 @@ fn assert_booted(m: &Machine, out: &Path, boot: u32, escape: bool) -> (String, u
         .iter()
         .find(|x| x.mountpoint == m.mnt.to_str().unwrap())
         .unwrap();
+    // The source names the machine's fault model (machine.json's `mode`).
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(m.dir.join("machine.json")).unwrap())
+            .unwrap();
+    let source = format!("plugpull-simfs:{}", spec["mode"].as_str().unwrap());
     assert_eq!(
         (mine.fstype.as_str(), mine.source.as_str()),
-        ("fuse", "plugpull-simfs")
+        ("fuse", source.as_str())
     );
     let writing = wait_for(Duration::from_secs(10), || {
         std::fs::read_to_string(m.mnt.join("counter")).is_ok_and(|c| c.lines().count() >= 3)

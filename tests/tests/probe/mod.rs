@@ -234,13 +234,29 @@ fn simfs_is_one_fuse_mount_layer() {
     let layers = v["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1);
     assert_eq!(layers[0]["kind"], "mount");
-    // simfs asks for fsname and subtype `plugpull-simfs`; whether the kernel shows the
+    // simfs asks for fsname `plugpull-simfs:MODE` and subtype `plugpull-simfs`; whether the kernel shows the
     // type as `fuse` or `fuse.plugpull-simfs` depends on how the mount was made:
     // util-linux's `findmnt` reads the same mount independently.
     let fm = run("findmnt", &["-n", "-o", "FSTYPE", mp.to_str().unwrap()]);
     assert!(fm.trim().starts_with("fuse"), "{fm}");
     assert_eq!(layers[0]["fstype"], fm.trim());
-    assert_eq!(layers[0]["source"], "plugpull-simfs");
+    assert_eq!(layers[0]["source"], "plugpull-simfs:honest");
+    // The simulated disk's fault model is part of the stack's configuration.
+    let p: plugpull::probe::Probe = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(
+        p.configuration(),
+        format!(
+            "{} ({}) / simulated disk honest",
+            fm.trim(),
+            layers[0]["options"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_str().unwrap())
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    );
     assert_eq!(layers[0]["mountpoint"], mp.to_str().unwrap());
     assert_eq!(v["leaves"], json!([]));
     assert_eq!(ids(&v), expected_ids(vec![]));
