@@ -13,6 +13,7 @@
 //! controller killed at any moment resumes where the record says.
 
 pub mod compare;
+pub mod power_state;
 pub mod print;
 pub mod run;
 pub mod summary;

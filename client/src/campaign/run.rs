@@ -7,14 +7,17 @@
 //! 3. record `Pulling`, call the driver's "off" (again, when resuming after a
 //!    `Pulling`: the machine is off already or the silence check tells);
 //! 4. after [`SILENCE_GRACE_MS`] + 1 s, ask the listener when the runs last
-//!    acknowledged, read the driver's status, record `Pulled`; a machine that kept
-//!    talking is judged at once (not measured);
+//!    acknowledged, read the driver's status until it says off (at most 20 s), record
+//!    `Pulled`; a machine that kept talking is judged at once (not measured), power
+//!    restored and read back;
 //! 5. keep power off until `--off` has passed since "off" returned (the listener's
 //!    clock, so a rerun resuming the cut waits only for the rest), record
-//!    `Restored`, call "on";
+//!    `Restored`, call "on", read the status until it says on: a machine the driver
+//!    still says is off is named and the host paused;
 //! 6. wait for a new boot id (`--boot-timeout`), then for the verify reports;
 //! 7. judge ([`plugpull::campaign::judge`]) and record the `Cut`.
 
+use super::power_state::{drive, settle, still_off, SETTLE};
 use super::witness::Witness;
 use super::{load, print, ShowArgs};
 use crate::Error;
@@ -175,23 +178,6 @@ async fn runs_state(w: &Witness, runs: &[RunId]) -> Result<Vec<RunState>, Error>
     }
 }
 
-/// Calls the driver in a blocking task: `"off"`, `"on"` or `"status"` (the state's
-/// name).
-async fn drive(uri: &str, action: &'static str) -> Result<String, Error> {
-    let uri = uri.to_string();
-    tokio::task::spawn_blocking(move || {
-        let parsed = PowerUri::parse(&uri).map_err(Error::Msg)?;
-        let d = crate::power::open(&parsed)?;
-        match action {
-            "off" => d.off().map(|_| String::new()),
-            "on" => d.on().map(|_| String::new()),
-            _ => d.status().map(|s| s.state.to_string()),
-        }
-    })
-    .await
-    .map_err(|e| Error::Msg(format!("power driver task: {e}")))?
-}
-
 async fn host_loop(w: &Witness, host: &str, power: &str) -> Result<(), Error> {
     let scheme = PowerUri::parse(power).map_err(Error::Msg)?;
     loop {
@@ -203,7 +189,7 @@ async fn host_loop(w: &Witness, host: &str, power: &str) -> Result<(), Error> {
         let pulling = match v.pulling.clone() {
             Some(p) => p,
             None => {
-                let Some(p) = wait_and_pick(w, host, &scheme).await? else {
+                let Some(p) = wait_and_pick(w, host, power, &scheme).await? else {
                     continue;
                 };
                 // The last word before a cut: no newer controller took over, and
@@ -221,9 +207,21 @@ async fn host_loop(w: &Witness, host: &str, power: &str) -> Result<(), Error> {
 
 /// Steps 1–2: waits for the open run set to be written to and to reach the drawn
 /// delay; the `Pulling` record for it. `None` when the run set ended before.
-async fn wait_and_pick(w: &Witness, host: &str, uri: &PowerUri) -> Result<Option<Pulling>, Error> {
+async fn wait_and_pick(
+    w: &Witness,
+    host: &str,
+    power: &str,
+    uri: &PowerUri,
+) -> Result<Option<Pulling>, Error> {
     let c = w.load().await?;
     let d = &c.definition;
+    let kind = crate::power::open(uri)
+        .map(|d| d.kind().to_string())
+        .unwrap_or_default();
+    // Power is read, not assumed: a machine the driver says is off runs nothing.
+    if let Some(why) = super::power_state::off_now(power, host, &kind).await {
+        return Err(pause(w, host, why).await);
+    }
     let index = c.host(host).cuts.len() as u32 + 1;
     let since = Instant::now();
     let limit = Duration::from_millis(d.boot_timeout_ms);
@@ -260,10 +258,13 @@ async fn wait_and_pick(w: &Witness, host: &str, uri: &PowerUri) -> Result<Option
             return Err(pause(w, host, why).await);
         }
         if since.elapsed() > limit {
-            // A refusal from before this controller started, still standing.
-            let why = match &v.refused {
-                Some(r) => format!("the agent refused: {r}"),
-                None => format!("no run of {host} was being written within {:.0} s: is `plugpull agent` running there (systemctl status plugpull-agent)?", limit.as_secs_f64()),
+            // A refusal from before this controller started, still standing; else a
+            // machine that went off meanwhile; else the agent is not there.
+            let off = super::power_state::off_now(power, host, &kind).await;
+            let why = match (&v.refused, off) {
+                (Some(r), _) => format!("the agent refused: {r}"),
+                (None, Some(off)) => off,
+                (None, None) => format!("no run of {host} was being written within {:.0} s: is `plugpull agent` running there (systemctl status plugpull-agent)?", limit.as_secs_f64()),
             };
             return Err(pause(w, host, why).await);
         }
@@ -307,9 +308,7 @@ async fn wait_and_pick(w: &Witness, host: &str, uri: &PowerUri) -> Result<Option
         boot_id: s.boot_id.clone(),
         delay_ms: now.saturating_sub(started),
         driver: uri.scheme().into(),
-        kind: crate::power::open(uri)
-            .map(|d| d.kind().to_string())
-            .unwrap_or_default(),
+        kind,
         at_ms: crate::manifest::now_unix_ms(),
     }))
 }
@@ -340,12 +339,14 @@ async fn pull(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<Pulle
             status_after,
         });
     }
+    let settle_for = settle_for(w).await?;
     let off_error = drive(power, "off").await.err().map(|e| e.to_string());
     let off_at = listener_now(w, &p.runs).await?;
     tokio::time::sleep(Duration::from_millis(SILENCE_GRACE_MS + 1000)).await;
     let last_ack = last_ack(w, &p.runs).await?;
+    // Read until the status shows the off (a BMC may apply it seconds late).
     let status_after = match off_error {
-        None => drive(power, "status").await.ok(),
+        None => settle(power, "off", settle_for).await,
         Some(_) => None,
     };
     let pulled = Event::Pulled {
@@ -400,6 +401,13 @@ async fn restore(
     Ok((on_at, on))
 }
 
+/// How long to read the driver's status for a new state: [`SETTLE`], at most the
+/// campaign's boot timeout.
+async fn settle_for(w: &Witness) -> Result<Duration, Error> {
+    let boot = Duration::from_millis(w.load().await?.definition.boot_timeout_ms);
+    Ok(SETTLE.min(boot))
+}
+
 /// The newest acknowledgement batch of `runs` the listener made durable (its clock).
 async fn last_ack(w: &Witness, runs: &[RunId]) -> Result<u64, Error> {
     Ok(runs_state(w, runs)
@@ -430,9 +438,12 @@ async fn cut(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(), Er
         // at once, whatever "on" answers.
         let (on_at, _) = restore(w, host, power, p, pulled.off_at, 0).await?;
         facts.on_at_ms = Some(on_at);
-        let why = facts
-            .off_error
-            .map(|e| format!("cut {}: the driver's off failed: {e}", p.index));
+        let why = match facts.off_error {
+            Some(e) => Some(format!("cut {}: the driver's off failed: {e}", p.index)),
+            None => still_off(power, host, &p.kind, settle_for(w).await?)
+                .await
+                .map(|off| format!("cut {}: {off}", p.index)),
+        };
         return record(w, judge(&facts), why).await;
     }
     let c = w.load().await?;
@@ -442,6 +453,12 @@ async fn cut(w: &Witness, host: &str, power: &str, p: &Pulling) -> Result<(), Er
     if let Err(e) = on {
         let why = format!("cut {}: the driver's on failed: {e}", p.index);
         return Err(pause(w, host, why).await);
+    }
+    // Read until the status shows the on: a machine still off is named, not waited
+    // for as if it were booting.
+    if let Some(off) = still_off(power, host, &p.kind, settle_for(w).await?).await {
+        facts.came_back = Err(off.clone());
+        return record(w, judge(&facts), Some(format!("cut {}: {off}", p.index))).await;
     }
     let boot_limit = Duration::from_millis(c.definition.boot_timeout_ms);
     let since = Instant::now();

@@ -12,12 +12,31 @@ use std::time::Duration;
 /// volatile canaries in the witness's directory (where its file targets live): the
 /// memory a real power cut would take, taken by hand. With
 /// `cuts_nothing`, `off` does nothing; with `stays_off`, `on` does nothing once the
-/// machine was off.
+/// machine was off. Its driver has no status action ([`machine_with_status`] has).
 fn machine(w: &Witness, host: &str, cuts_nothing: bool, stays_off: bool) -> String {
+    machine_with(w, host, cuts_nothing, stays_off, false)
+}
+
+/// [`machine`] whose driver answers `status`: `off` once an `off` was called (even
+/// one that cut nothing: a driver that says off and kept the machine up) and until
+/// an `on` that starts it, else `on`.
+fn machine_with_status(w: &Witness, host: &str, cuts_nothing: bool, stays_off: bool) -> String {
+    machine_with(w, host, cuts_nothing, stays_off, true)
+}
+
+fn machine_with(
+    w: &Witness,
+    host: &str,
+    cuts_nothing: bool,
+    stays_off: bool,
+    status: bool,
+) -> String {
     let d = w.path(host);
     std::fs::create_dir_all(&d).unwrap();
     let argv = w.agent_argv(host).join(" ");
-    let off = if cuts_nothing {
+    let off = if cuts_nothing && status {
+        "echo off-ignored >> $D/log; echo off > $D/state".to_string()
+    } else if cuts_nothing {
         "echo off-ignored >> $D/log".to_string()
     } else {
         // Only the agent's own group: a process id may be reused once it is gone.
@@ -29,8 +48,13 @@ fn machine(w: &Witness, host: &str, cuts_nothing: bool, stays_off: bool) -> Stri
     } else {
         ""
     };
+    let status = if status {
+        "status) [ -f $D/state ] && echo off || echo on ;;\n"
+    } else {
+        ""
+    };
     let body = format!(
-        "D={d}\ncase \"$1\" in\noff) {off} ;;\non) {on_guard} [ -f $D/pgid ] && exit 0; setsid {argv} --simulated-boot-id $(cat /proc/sys/kernel/random/uuid) >> $D/agent.log 2>&1 < /dev/null & echo $! > $D/pgid; rm -f $D/state ;;\nesac\n",
+        "D={d}\ncase \"$1\" in\noff) {off} ;;\non) {on_guard} [ -f $D/pgid ] && exit 0; setsid {argv} --simulated-boot-id $(cat /proc/sys/kernel/random/uuid) >> $D/agent.log 2>&1 < /dev/null & echo $! > $D/pgid; rm -f $D/state ;;\n{status}esac\n",
         d = d.display()
     );
     let s = script(&d, "power", &body);
@@ -393,6 +417,92 @@ fn a_machine_that_does_not_come_back_pauses_the_campaign() {
     assert!(wait_for(Duration::from_secs(5), || !w
         .path("h1/pgid")
         .exists()));
+}
+
+/// Campaign `name` of `cuts` cuts (1 s into each run, off 0 s, boot timeout 3 s) of
+/// a [`machine_with_status`] that stays off once cut, powered on; its URI and guard.
+fn stays_off_campaign(w: &Witness, name: &str, cuts_nothing: bool, cuts: &str) -> (String, Off) {
+    let uri = machine_with_status(w, "h1", cuts_nothing, true);
+    let off = Off(w.path("h1"));
+    let wl = format!("file --target {} --size 1MiB", w.path("t.dat").display());
+    let plan = [
+        "--cuts",
+        cuts,
+        "--cut-after",
+        "1s",
+        "--off",
+        "0s",
+        "--boot-timeout",
+        "3s",
+    ];
+    w.create(name, "h1", &uri, &wl, &plan);
+    power_on(&uri);
+    (uri, off)
+}
+
+/// A machine whose driver still says off after its "on" is named as off at once
+/// (read for at most the boot timeout), not waited for as if booting and never
+/// blamed on its agent; a rerun reads the status first and stops at once, saying
+/// so.
+#[test]
+fn a_machine_the_driver_says_is_still_off_is_named() {
+    let w = Witness::start(&["t.dat"]);
+    let (_uri, _off) = stays_off_campaign(&w, "s", false, "3");
+    let o = w.campaign("run", &["--name", "s"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let why = "cut 1: machine h1 is still off after the driver's on (driver says off)";
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!("plugpull: campaign s stopped: h1: {why}; rerun `plugpull campaign run --name s` to resume")
+    );
+    let v = w.status("s");
+    assert_eq!(
+        cuts(&v),
+        vec![(
+            1,
+            "invalid".into(),
+            "machine h1 is still off after the driver's on (driver says off)".into()
+        )]
+    );
+    assert_eq!(v["cuts"][0]["evidence"]["driver_status"], json!("off"));
+    assert_eq!(v["hosts"][0]["paused"], json!(why));
+    // The rerun: the driver says off, so nothing can run there; said at once.
+    let o = w.campaign("run", &["--name", "s"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        "plugpull: campaign s stopped: h1: machine h1 is off (driver says off): nothing runs \
+         there to be cut; power it on (`plugpull power --power URI on`); rerun `plugpull \
+         campaign run --name s` to resume"
+    );
+    assert!(!stderr(&o).contains("systemctl"), "{}", stderr(&o));
+    assert_eq!(w.status("s")["hosts"][0]["cuts_judged"], json!(1));
+}
+
+/// A driver that says off but cut nothing (the agent kept acknowledging) and whose
+/// "on" leaves it saying off: the cut is not measured, and the host pauses naming
+/// the machine as off rather than going on to a next cut it cannot make.
+#[test]
+fn a_not_measured_cut_reads_the_power_back() {
+    let w = Witness::start(&["t.dat"]);
+    let (_uri, _off) = stays_off_campaign(&w, "n", true, "2");
+    let o = w.campaign("run", &["--name", "n"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        "plugpull: campaign n stopped: h1: cut 1: machine h1 is still off after the driver's \
+         on (driver says off); rerun `plugpull campaign run --name n` to resume"
+    );
+    let v = w.status("n");
+    let c = cuts(&v);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!((c[0].0, c[0].1.as_str()), (1, "not measured"));
+    assert!(
+        c[0].2.starts_with("the agent kept acknowledging writes "),
+        "{}",
+        c[0].2
+    );
+    assert_eq!(v["cuts"][0]["evidence"]["driver_status"], json!("off"));
 }
 
 /// Two controllers of one campaign: the one started second takes over; the first

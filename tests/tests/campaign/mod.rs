@@ -17,6 +17,7 @@ mod device;
 mod evidence;
 mod exec;
 mod pg;
+mod redfish;
 mod sim;
 mod stats;
 
@@ -87,6 +88,23 @@ impl Witness {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// `campaign create --name NAME --host HOST --power URI --workload WL PLAN…`,
+    /// which must succeed.
+    pub fn create(&self, name: &str, host: &str, uri: &str, wl: &str, plan: &[&str]) {
+        let head = [
+            "--name",
+            name,
+            "--host",
+            host,
+            "--power",
+            uri,
+            "--workload",
+            wl,
+        ];
+        let o = self.campaign("create", &[&head[..], plan].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     }
 
     /// `campaign status --json` of `name`.
