@@ -158,6 +158,8 @@ pub struct Shared {
     /// How long a flush waits before its work ([`SimConfig::flush_latency_ms`]).
     flush_latency: Duration,
     statfs_zero: bool,
+    /// Every `fallocate` fails with `EOPNOTSUPP` ([`SimConfig::no_fallocate`]).
+    no_fallocate: bool,
 }
 
 /// The [`Filesystem`] handed to fuser; a thin handle on [`Shared`].
@@ -829,6 +831,7 @@ impl SimFs {
             flush_delay: Duration::from_millis(options.sim.flush_delay_ms),
             flush_latency: Duration::from_millis(options.sim.flush_latency_ms),
             statfs_zero: options.sim.statfs_zero,
+            no_fallocate: options.sim.no_fallocate,
         });
         Ok((
             SimFs {
@@ -1565,6 +1568,9 @@ impl Filesystem for SimFs {
         let mut st = self.lock();
         let result = (|| {
             st.live()?;
+            if self.shared.no_fallocate {
+                return Err(Errno::from_i32(libc::EOPNOTSUPP));
+            }
             // Only allocation, which leaves contents alone; punching or zeroing
             // ranges would have to reconcile with the cache.
             if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {

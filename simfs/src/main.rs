@@ -80,6 +80,10 @@ enum Command {
         /// Report 0 bytes in all from statfs, as FUSE filesystems without statfs do.
         #[arg(long)]
         statfs_zero: bool,
+        /// Refuse every fallocate with EOPNOTSUPP, as filesystems without it do
+        /// (LazyFS, some FUSE filesystems): files can only be filled by writing.
+        #[arg(long)]
+        no_fallocate: bool,
         /// Metadata rules: posix (a name is durable once its directory is fsynced, a
         /// size once its file is), journal (any fsync makes all metadata durable, as
         /// ext4 data=ordered and XFS), passthrough (metadata always survives).
@@ -150,6 +154,7 @@ fn main() -> ExitCode {
             flush_delay_ms,
             flush_latency_ms,
             statfs_zero,
+            no_fallocate,
             metadata,
         } => {
             if sector == 0 || misdirect_block == 0 {
@@ -172,6 +177,7 @@ fn main() -> ExitCode {
                     flush_delay_ms,
                     flush_latency_ms,
                     statfs_zero,
+                    no_fallocate,
                     metadata,
                 },
                 truth: ground_truth,

@@ -2,7 +2,8 @@
 //! created or registered, targets and arguments it cannot honour (issue 8, items 6,
 //! 8, 18, 21): filesystem/volume signatures and mounted devices, `O_DIRECT`
 //! alignment, a FUSE filesystem reporting 0 bytes, FIFOs, absurd durations, an
-//! unreachable listener or wrong secret. Real loop devices, `mkfs.*`, `pvcreate`,
+//! unreachable listener or wrong secret; and a filesystem without `fallocate` is
+//! filled in large writes (issue 41, item 9). Real loop devices, `mkfs.*`, `pvcreate`,
 //! simfs over FUSE; loud skips where they cannot be made.
 
 use plugpull_tests::blockdev::{run, skip_without_loop, Loop, Mount};
@@ -235,6 +236,109 @@ fn a_filesystem_reporting_zero_size_is_unknown_not_full() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["acknowledged"], json!(10));
     sim.umount();
+}
+
+/// The (offset, length) of every write to `file` in the ground truth, in order.
+fn writes_to(truth: &plugpull_tests::simfs::Truth, file: &str) -> Vec<(u64, u64)> {
+    truth
+        .writes
+        .iter()
+        .filter(|w| w.file == file)
+        .map(|w| (w.offset, w.len))
+        .collect()
+}
+
+/// Issue 41, item 9: on a filesystem without `fallocate` (simfs `--no-fallocate`
+/// refuses it with EOPNOTSUPP, as LazyFS does), `write file` fills a target with
+/// zeros in 1 MiB writes — not glibc's `posix_fallocate` emulation, one 1-byte write
+/// per 512 bytes — and says so: a fresh one from 0, a shorter one from its end; a
+/// second run on the full-size file writes no zeros. Each run verifies (a read-back
+/// check: no power was cut). simfs `lying` with a destage delay longer than the test
+/// keeps every write in its cache, so the cut's ground truth lists every write the
+/// mount was sent (file, offset, length): the fill is counted exactly.
+#[test]
+fn a_filesystem_without_fallocate_is_filled_in_large_writes() {
+    if skip_without_fuse("a_filesystem_without_fallocate_is_filled_in_large_writes") {
+        return;
+    }
+    const SIZE: u64 = 4 << 20;
+    const BLOCKS: u64 = SIZE / 4096;
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let extra = ["--no-fallocate", "--destage-delay-ms", "3600000"];
+    let mut sim = SimFs::mount_with(dir.path(), "lying", 9, &extra);
+    // Each run writes every block once, in order, and is verified before the next
+    // one overwrites it.
+    let n = BLOCKS.to_string();
+    let args = ["--writes", n.as_str(), "--pattern", "sequential"];
+    let run = |target: &Path, said: &str| {
+        let o = write_file(&l, target, "4MiB", &args);
+        assert_eq!(stderr(&o).trim(), said);
+        assert_eq!(std::fs::metadata(target).unwrap().len(), SIZE);
+        let (code, v, err) = verify_json(&l, &["--run", &run_id(&o)]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            (&v["ok"], &v["cut"]["read_back"], &v["acknowledged"]),
+            (&json!(true), &json!(true), &json!(BLOCKS)),
+            "{v}"
+        );
+        assert_eq!(v["verdicts"], verdicts(&[("intact", BLOCKS)]));
+    };
+    let said = |t: &Path, how_much: &str| {
+        format!(
+            "target {}: its filesystem cannot preallocate (no fallocate): writing {how_much} of zeros",
+            t.display()
+        )
+    };
+    let fresh = sim.mnt().join("t.dat");
+    run(&fresh, &said(&fresh, "4 MiB"));
+    // The file already has its size: nothing to fill, nothing said.
+    run(&fresh, "");
+    // A file of 5000 bytes (zeros) is filled from its end.
+    let short = sim.mnt().join("short.dat");
+    std::fs::write(&short, vec![0u8; 5000]).unwrap();
+    run(&short, &said(&short, "4.0 MiB"));
+    let truth = sim.cut();
+    sim.umount();
+    assert_eq!(
+        truth.summary.cached_at_cut, truth.summary.writes_total,
+        "a write left the cache: the ground truth does not list them all"
+    );
+    let blocks: Vec<(u64, u64)> = (0..BLOCKS).map(|b| (b * 4096, 4096)).collect();
+    let fill: Vec<(u64, u64)> = (0..4).map(|i| (i * MIB, MIB)).collect();
+    let runs = [blocks.clone(), blocks.clone()].concat();
+    assert_eq!(writes_to(&truth, "t.dat"), [fill.clone(), runs].concat());
+    eprintln!(
+        "fill of {SIZE} bytes: {} writes (glibc's emulation: {})",
+        fill.len(),
+        SIZE / 512
+    );
+    // From 5000, the first write ends on a page boundary (4096 × 257).
+    let from_end = [
+        (5000, 257 * 4096 - 5000),
+        (257 * 4096, MIB),
+        (257 * 4096 + MIB, MIB),
+        (257 * 4096 + 2 * MIB, SIZE - 257 * 4096 - 2 * MIB),
+    ];
+    assert_eq!(
+        writes_to(&truth, "short.dat"),
+        [&[(0, 5000)], &from_end[..], &blocks].concat()
+    );
+    // simfs refused the fallocate: the size grew by those writes alone.
+    let sizes: Vec<(&str, Option<u64>)> = truth
+        .meta
+        .iter()
+        .filter(|m| m.path == "t.dat")
+        .map(|m| (m.op.as_str(), m.size))
+        .collect();
+    let grown = fill.iter().map(|&(at, len)| ("extend", Some(at + len)));
+    assert_eq!(
+        sizes,
+        std::iter::once(("create", None))
+            .chain(grown)
+            .collect::<Vec<_>>()
+    );
 }
 
 /// Item 21: a FIFO target is refused at once by write and by verify; absurd `-T`/`-P`

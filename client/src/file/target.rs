@@ -329,8 +329,8 @@ pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Erro
 
 /// Allocates `size` bytes with the `fallocate(2)` system call; where the filesystem
 /// does not support it (EOPNOTSUPP: LazyFS, some FUSE filesystems), appends zeros
-/// in 1 MiB writes from the file's end, saying so on stderr (`shown` names the
-/// target). Bytes already in the file are never written. Not glibc's
+/// from the file's end in writes of 1 MiB (the first shorter by the end's offset in
+/// its page), saying so on stderr (`shown` names the target). Bytes already in the file are never written. Not glibc's
 /// `posix_fallocate`, whose emulation writes one byte per 512 bytes.
 fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -351,11 +351,18 @@ fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
         "target {shown}: its filesystem cannot preallocate (no fallocate): writing {} of zeros",
         human_bytes(size - have)
     );
-    let zeros = vec![0u8; 1 << 20];
+    // Each write's bytes start at the same place in a memory page as in the file
+    // (a page-aligned buffer, entered at the file offset's place in its page): the
+    // kernel then copies whole pages, and a FUSE filesystem is sent one request per
+    // write (up to its max_write). From a buffer straddling pages, the kernel sent
+    // the first MiB as 512 requests of 4080 and 16 bytes while it faulted them in.
+    let zeros = AlignedBuf::new(1 << 20);
+    let zeros = zeros.bytes();
     let mut at = have;
     while at < size {
-        let n = (size - at).min(zeros.len() as u64) as usize;
-        f.write_all_at(&zeros[..n], at)?;
+        let skew = (at % 4096) as usize;
+        let n = (size - at).min((zeros.len() - skew) as u64) as usize;
+        f.write_all_at(&zeros[skew..skew + n], at)?;
         at += n as u64;
     }
     Ok(())

@@ -82,6 +82,9 @@ pub struct SimConfig {
     /// Answer `statfs` with 0 blocks in all, free and available, as FUSE filesystems
     /// that implement no `statfs` do.
     pub statfs_zero: bool,
+    /// Refuse every `fallocate` with `EOPNOTSUPP`, as filesystems without it do
+    /// (LazyFS, some FUSE filesystems): a writer must fill a file with writes.
+    pub no_fallocate: bool,
     /// Which rules make metadata (names, sizes) durable; see [`crate::journal`].
     pub metadata: crate::journal::Metadata,
 }
@@ -89,7 +92,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     /// `honest`, seed 0, 2000 ms delay, 64 MiB cache, 512-byte sectors, no atomic
     /// unit, 4096-byte blocks, misdirect 1 in 50, no flush delay or latency, a true `statfs`,
-    /// `posix` metadata.
+    /// `fallocate` supported, `posix` metadata.
     fn default() -> Self {
         SimConfig {
             mode: Mode::Honest,
@@ -103,6 +106,7 @@ impl Default for SimConfig {
             flush_delay_ms: 0,
             flush_latency_ms: 0,
             statfs_zero: false,
+            no_fallocate: false,
             metadata: crate::journal::Metadata::Posix,
         }
     }
