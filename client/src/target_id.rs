@@ -60,6 +60,17 @@ pub struct FsInfo {
     pub mountpoint: String,
 }
 
+/// A mount source as it identifies a filesystem: a `plugpull-simfs` mount is the
+/// same simulated disk whatever fault model it was mounted with (its source names the
+/// mode, [`plugpull::probe::simfs_mode`]; a rehearsal remounts it honest to read what
+/// the cut left).
+fn source_identity(source: &str) -> &str {
+    match plugpull::probe::simfs_mode(source) {
+        Some(_) => "plugpull-simfs",
+        None => source,
+    }
+}
+
 impl FsInfo {
     /// The filesystem recorded in `id` (a file target's identity).
     pub fn of_identity(id: &TargetIdentity) -> FsInfo {
@@ -78,7 +89,7 @@ impl FsInfo {
             return self.uuid == other.uuid;
         }
         self.fstype == other.fstype
-            && self.source == other.source
+            && source_identity(&self.source) == source_identity(&other.source)
             && self.mountpoint == other.mountpoint
     }
 
@@ -432,4 +443,27 @@ pub fn uuid_text(u: &[u8]) -> String {
         &h[16..20],
         &h[20..]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated disk remounted in another fault model is the same filesystem; a
+    /// different source, or another mount point, is not.
+    #[test]
+    fn a_simfs_mount_is_the_same_filesystem_in_any_mode() {
+        let fs = |source: &str, mnt: &str| FsInfo {
+            uuid: String::new(),
+            fstype: "fuse".into(),
+            source: source.into(),
+            mountpoint: mnt.into(),
+        };
+        let lying = fs("plugpull-simfs:lying", "/m");
+        assert!(lying.same_as(&fs("plugpull-simfs:honest", "/m")));
+        assert!(lying.same_as(&fs("plugpull-simfs", "/m")));
+        assert!(!lying.same_as(&fs("plugpull-simfs:honest", "/n")));
+        assert!(!lying.same_as(&fs("sshfs", "/m")));
+        assert!(!fs("/dev/loop1", "/m").same_as(&fs("/dev/loop2", "/m")));
+    }
 }

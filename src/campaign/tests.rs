@@ -469,47 +469,6 @@ fn configuration_names_the_stack_not_the_machine() {
     );
 }
 
-/// A simulated disk's fault model is its model: an honest and a lying simfs never
-/// show one stack, whatever their mount points.
-#[test]
-fn a_simulated_disk_names_its_mode_in_the_configuration() {
-    use crate::probe::{simfs_mode, Layer, Probe};
-    let probe = |source: &str, mnt: &str| Probe {
-        layers: vec![Layer::Mount {
-            source: source.into(),
-            fstype: "fuse".into(),
-            mountpoint: mnt.into(),
-            options: vec!["rw".into(), "default_permissions".into()],
-        }],
-        ..Probe::default()
-    };
-    let honest = probe("plugpull-simfs:honest", "/m1").configuration();
-    assert_eq!(
-        honest,
-        "fuse (rw,default_permissions) / simulated disk honest"
-    );
-    assert_eq!(
-        probe("plugpull-simfs:honest", "/m2").configuration(),
-        honest
-    );
-    assert_eq!(
-        probe("plugpull-simfs:lying", "/m1").configuration(),
-        "fuse (rw,default_permissions) / simulated disk lying"
-    );
-    assert_eq!(
-        probe("plugpull-simfs", "/m1").configuration(),
-        "fuse (rw,default_permissions)"
-    );
-    assert_eq!(
-        probe("plugpull-simfsx:lying", "/m1").configuration(),
-        "fuse (rw,default_permissions)"
-    );
-    assert_eq!(simfs_mode("plugpull-simfs:torn"), Some("torn"));
-    assert_eq!(simfs_mode("plugpull-simfs"), Some(""));
-    assert_eq!(simfs_mode("plugpull-simfsx"), None);
-    assert_eq!(simfs_mode("/dev/sda1"), None);
-}
-
 /// What stops a host is what the agent said after this controller started: a
 /// refusal, or a run set that ended without a cut of real power.
 #[test]

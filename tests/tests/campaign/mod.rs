@@ -17,6 +17,7 @@ mod device;
 mod evidence;
 mod exec;
 mod pg;
+mod power;
 mod redfish;
 mod sim;
 mod stats;

@@ -256,7 +256,7 @@ fn a_lying_cut_that_drops_the_directory_itself_loses_every_name_it_held() {
     let gone = v["directory_gone"].as_str().unwrap();
     assert!(
         gone.starts_with(&format!(
-            "the run's directory is gone: {} does not exist on its filesystem, fuse from plugpull-simfs mounted at {} (",
+            "the run's directory is gone: {} does not exist on its filesystem, fuse from plugpull-simfs:honest mounted at {} (",
             target.display(),
             sim.mnt().display()
         )),
