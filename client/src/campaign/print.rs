@@ -68,7 +68,7 @@ pub fn evidence_line(c: &CutRecord) -> String {
 }
 
 /// `2026-12-01T02:16:08Z`: [`plugpull::units::utc`] without the milliseconds.
-fn utc_secs(ms: u64) -> String {
+pub fn utc_secs(ms: u64) -> String {
     plugpull::units::utc(ms - ms % 1000).replace(".000Z", "Z")
 }
 
