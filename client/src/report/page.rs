@@ -160,6 +160,12 @@ pub fn simulated(report: &Report) -> bool {
 pub const SIMULATED: &str = "A simulated cut: the plugpull-simfs disk lost its volatile \
      cache while this host kept running (a rehearsal of the procedure, docs/procedure.md).";
 
+/// The page class of `report`'s verdict line: `pass`, `fail`, or `warn` for a run
+/// that measured nothing.
+pub fn verdict_class(report: &Report) -> &'static str {
+    Standing::of(report).class()
+}
+
 /// Where a run's verdict stands, for the page's colours: green for a PASS, red for a
 /// FAIL, and for a run that measured nothing neither (it is not a PASS and not a
 /// FAIL; `verify` exits 2 for it).
