@@ -98,10 +98,11 @@ named_enum! {
 named_enum! {
     /// How `write file --expect-atomic` issues its writes (`docs/atomic.md`).
     pub enum AtomicMode {
-        /// Plain `pwrite`s: the device's natural behaviour.
+        /// Plain writes: the device's natural behaviour.
         None = "none",
-        /// `pwritev2(…, RWF_ATOMIC)` (Linux 6.11+, `man 2 pwritev2`): the kernel
-        /// refuses a size the file, filesystem or device does not offer.
+        /// Each write asked of the kernel as one untorn write (`RWF_ATOMIC`, Linux
+        /// 6.11+, `man 2 pwritev2`): refused where the file, filesystem or device
+        /// does not offer the size.
         Rwf = "rwf",
     }
 }

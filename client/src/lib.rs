@@ -25,6 +25,7 @@ pub mod report;
 pub mod reporter;
 pub mod rig;
 pub mod run;
+pub mod slow;
 pub mod storage;
 pub mod target_id;
 pub mod verify;

@@ -51,11 +51,35 @@ enum Cmd {
         workload: WriteCmd,
     },
     /// Rehearse the whole procedure on this machine: listener, writer, a cut, verify.
+    ///
+    /// Two simulated disks (plugpull-simfs: an honest one and one that lies about
+    /// fsync), each written, cut and verified; with PostgreSQL installed, pgbench too.
+    /// Needs root (FUSE). Exit 0: the honest disk passed and the lying one was
+    /// caught; 1: not so; 2: it could not run.
+    ///
+    /// Examples:
+    ///   plugpull demo
+    ///   plugpull demo --cuts 5 --report /tmp/demo.html
+    #[command(verbatim_doc_comment)]
     Demo {
         #[command(flatten)]
         args: demo::DemoArgs,
     },
     /// After the cut and reboot: check what survived against the listener's ledger.
+    ///
+    /// Reads the target from the medium (or asks the database) and compares it with
+    /// every acknowledgement the listener recorded. Exit 0: PASS, nothing
+    /// acknowledged was lost or damaged, and the cut could have shown a loss; 1: FAIL,
+    /// findings (each names its evidence); 2: NOT MEASURED or could not verify (the
+    /// reason is printed: no cut while the run wrote, an idle run, a canary that
+    /// survived, PostgreSQL not up).
+    ///
+    /// Examples:
+    ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678
+    ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
+    ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --dsn 'host=/tmp dbname=bench' --pgdata /srv/pg
+    ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --history
+    #[command(verbatim_doc_comment)]
     Verify {
         #[command(flatten)]
         listener: ListenerArgs,
@@ -143,6 +167,8 @@ enum Cmd {
     ///
     /// Writes only the targets and databases its --config lists (docs/campaign.md);
     /// runs until stopped. Started at boot by contrib/systemd/plugpull-agent.service.
+    /// Exit 0 when stopped (SIGTERM, Ctrl-C); 2 when it cannot start (its
+    /// configuration, the listener, the secret).
     ///
     /// Example: plugpull agent --listener witness:7458 --secret-file /etc/plugpull.secret --config /etc/plugpull/agent.toml
     #[command(verbatim_doc_comment)]
@@ -156,8 +182,9 @@ enum Cmd {
 enum WriteCmd {
     /// Write checksummed blocks to a file or block device.
     ///
-    /// Exit 1: the run ended by a device error (a write or durability call failed:
-    /// the drive lost power, went away or filled up); that is the cut: verify the run.
+    /// Exit 0: the run ended as planned (-T, --writes) or was cut; 1: it ended by a
+    /// device error (a write or durability call failed: the drive lost power, went
+    /// away or filled up), which is the cut: verify the run; 2: it could not run.
     ///
     /// Example: plugpull write file --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/pp.dat --size 1GiB -j 4 -T 5m -P 5
     File {
@@ -169,7 +196,8 @@ enum WriteCmd {
     /// Create, append, replace, truncate and unlink small files; each step is acknowledged once its last fsync returned.
     ///
     /// Which names, sizes and contents survive a cut: docs/files.md.
-    /// Exit 1: the run ended by a device error; that is the cut: verify the run.
+    /// Exit 0: the run ended as planned or was cut; 1: it ended by a device error,
+    /// which is the cut: verify the run; 2: it could not run.
     ///
     /// Example: plugpull write files --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/ppdir -j 4 --files 256 -T 5m -P 5
     Files {
@@ -179,6 +207,10 @@ enum WriteCmd {
         args: files::WriteArgs,
     },
     /// Run pgbench's TPC-B transactions; each successful COMMIT is an acknowledgement.
+    ///
+    /// Exit 0: the run ended (-T, -t, or the server went away: the cut; verify the
+    /// run); 2: it could not run (no server, unsafe settings without
+    /// --allow-unsafe-config, the listener unreachable).
     ///
     /// Example: plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init -s 10 -c 8 -T 10m -P 5
     Pgbench {

@@ -244,3 +244,37 @@ fn check_args_rejects_what_the_parser_rejects() {
         ]
     );
 }
+
+/// Every command a user runs says, in its `--help`, an example and what its exit
+/// codes mean: the leaves of the subcommand tree (`plugpull write file`, `plugpull
+/// campaign run`, …), above clap's `Usage:` line.
+#[test]
+fn every_command_shows_an_example_and_its_exit_codes() {
+    let mut todo: Vec<Vec<String>> = vec![vec![]];
+    let mut leaves = 0;
+    let mut bad = Vec::new();
+    while let Some(sub) = todo.pop() {
+        let refs: Vec<&str> = sub.iter().map(String::as_str).collect();
+        let text = help(&refs);
+        let subs = subcommands(&text);
+        if subs.is_empty() {
+            leaves += 1;
+            let head = text.split("\nUsage:").next().unwrap_or("");
+            let example = head.lines().any(|l| l.trim_start().starts_with("Example"));
+            let exit = head.contains("Exit") || head.contains("exit");
+            if !(example && exit) {
+                bad.push(format!(
+                    "plugpull {}: example {example}, exit codes {exit}",
+                    sub.join(" ")
+                ));
+            }
+        }
+        for s in subs {
+            let mut next = sub.clone();
+            next.push(s);
+            todo.push(next);
+        }
+    }
+    assert!(leaves >= 15, "{leaves} commands");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

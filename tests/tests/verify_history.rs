@@ -132,7 +132,13 @@ fn the_history_judges_each_run_as_a_cut_by_hand() {
             "3 cuts: 2 valid (1 failed, 1 passed), 1 not measured, 0 invalid",
         ]
     );
-    assert_eq!(out.matches(" hand (hand) ").count(), 3, "{out}");
+    // Cut by hand: no driver, no drawn delay.
+    let by_hand = format!(" {:<16} {:>7} ", "by hand", "-");
+    assert_eq!(out.matches(&by_hand).count(), 3, "{out}");
+    assert!(
+        !out.contains("hand (hand)") && !out.contains(" 0.0s "),
+        "{out}"
+    );
 
     // A host with no run: exit 2, named; with --json one object saying so.
     let o = verify(&l, "boot-3", &["--history", "--host", "nosuch", "--json"]);

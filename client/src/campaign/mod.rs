@@ -34,6 +34,9 @@ use std::time::Duration;
 pub enum CampaignCmd {
     /// Record a campaign's plan in the listener.
     ///
+    /// Exit 0: recorded; 2: refused (a bad workload or power URI, a host already in a
+    /// campaign not done, the name taken).
+    ///
     /// Examples:
     ///   plugpull campaign create --listener witness:7458 --secret-file /etc/plugpull.secret --name nvme-plp --host dbtest1 --power 'ipmi://admin@bmc1?password-file=/etc/plugpull/bmc.pw' --workload 'file --target /dev/nvme1n1 --size 8GiB --jobs 8' --cuts 60 --cut-after 20s..90s --off 15s
     ///   plugpull campaign create --listener witness:7458 --secret-file /etc/plugpull.secret --name fleet --host db1 --power tasmota://plug1 --host db2 --power tasmota://plug2 --workload 'pgbench --dsn "host=/run/postgresql dbname=bench" --clients 8'
@@ -60,6 +63,8 @@ pub enum CampaignCmd {
     },
     /// Stop a campaign for good: no more cuts; its agents verify what is open, then wait.
     ///
+    /// Exit 0: cancelled; 2: no such campaign, or the listener unreachable.
+    ///
     /// Example: plugpull campaign cancel --listener witness:7458 --secret-file /etc/plugpull.secret --name nvme-plp --reason 'wrong target'
     #[command(verbatim_doc_comment)]
     Cancel {
@@ -74,6 +79,8 @@ pub enum CampaignCmd {
     },
     /// How many cuts a claim needs: the cuts that catch a failure rate, and what clean cuts show.
     ///
+    /// Exit 0; 2 on a bad --rate, --cuts or --confidence.
+    ///
     /// Examples:
     ///   plugpull campaign plan --rate 0.10
     ///   plugpull campaign plan --rate 1% --confidence 0.99
@@ -85,6 +92,9 @@ pub enum CampaignCmd {
     },
     /// Compare two campaigns: their failure rates, Fisher's exact test, what differs in their configurations.
     ///
+    /// Exit 0 once compared (a difference is no error); 2 when a campaign is missing
+    /// or has no valid cut.
+    ///
     /// Example: plugpull campaign compare --listener witness:7458 --secret-file /etc/plugpull.secret nvme-nobarrier nvme-barrier
     #[command(verbatim_doc_comment)]
     Compare {
@@ -93,7 +103,10 @@ pub enum CampaignCmd {
         #[command(flatten)]
         args: compare::CompareArgs,
     },
-    /// Print each cut, the roll-up and its confidence bound (exit 1 once a valid cut failed, else 0).
+    /// Print each cut, the roll-up and its confidence bound.
+    ///
+    /// Exit 0: no valid cut failed; 1: one did; 2: a finished campaign with no valid
+    /// cut (nothing was measured), or no such campaign.
     ///
     /// Example: plugpull campaign status --listener witness:7458 --secret-file /etc/plugpull.secret --name nvme-plp --json
     #[command(verbatim_doc_comment)]

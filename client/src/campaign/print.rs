@@ -45,13 +45,22 @@ pub fn cut_line(c: &CutRecord) -> String {
         (Validity::Valid, Some(v)) => v.summary.clone(),
         _ => format!("- ({})", c.validity.reason()),
     };
+    // A cut by hand (`verify --history`) has no driver and no drawn delay.
+    let (driver, delay) = if c.kind == "hand" {
+        ("by hand".to_string(), "-".to_string())
+    } else {
+        (
+            format!("{} ({})", c.driver, c.kind),
+            format!("{:.1}s", c.delay_ms as f64 / 1000.0),
+        )
+    };
     format!(
-        "{:>5}  {:<16} {:<20} {:<16} {:>6.1}s {:>13}  {:<13} {verdict}",
+        "{:>5}  {:<16} {:<20} {:<16} {:>7} {:>13}  {:<13} {verdict}",
         c.index,
         c.host,
         utc_secs(c.at_ms),
-        format!("{} ({})", c.driver, c.kind),
-        c.delay_ms as f64 / 1000.0,
+        driver,
+        delay,
         c.acknowledged,
         c.validity.name(),
     )
@@ -68,7 +77,7 @@ pub fn evidence_line(c: &CutRecord) -> String {
 }
 
 /// `2026-12-01T02:16:08Z`: [`plugpull::units::utc`] without the milliseconds.
-fn utc_secs(ms: u64) -> String {
+pub fn utc_secs(ms: u64) -> String {
     plugpull::units::utc(ms - ms % 1000).replace(".000Z", "Z")
 }
 

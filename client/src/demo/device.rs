@@ -216,7 +216,7 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
 }
 
 /// The power cut: the writers SIGKILLed, the device's power pulled, PostgreSQL
-/// SIGKILLed with it; then the device mounted again, honest.
+/// SIGKILLed with it; then the device mounted again to read what survived.
 fn cut<const N: usize>(
     mount: &mut SimMount,
     writers: [&mut Following; N],
@@ -234,8 +234,10 @@ fn cut<const N: usize>(
         let _ = c.kill_all();
     }
     println!("== power cut: {summary}");
+    // Mounted again to read what the cut left on the medium (in honest mode: no
+    // further faults while verify reads it).
     mount.remount("honest")?;
-    println!("== mounted again (honest)");
+    println!("== mounted again: the medium as the cut left it");
     Ok(())
 }
 

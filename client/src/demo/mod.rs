@@ -79,13 +79,23 @@ fn demo_page(devices: &[&compare::DeviceResult]) -> Result<String, Error> {
          one whose fsync returns before the data is safe (lying), each cut under load once.",
         "",
     );
+    let kind = |r: &plugpull::report::Report| match r {
+        plugpull::report::Report::File(_) => "file",
+        plugpull::report::Report::Pgbench(_) => "pgbench",
+        plugpull::report::Report::Files(_) => "files",
+    };
+    // The summary first: every run's verdict, one line each, device by device.
+    for d in devices {
+        for (_, r) in &d.runs {
+            p.para(
+                &format!("{} device, {} workload: {}", d.mode, kind(r), r.summary()),
+                crate::report::page::verdict_class(r),
+            );
+        }
+    }
     for d in devices {
         for (l, r) in &d.runs {
-            let kind = match r {
-                plugpull::report::Report::File(_) => "file",
-                plugpull::report::Report::Pgbench(_) => "pgbench",
-                plugpull::report::Report::Files(_) => "files",
-            };
+            let kind = kind(r);
             p.part(
                 &format!("{}-{kind}", d.mode),
                 &format!("{} device: {kind} workload (run {})", d.mode, l.run),

@@ -28,9 +28,10 @@ pub struct AtomicArgs {
     /// verify says whether the stack's claim held (docs/atomic.md).
     #[arg(long)]
     pub expect_atomic: bool,
-    /// With --expect-atomic: `none` issues plain writes (the device's natural
-    /// behaviour); `rwf` issues each with pwritev2(RWF_ATOMIC), needs --sync
-    /// direct-dsync, and is refused where statx does not offer --block-size.
+    /// With --expect-atomic: `none` writes plainly (tests the device's natural
+    /// behaviour, what PostgreSQL's own writes get); `rwf` asks the kernel for an
+    /// untorn write each time (Linux 6.11+ atomic writes; needs --sync direct-dsync,
+    /// refused where the file, filesystem or device does not offer --block-size).
     #[arg(long, value_enum, default_value = "none", requires = "expect_atomic")]
     pub atomic: AtomicMode,
 }

@@ -40,7 +40,7 @@ use print::{print_write_head, print_write_summary, WriteSummary};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use target::{check_direct_alignment, prepare_target, target_kind, LockedTarget};
 use worker::{open_for_writes, Plan};
 
@@ -128,9 +128,17 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     // An unreachable listener or a wrong secret is found before the target is created.
     drop(crate::net::connect(listener, secret).await?);
     let size = blocks * args.block_size;
+    let step = crate::slow::Slow::start(format!(
+        "preparing target {} ({}: allocating it and making it durable)",
+        args.target.display(),
+        plugpull::units::human_bytes(size)
+    ));
     let (_locked, files) = open_run_target(args, size, existed)?;
+    drop(step);
     // The probe blocks (sysfs, tools up to 5 s each, --probe-seconds).
+    let step = crate::slow::Slow::start("probing the stack under test");
     let (manifest, target, probe) = tokio::task::block_in_place(|| run_manifest(args, size))?;
+    drop(step);
     let head = crate::storage::write_head(&manifest.storage, probe.as_ref());
     let atomic_line = atomic::head_line(&manifest);
     let (reporter, run) =
@@ -142,7 +150,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     }
     let duration = match (args.writes, args.run.duration) {
         (Some(_), _) => None,
-        (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
+        (None, d) => Some(d.unwrap_or(crate::run::DEFAULT_DURATION)),
     };
     let start = Instant::now();
     // check_args bounds the duration, so this cannot overflow.

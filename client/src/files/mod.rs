@@ -27,7 +27,7 @@ use plugpull::ledger::{FilesManifest, Workload};
 use plugpull::verdict::files::schedule::{split_name, Unsafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The file that marks a directory as a files run's: written and synced before the
 /// first step; a directory holding other entries without it is refused without `--force`.
@@ -106,8 +106,10 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let lock = prepare_dir(&dir, args.run.force)?;
     let seed = args.run.seed.unwrap_or_else(rand::random);
     let max_unconfirmed = args.run.reporter.max_unconfirmed_or(FILES_MAX_UNCONFIRMED);
+    let step = crate::slow::Slow::start("probing the stack under test");
     let (storage, probe) =
         tokio::task::block_in_place(|| crate::storage::probe_for_run(&dir, None));
+    drop(step);
     let workload = Workload::Files(FilesManifest {
         target: dir.display().to_string(),
         jobs: args.jobs,
@@ -135,7 +137,7 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     }
     let duration = match (args.steps, args.run.duration) {
         (Some(_), _) => None,
-        (None, d) => Some(d.unwrap_or(Duration::from_secs(30))),
+        (None, d) => Some(d.unwrap_or(crate::run::DEFAULT_DURATION)),
     };
     let start = Instant::now();
     let sh = Arc::new(Shared::new(

@@ -75,7 +75,7 @@ pub struct WriteArgs {
     pub jobs: u32,
 
     /// How long to run, e.g. `60s` or `10m` (pgbench -T). The default when neither
-    /// this nor --transactions is given: 60 s.
+    /// this nor --transactions is given: 30 s, as for every workload.
     #[arg(long, short = 'T', value_parser = plugpull::units::parse_duration,
           conflicts_with = "transactions")]
     pub duration: Option<Duration>,
@@ -367,7 +367,7 @@ fn params(args: &WriteArgs, server: &Server) -> run::Params {
     let limit = match (args.duration, args.transactions) {
         (_, Some(n)) => run::Limit::Transactions(n),
         (Some(d), None) => run::Limit::Duration(d),
-        (None, None) => run::Limit::Duration(Duration::from_secs(60)),
+        (None, None) => run::Limit::Duration(crate::run::DEFAULT_DURATION),
     };
     run::Params {
         cfg: server.cfg.clone(),

@@ -198,7 +198,7 @@ fn measure_flushes(
             && is_virtual_disk(p, &w.disk)
         {
             p.notes.push(format!(
-                "{}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply",
+                "{}: the kernel calls it rotational, but it is a virtual disk: a flush faster than a disk can spin is no sign of a lie here",
                 w.disk
             ));
             continue;

@@ -270,7 +270,7 @@ fn cut_table(p: &mut Page, c: &Campaign, cuts: &[CutRecord]) {
             let verdict = verdict_or_reason(k);
             vec![
                 cut_name(c, k),
-                plugpull::units::utc(k.at_ms),
+                crate::campaign::print::utc_secs(k.at_ms),
                 format!("{} ({})", k.driver, k.kind),
                 format!("{:.1} s", k.delay_ms as f64 / 1000.0),
                 k.acknowledged.to_string(),

@@ -2,7 +2,7 @@
 //! text is SVG `<text>` the browser sets). Each function takes binned data and draws
 //! one element per bin or cell, never one per write, so a large run stays small.
 
-use super::run::{BlockMap, Class, Timeline};
+use super::run::{BlockMap, Cell, Class, Timeline};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plugpull::report::LagBucket;
@@ -29,10 +29,28 @@ pub fn class_color(c: Class) -> RGBColor {
     }
 }
 
+/// The fill colour of a map square: its class's colour ([`class_color`]), paler the
+/// smaller the share of its blocks that failed (from 30 % of the colour over white
+/// for one block in many, to the full colour when every block failed), so a square
+/// with one lost block of 16 does not look like one that lost all 16.
+pub fn cell_color(c: &Cell) -> RGBColor {
+    let full = class_color(c.class);
+    if c.failed == 0 {
+        return full;
+    }
+    let t = 0.3 + 0.7 * c.share();
+    let mix = |v: u8| (255.0 - (255.0 - f64::from(v)) * t).round() as u8;
+    RGBColor(mix(full.0), mix(full.1), mix(full.2))
+}
+
 /// The `#RRGGBB` form of `c`, as the SVG carries it.
 pub fn hex(c: RGBColor) -> String {
     format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
 }
+
+/// The y range of a chart with a legend, as a multiple of its tallest bar: the bars
+/// stay in the lower 3/4, the legend (upper left, ~30 px of the 234 px plot) above.
+pub const LEGEND_HEADROOM: f64 = 1.35;
 
 type Res = Result<(), String>;
 
@@ -59,7 +77,9 @@ fn draw_timeline(
 ) -> Res {
     root.fill(&WHITE).map_err(err)?;
     let x_max = (t.rates.len() as f64 * t.bin_secs).max(t.end_secs) * 1.02 + 0.01;
-    let y_max = t.rates.iter().cloned().fold(0.0, f64::max).max(1.0) * 1.1;
+    // Headroom above the tallest bar for the legend in the upper left: the bars
+    // reach at most 3/4 of the plot's height, the legend sits above them.
+    let y_max = t.rates.iter().cloned().fold(0.0, f64::max).max(1.0) * LEGEND_HEADROOM;
     let mut chart = ChartBuilder::on(root)
         .margin(10)
         .x_label_area_size(36)
@@ -200,12 +220,12 @@ pub fn map_svg(m: &BlockMap) -> Result<String, String> {
         let root = SVGBackend::with_string(&mut s, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let x0 = 10;
-        for (i, &c) in m.cells.iter().enumerate() {
+        for (i, c) in m.cells.iter().enumerate() {
             let (col, row) = ((i % MAP_COLUMNS) as i32, (i / MAP_COLUMNS) as i32);
             let (x, y) = (x0 + col * CELL, 10 + row * CELL);
             root.draw(&Rectangle::new(
                 [(x, y), (x + CELL - 1, y + CELL - 1)],
-                class_color(c).filled(),
+                cell_color(c).filled(),
             ))
             .map_err(err)?;
         }
@@ -258,6 +278,58 @@ mod tests {
         assert!(svg.contains("last acknowledgement at 3.500 s"));
     }
 
+    /// `(y, y + height)` of each `<rect` whose tag contains `needle`.
+    fn spans(svg: &str, needle: &str) -> Vec<(f64, f64)> {
+        let attr = |tag: &str, name: &str| -> f64 {
+            let k = format!(" {name}=\"");
+            let at = tag.find(&k).map(|i| i + k.len()).unwrap();
+            tag[at..at + tag[at..].find('"').unwrap()].parse().unwrap()
+        };
+        svg.split("<rect")
+            .skip(1)
+            .map(|r| r.split('>').next().unwrap())
+            .filter(|tag| tag.contains(needle))
+            .map(|tag| (attr(tag, "y"), attr(tag, "y") + attr(tag, "height")))
+            .collect()
+    }
+
+    /// The legend (its box, upper left) sits above the tallest bar, wherever that is.
+    #[test]
+    fn the_timeline_legend_stays_off_the_bars() {
+        let t = Timeline {
+            bin_secs: 1.0,
+            rates: vec![9.0, 3.0, 1.0],
+            end_secs: 3.0,
+            end_label: "last acknowledgement".into(),
+        };
+        let svg = timeline_svg(&t, "acknowledgements/s").unwrap();
+        let bars = spans(&svg, &format!("fill=\"{}\"", hex(BAR)));
+        let tallest_top = bars.iter().map(|b| b.0).fold(f64::MAX, f64::min);
+        let legend = spans(&svg, "stroke=\"#000000\"");
+        assert_eq!(legend.len(), 1, "{svg}");
+        assert!(
+            legend[0].1 < tallest_top,
+            "legend {legend:?}, bars {bars:?}"
+        );
+    }
+
+    /// A square's colour shows the share of its blocks that failed.
+    #[test]
+    fn a_square_is_paler_the_fewer_of_its_blocks_failed() {
+        let c = |class, failed, acked| {
+            cell_color(&Cell {
+                class,
+                failed,
+                acked,
+            })
+        };
+        assert_eq!(c(Class::Lost, 16, 16), FAIL);
+        assert_eq!(c(Class::Lost, 8, 16), RGBColor(0xDA, 0x73, 0x73));
+        assert_eq!(c(Class::Lost, 1, 16), RGBColor(0xEB, 0xB5, 0xB5));
+        assert_eq!(c(Class::Intact, 0, 16), class_color(Class::Intact));
+        assert_eq!(c(Class::NotWritten, 0, 0), class_color(Class::NotWritten));
+    }
+
     #[test]
     fn the_lag_histogram_has_one_bar_per_non_empty_bucket() {
         let b = plugpull::report::lag_histogram(&[0.0, 0.05, 0.05, 2.0, 1000.0]);
@@ -277,13 +349,20 @@ mod tests {
     fn the_map_has_one_square_per_cell_and_one_swatch_per_class() {
         let m = BlockMap {
             blocks_per_cell: 1,
-            cells: vec![
+            cells: [
                 Class::Intact,
                 Class::Lost,
                 Class::Lost,
                 Class::NotWritten,
                 Class::Torn,
-            ],
+            ]
+            .into_iter()
+            .map(|class| Cell {
+                class,
+                failed: u32::from(matches!(class, Class::Lost | Class::Torn)),
+                acked: u32::from(class != Class::NotWritten),
+            })
+            .collect(),
             unplaced_failures: 0,
         };
         let svg = map_svg(&m).unwrap();

@@ -29,7 +29,7 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-bottom:.2em}\
 .how{color:#555;margin-top:0;font-size:.9em}\
 .pass{color:#1b5e20;font-weight:bold}.fail{color:#b71c1c;font-weight:bold}\
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}\
-td.n{text-align:right}pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;font-size:.85em}\
+td.n{text-align:right}td.t{white-space:nowrap}pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;font-size:.85em}\
 .warn{color:#8a5300;font-weight:bold}\
 figure{margin:1.5em 0}svg{display:block;max-width:100%;height:auto}";
 
@@ -123,6 +123,7 @@ impl Page {
 
     /// Adds a table with header `head` and `rows` (cells escaped), each row marked on
     /// its left edge with its colour in `colors` (`#RRGGBB`, one per row; fewer: none).
+    /// A cell without a space (a time, a run id, a number) does not wrap.
     pub fn grid(&mut self, head: &[&str], rows: &[Vec<String>], colors: &[String]) {
         self.body.push_str("<table><tr>");
         for h in head {
@@ -138,7 +139,14 @@ impl Page {
                 None => self.body.push_str("<tr>"),
             }
             for cell in r {
-                self.body.push_str(&format!("<td>{}</td>", escape(cell)));
+                // One token (a time, a run id, a number) is never broken across lines.
+                let class = if cell.contains(' ') {
+                    ""
+                } else {
+                    " class=\"t\""
+                };
+                self.body
+                    .push_str(&format!("<td{class}>{}</td>", escape(cell)));
             }
             self.body.push_str("</tr>\n");
         }

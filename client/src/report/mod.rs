@@ -223,6 +223,8 @@ pub fn markdown(report: &Report) -> String {
     );
     if let Some(why) = page::no_reboot(report) {
         s.push_str(&format!("_{}_\n\n", md(&why)));
+    } else if page::simulated(report) {
+        s.push_str(&format!("{}\n\n", md(page::SIMULATED)));
     }
     s.push_str("| count | value |\n| --- | ---: |\n");
     for (k, v) in rows {

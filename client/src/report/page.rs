@@ -118,6 +118,11 @@ pub fn sections(p: &mut Page, l: &RunLedger, report: &Report) -> Result<(), Erro
 /// their cut-evidence snapshots), the notice that the verdict says nothing about a
 /// power loss of the host; `None` when it rebooted or it cannot be told.
 pub fn no_reboot(report: &Report) -> Option<String> {
+    // The storage alone lost power: a drive-only cut (a device error ended the run),
+    // or a simulated one (a plugpull-simfs disk), said by [`simulated`] instead.
+    if report.cut().cut == plugpull::verdict::cut::CutKind::DeviceError || simulated(report) {
+        return None;
+    }
     let same = match report {
         Report::File(r) => r.boot == "same_boot",
         Report::Pgbench(_) | Report::Files(_) => {
@@ -138,6 +143,27 @@ pub fn no_reboot(report: &Report) -> Option<String> {
          a run as not measured."
             .to_string()
     })
+}
+
+/// Whether the run's storage is a `plugpull-simfs` mount (its probe's mount source,
+/// [`plugpull::probe::simfs_mode`]): its cut was simulated, the host kept running.
+pub fn simulated(report: &Report) -> bool {
+    report.storage().probe.as_ref().is_some_and(|p| {
+        p.layers.iter().any(|l| {
+            matches!(l, plugpull::probe::Layer::Mount { source, .. }
+                if plugpull::probe::simfs_mode(source).is_some())
+        })
+    })
+}
+
+/// The plain note of a run on a simulated disk ([`simulated`]): what its cut was.
+pub const SIMULATED: &str = "A simulated cut: the plugpull-simfs disk lost its volatile \
+     cache while this host kept running (a rehearsal of the procedure, docs/procedure.md).";
+
+/// The page class of `report`'s verdict line: `pass`, `fail`, or `warn` for a run
+/// that measured nothing.
+pub fn verdict_class(report: &Report) -> &'static str {
+    Standing::of(report).class()
 }
 
 /// Where a run's verdict stands, for the page's colours: green for a PASS, red for a
@@ -201,6 +227,8 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
     p.pre_class(&crate::storage::cut_text(cut), class);
     if let Some(why) = no_reboot(report) {
         p.para(&why, "warn");
+    } else if simulated(report) {
+        p.para(SIMULATED, "");
     }
     match report {
         Report::File(r) => {
@@ -358,7 +386,8 @@ fn target_map(p: &mut Page, l: &RunLedger, r: &FileReport) -> Result<(), Error> 
         "map",
         "Map of the target",
         "each square is a run of consecutive blocks from block 0, left to right and top to bottom, \
-         coloured by the worst verdict among them (legend below the map)",
+         coloured by the worst verdict among them and paler the fewer of its blocks failed \
+         (legend below the map)",
         &map_svg(&m).map_err(Error::Msg)?,
         &note,
     );

@@ -111,13 +111,32 @@ impl Class {
     }
 }
 
+/// One square of the map: the worst class of its blocks, and how many of its
+/// acknowledged blocks failed (the share its colour shows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cell {
+    /// The worst class among its blocks.
+    pub class: Class,
+    /// Its failed blocks.
+    pub failed: u32,
+    /// Its acknowledged blocks (distinct), failed or not.
+    pub acked: u32,
+}
+
+impl Cell {
+    /// The share of its acknowledged blocks that failed, 0.0–1.0.
+    pub fn share(&self) -> f64 {
+        f64::from(self.failed) / f64::from(self.acked.max(self.failed).max(1))
+    }
+}
+
 /// The target as cells of consecutive blocks, each of the worst class of its blocks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockMap {
     /// Blocks per cell (the last cell may hold fewer).
     pub blocks_per_cell: u64,
-    /// One class per cell, from block 0.
-    pub cells: Vec<Class>,
+    /// One cell per run of blocks, from block 0.
+    pub cells: Vec<Cell>,
     /// Failed blocks the report lists but did not place (its list is capped); 0 when
     /// every failed block is on the map.
     pub unplaced_failures: u64,
@@ -134,17 +153,28 @@ pub fn block_map(
 ) -> BlockMap {
     let per = blocks.div_ceil(MAX_MAP_CELLS as u64).max(1);
     let n = blocks.div_ceil(per) as usize;
-    let mut cells = vec![Class::NotWritten; n];
-    let mut mark = |block: u64, c: Class| {
-        if let Some(cell) = cells.get_mut((block / per) as usize) {
-            *cell = (*cell).min(c);
-        }
+    let empty = Cell {
+        class: Class::NotWritten,
+        failed: 0,
+        acked: 0,
     };
+    let mut cells = vec![empty; n];
+    // A block is acknowledged many times; each counts once.
+    let mut seen = vec![false; blocks as usize];
     for b in acked {
-        mark(b, Class::Intact);
+        let first = seen
+            .get_mut(b as usize)
+            .is_some_and(|s| !std::mem::replace(s, true));
+        if let Some(cell) = cells.get_mut((b / per) as usize).filter(|_| first) {
+            cell.class = cell.class.min(Class::Intact);
+            cell.acked += 1;
+        }
     }
     for &(b, v) in failed {
-        mark(b, Class::of(v));
+        if let Some(cell) = cells.get_mut((b / per) as usize) {
+            cell.class = cell.class.min(Class::of(v));
+            cell.failed += u32::from(Class::of(v) != Class::Intact);
+        }
     }
     BlockMap {
         blocks_per_cell: per,
@@ -249,12 +279,43 @@ mod tests {
         );
         assert_eq!(m.blocks_per_cell, 4);
         assert_eq!(m.cells.len(), 1024);
-        assert_eq!(m.cells[0], Class::Intact);
-        assert_eq!(m.cells[1], Class::Torn);
-        assert_eq!(m.cells[2], Class::Lost);
-        assert_eq!(m.cells[3], Class::NotWritten);
-        assert_eq!(m.cells[1023], Class::Intact);
+        let cell = |class, failed, acked| Cell {
+            class,
+            failed,
+            acked,
+        };
+        assert_eq!(m.cells[0], cell(Class::Intact, 0, 1));
+        assert_eq!(m.cells[1], cell(Class::Torn, 1, 1));
+        assert_eq!(m.cells[2], cell(Class::Lost, 1, 1));
+        assert_eq!(m.cells[3], cell(Class::NotWritten, 0, 0));
+        assert_eq!(m.cells[1023], cell(Class::Intact, 0, 1));
         assert_eq!(m.unplaced_failures, 1);
         assert_eq!(block_map(10, [], &[], 0).cells.len(), 10);
+    }
+
+    /// A square's share counts each acknowledged block once, however often it was
+    /// written: 1 of 4 lost is a quarter, not 1 of 9 acknowledgements.
+    #[test]
+    fn a_cell_counts_the_share_of_its_blocks_that_failed() {
+        let m = block_map(
+            4096,
+            [0, 0, 0, 1, 1, 2, 3, 3, 3, 4, 5, 6, 7],
+            &[
+                (2, Verdict::LostWrite),
+                (4, Verdict::LostWrite),
+                (5, Verdict::LostWrite),
+                (6, Verdict::LostWrite),
+                (7, Verdict::Missing),
+            ],
+            5,
+        );
+        assert_eq!((m.cells[0].failed, m.cells[0].acked), (1, 4));
+        assert_eq!(m.cells[0].share(), 0.25);
+        assert_eq!((m.cells[1].failed, m.cells[1].acked), (4, 4));
+        assert_eq!(m.cells[1].share(), 1.0);
+        assert_eq!(m.cells[2].share(), 0.0);
+        // A torn write still in flight is intact, not a failure.
+        let t = block_map(8, [0, 1], &[(0, Verdict::TornInFlight)], 0);
+        assert_eq!((t.cells[0].class, t.cells[0].failed), (Class::Intact, 0));
     }
 }

@@ -5,6 +5,10 @@ use crate::reporter::ReporterOptions;
 use plugpull::units::parse_duration;
 use std::time::Duration;
 
+/// How long a run lasts when neither `-T` nor a count (`--writes`, `--steps`,
+/// `--transactions`) is given: the same for every workload.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(30);
+
 /// Options shared by `plugpull write file` and `plugpull write files`. The count
 /// that ends a run instead of `-T` (`--writes`, `--steps`) is the workload's own and
 /// conflicts with `-T`.

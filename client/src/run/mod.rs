@@ -16,7 +16,7 @@ mod end;
 mod shared;
 pub mod watermark;
 
-pub use args::RunArgs;
+pub use args::{RunArgs, DEFAULT_DURATION};
 pub use end::{device_error_end, end_run, RunEnd};
 pub use shared::{FirstError, Shared, WorkerOut};
 

@@ -178,10 +178,24 @@ fn a_crash_mid_run_loses_no_acknowledged_commit() {
 
     // With the server not started again, verify could not verify (exit 2): PostgreSQL
     // not up yet is no finding.
-    let (code, v, err) = verify(&l, &run, &dsn, &["--pg-wait", "1s"]);
+    // A wait over a second says what it waits for: with --pgdata, that no server
+    // runs there.
+    let data = pg.data.to_str().unwrap();
+    let (code, v, err) = verify(&l, &run, &dsn, &["--pg-wait", "2s", "--pgdata", data]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(v["ok"], json!(false));
     assert!(err.contains("is PostgreSQL running?"), "{err}");
+    let waiting: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("waiting for PostgreSQL at "))
+        .collect();
+    assert_eq!(waiting.len(), 1, "{err}");
+    assert!(
+        waiting[0].ends_with(&format!(
+            " (up to 2 s): no server is running in --pgdata {data}; start it"
+        )),
+        "{err}"
+    );
 
     pg.start(); // crash recovery
 

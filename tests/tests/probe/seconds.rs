@@ -65,7 +65,7 @@ fn seconds_counts_each_leaf_disks_flushes_and_every_probe_snapshots_cut_evidence
             .as_str()
             .is_some_and(|s| s != "none")
             || ["virtio", "virtual", ""].contains(&leaf["transport"].as_str().unwrap());
-        let note = format!("{name}: the kernel calls it rotational, but it is a virtual disk: the revolutions rule does not apply");
+        let note = format!("{name}: the kernel calls it rotational, but it is a virtual disk: a flush faster than a disk can spin is no sign of a lie here");
         let noted = v["notes"]
             .as_array()
             .unwrap()

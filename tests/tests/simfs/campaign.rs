@@ -91,6 +91,39 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
             .count(),
         1
     );
+    // A summary at the top, before the first part: each run's verdict, coloured.
+    let top = &page[..page.find("<hr>").unwrap()];
+    assert_eq!(
+        top.matches("<p class=\"pass\">honest device, file workload: PASS")
+            .count(),
+        1,
+        "{top}"
+    );
+    assert_eq!(
+        top.matches("<p class=\"pass\">honest device, files workload: PASS")
+            .count(),
+        1,
+        "{top}"
+    );
+    assert_eq!(
+        top.matches("<p class=\"fail\">lying device, file workload: FAIL")
+            .count(),
+        1,
+        "{top}"
+    );
+    assert_eq!(
+        top.matches("<p class=\"fail\">lying device, files workload: FAIL")
+            .count(),
+        1,
+        "{top}"
+    );
+    // The cuts were simulated: no "not a power cut of the host" warning anywhere.
+    assert!(!page.contains("Not a power cut of the host"), "{page}");
+    assert_eq!(
+        page.matches("A simulated cut: the plugpull-simfs disk")
+            .count(),
+        4
+    );
     if !plugpull_tests::browser::skip_without_browser(
         "the_demo_judges_its_file_runs_with_the_verifiers_function",
     ) {

@@ -21,6 +21,10 @@
 //! | an answer that is not PostgreSQL's protocol | exit 2 "not a PostgreSQL server" |
 //! | authentication failed, database missing, bad settings | exit 2 with the server's message |
 //!
+//! A wait over a second says so on stderr, and again when what it waits for changes
+//! ([`waiting_line`]): with `--pgdata` and no live postmaster there, that no server
+//! runs in it.
+//!
 //! With `--pgdata`, every message also carries the cluster state from
 //! `pg_controldata` and the last lines of the server log (`--pg-log`, else the newest
 //! file in `PGDATA/log`).
@@ -83,6 +87,8 @@ pub async fn wait(
     let start = Instant::now();
     let deadline = start + pg_wait;
     let mut seen_starting = false;
+    // What the wait was last said to be about (stderr), once it lasts over a second.
+    let mut said: Option<String> = None;
     loop {
         let e = match pg::connect(cfg).await {
             Ok(c) => return Ok(Ready::Up(c)),
@@ -105,6 +111,13 @@ pub async fn wait(
             )));
         }
         seen_starting |= starting;
+        if start.elapsed() >= Duration::from_secs(1) {
+            let now = waiting_line(conninfo, pg_wait, starting, files.pgdata);
+            if said.as_deref() != Some(now.as_str()) {
+                eprintln!("{now}");
+                said = Some(now);
+            }
+        }
         let why = match (files.pgdata, files.pg_log) {
             (Some(d), _) => stopped(d, files.pg_log, since_ms),
             (None, Some(log)) if !starting => stopped_by_log(log, since_ms),
@@ -282,6 +295,29 @@ pub fn line_time_ms(line: &str) -> Option<u64> {
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86_400 + h * 3600 + mi * 60 + se - offset_min * 60;
     u64::try_from(secs * 1000 + ms).ok()
+}
+
+/// The line verify prints when its wait for the server lasts over a second (again
+/// only when it changes): `waiting for PostgreSQL at … (up to 300 s): it is starting
+/// up (crash recovery)`, or `…: no server is running in --pgdata /srv/pg; start it`
+/// (no live postmaster there), or `…: nothing accepts connections yet`.
+fn waiting_line(
+    conninfo: &str,
+    pg_wait: Duration,
+    starting: bool,
+    pgdata: Option<&Path>,
+) -> String {
+    let what = match pgdata {
+        _ if starting => "it is starting up (crash recovery)".to_string(),
+        Some(d) if !postmaster_alive(d) => {
+            format!("no server is running in --pgdata {}; start it", d.display())
+        }
+        _ => "nothing accepts connections yet".to_string(),
+    };
+    format!(
+        "waiting for PostgreSQL at {conninfo} (up to {:.0} s): {what}",
+        pg_wait.as_secs_f64()
+    )
 }
 
 /// Whether `PGDATA/postmaster.pid` names a live process.
