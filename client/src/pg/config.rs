@@ -339,16 +339,8 @@ pub fn build(keys: Keywords, env: &Env) -> Result<(ConnConfig, Vec<String>), Str
                 database: &keys["dbname"],
                 user: &keys["user"],
             };
-            match pgpass::lookup(&passfile, &shown, want) {
-                Ok(Some(pw)) => {
-                    one.insert("password".into(), pw);
-                }
-                Ok(None) => {}
-                Err(w) => {
-                    if !warnings.contains(&w) {
-                        warnings.push(w);
-                    }
-                }
+            if let Some(pw) = password_from_file(&passfile, &shown, want, &mut warnings) {
+                one.insert("password".into(), pw);
             }
         }
         targets.push(Target {
@@ -358,6 +350,24 @@ pub fn build(keys: Keywords, env: &Env) -> Result<(ConnConfig, Vec<String>), Str
         });
     }
     Ok((ConnConfig { keys, all, targets }, warnings))
+}
+
+/// The password file's password for `want`, its warning (once) in `warnings`.
+fn password_from_file(
+    path: &Path,
+    shown: &str,
+    want: pgpass::Want,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    match pgpass::lookup(path, shown, want) {
+        Ok(pw) => pw,
+        Err(w) => {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -214,21 +214,23 @@ fn client_identity(
             files.cert.display()
         )
     })?;
-    check_key_mode(meta.uid(), meta.permissions().mode())
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    check_key_mode(meta.uid(), me, meta.permissions().mode())
         .map_err(|rule| format!("private key file {key} {rule}"))?;
     let der = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| format!("private key file {key}: {e} (encrypted keys are not supported)"))?;
     Ok(Some((certs, der)))
 }
 
-/// libpq's rule for a private key file: 0600 or stricter when owned by the user,
-/// 0640 or stricter when owned by root.
-fn check_key_mode(owner: u32, mode: u32) -> Result<(), String> {
+/// libpq's rule for a private key file: 0600 or stricter when owned by the user
+/// (`me`), 0640 or stricter when owned by root (another user).
+fn check_key_mode(owner: u32, me: u32, mode: u32) -> Result<(), String> {
     let mode = mode & 0o7777;
-    let open = if owner == 0 {
-        mode & 0o037 != 0
-    } else {
+    let open = if owner == me {
         mode & 0o077 != 0
+    } else {
+        owner == 0 && mode & 0o037 != 0
     };
     if open {
         return Err(format!(
@@ -320,13 +322,14 @@ mod tests {
 
     #[test]
     fn key_file_modes_as_libpq_checks_them() {
-        assert!(check_key_mode(1000, 0o100600).is_ok());
-        assert!(check_key_mode(1000, 0o400).is_ok());
-        assert!(check_key_mode(1000, 0o640).is_err());
-        assert!(check_key_mode(0, 0o640).is_ok());
-        assert!(check_key_mode(0, 0o660).is_err());
+        assert!(check_key_mode(1000, 1000, 0o100600).is_ok());
+        assert!(check_key_mode(1000, 1000, 0o400).is_ok());
+        assert!(check_key_mode(1000, 1000, 0o640).is_err());
+        assert!(check_key_mode(0, 1000, 0o640).is_ok());
+        assert!(check_key_mode(0, 1000, 0o660).is_err());
+        assert!(check_key_mode(0, 0, 0o640).is_err());
         assert_eq!(
-            check_key_mode(1000, 0o644).unwrap_err(),
+            check_key_mode(1000, 1000, 0o644).unwrap_err(),
             "has mode 0644: it must be 0600 or stricter (0640 when owned by root), libpq's rule"
         );
     }
