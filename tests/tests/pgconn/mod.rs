@@ -301,7 +301,8 @@ fn text(b: &[u8]) -> String {
 }
 
 /// A `.pgpass` (PGPASSFILE, 0600) gives the password to probe, `write pgbench` (its
-/// setup and its clients' own TLS sessions) and `verify`; the same file with mode
+/// setup and its clients' own TLS sessions) and `verify` (`channel_binding=require`
+/// is refused by the clients, which do not bind); the same file with mode
 /// 0644 is ignored with the warning, and the connection fails for want of a password.
 #[test]
 fn a_pgpass_file_is_used_and_refused_when_others_may_read_it() {
@@ -351,6 +352,28 @@ fn a_pgpass_file_is_used_and_refused_when_others_may_read_it() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["lost_commits"], serde_json::json!(0));
+    // The setup binds SCRAM to the TLS channel (tokio-postgres); the clients cannot
+    // and say so rather than connect unbound.
+    let bound = format!("{dsn} channel_binding=require");
+    let o = r.plugpull(
+        &[
+            "write",
+            "pgbench",
+            "--listener",
+            l.addr(),
+            "--dsn",
+            &bound,
+            "--transactions",
+            "1",
+        ],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("channel_binding=require: the pgbench clients do not bind"),
+        "{}",
+        text(&o.stderr)
+    );
 
     std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
     let e = r.probe(&dsn, &env).unwrap_err();

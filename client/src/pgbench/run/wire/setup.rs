@@ -266,6 +266,13 @@ impl Conn {
 
     /// The startup message and the authentication exchange, until ReadyForQuery.
     fn startup(&mut self, cfg: &Config) -> Result<(), PgError> {
+        if cfg.get_channel_binding() == tokio_postgres::config::ChannelBinding::Require {
+            return Err(PgError::Protocol(
+                "channel_binding=require: the pgbench clients do not bind SCRAM to the TLS \
+                 channel (use channel_binding=prefer or disable)"
+                    .into(),
+            ));
+        }
         let user = cfg.get_user().unwrap_or("");
         let mut params = vec![("user", user), ("client_encoding", "UTF8")];
         if let Some(db) = cfg.get_dbname() {
