@@ -316,22 +316,14 @@ fn a_pgpass_file_is_used_and_refused_when_others_may_read_it() {
     r.both(&dsn, &env, Ok(true));
 
     let l = Listener::start(r.home.path());
-    let o = r.plugpull(
-        &[
-            "write",
-            "pgbench",
-            "--listener",
-            l.addr(),
-            "--dsn",
-            &dsn,
-            "--init",
-            "--clients",
-            "2",
-            "--transactions",
-            "5",
-            "--json",
-        ],
-        &env,
+    let write = |dsn: &str, extra: &[&str]| {
+        let mut args = vec!["write", "pgbench", "--listener", l.addr(), "--dsn", dsn];
+        args.extend_from_slice(extra);
+        r.plugpull(&args, &env)
+    };
+    let o = write(
+        &dsn,
+        &["--init", "--clients", "2", "--transactions", "5", "--json"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
@@ -355,19 +347,7 @@ fn a_pgpass_file_is_used_and_refused_when_others_may_read_it() {
     // The setup binds SCRAM to the TLS channel (tokio-postgres); the clients cannot
     // and say so rather than connect unbound.
     let bound = format!("{dsn} channel_binding=require");
-    let o = r.plugpull(
-        &[
-            "write",
-            "pgbench",
-            "--listener",
-            l.addr(),
-            "--dsn",
-            &bound,
-            "--transactions",
-            "1",
-        ],
-        &env,
-    );
+    let o = write(&bound, &["--transactions", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("channel_binding=require: the pgbench clients do not bind"),
