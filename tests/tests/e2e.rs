@@ -12,6 +12,7 @@ mod file;
 mod files;
 mod pgbench;
 mod pgbench_truth;
+mod pgconn;
 mod power;
 mod probe;
 mod probe_evidence;

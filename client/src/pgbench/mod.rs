@@ -209,7 +209,7 @@ fn check_args(args: &WriteArgs) -> Result<(), Error> {
 /// The server side of a run, read before it starts.
 struct Server {
     /// Connection settings for the clients.
-    cfg: tokio_postgres::Config,
+    cfg: pg::ConnConfig,
     /// The server's [`pg::SERVER_IDENTITY_SQL`]: every client must reach it.
     identity: String,
     /// What the ledger records of the run.

@@ -62,7 +62,6 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use tokio_postgres::Config;
 
 /// When the clients stop.
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +76,7 @@ pub enum Limit {
 #[derive(Clone, Debug)]
 pub struct Params {
     /// Connection settings, one connection per client.
-    pub cfg: Config,
+    pub cfg: crate::pg::ConnConfig,
     /// The identity of the server the setup checked
     /// ([`crate::pg::SERVER_IDENTITY_SQL`]): a client connects only there.
     pub server: String,

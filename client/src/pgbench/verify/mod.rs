@@ -35,7 +35,7 @@ use sql::{q, Findings, Scan, ToList};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
 /// The amcheck note of a verify run with `--no-amcheck`.
 pub const AMCHECK_SKIPPED: &str = "skipped (--no-amcheck)";
@@ -134,12 +134,13 @@ pub async fn verify(
             // The damage refused a session in the run's database: the relation's
             // name is looked up in database `postgres`, whose catalogs map the same
             // files unless one was rewritten since (the detail says where it came from).
-            let named = if cfg.get_dbname() == Some("postgres") {
+            let named = if cfg.pg().get_dbname() == Some("postgres") {
                 None
             } else {
-                let mut other = cfg.clone();
-                other.dbname("postgres");
-                pg::connect(&other).await.ok()
+                match cfg.with_dbname("postgres") {
+                    Ok(other) => pg::connect(&other).await.ok(),
+                    Err(_) => None,
+                }
             };
             let what = "cannot connect to PostgreSQL";
             let by = named.as_ref().map(|c| (c, "postgres"));
@@ -200,7 +201,7 @@ pub async fn verify(
 /// What a verify connected to the run's server works with.
 struct Connected<'a> {
     client: &'a Client,
-    cfg: &'a Config,
+    cfg: &'a pg::ConnConfig,
     conninfo: &'a str,
     run: RunId,
     manifest: &'a Manifest,
@@ -367,7 +368,7 @@ fn head(
 /// The connections and settings the count needs.
 struct Counting<'a> {
     client: &'a Client,
-    cfg: &'a Config,
+    cfg: &'a pg::ConnConfig,
     conninfo: &'a str,
     start_sums: [i64; 4],
     /// `B_c` of each client.

@@ -34,7 +34,7 @@ use crate::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
 /// The server's files verify may read when it runs on the database host: the data
 /// directory (`--pgdata`) and the server log (`--pg-log`, else the newest file in
@@ -78,7 +78,7 @@ pub enum Ready {
 /// `since_ms` is when the run started (Unix ms): only a startup logged after it can
 /// show that the server stopped.
 pub async fn wait(
-    cfg: &Config,
+    cfg: &pg::ConnConfig,
     conninfo: &str,
     pg_wait: Duration,
     files: ServerFiles<'_>,

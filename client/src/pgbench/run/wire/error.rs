@@ -16,6 +16,9 @@ pub(crate) enum PgError {
     Server(ServerError),
     /// The server sent something the protocol does not allow here.
     Protocol(String),
+    /// TLS failed: the server refused it, or the handshake failed (a certificate
+    /// not trusted, a name mismatch).
+    Tls(String),
 }
 
 /// The fields of a server's ErrorResponse that plugpull uses (protocol docs,
@@ -60,6 +63,7 @@ impl std::fmt::Display for PgError {
             PgError::Io(e) => write!(f, "connection error: {e}"),
             PgError::Closed => write!(f, "the server closed the connection unexpectedly"),
             PgError::Protocol(s) => write!(f, "protocol error: {s}"),
+            PgError::Tls(s) => write!(f, "error performing TLS handshake: {s}"),
             PgError::Server(e) => f.write_str(&crate::pg::server_message(
                 &e.severity,
                 &e.message,

@@ -8,13 +8,15 @@
 //! is built on), after PostgreSQL's "Frontend/Backend Protocol" chapter (docs,
 //! chapter 55 in 15): StartupMessage, then the authentication exchange (trust,
 //! cleartext, MD5 and SCRAM-SHA-256 without channel binding, RFC 5802/7677), then
-//! ReadyForQuery. No TLS, as the rest of plugpull's connections.
+//! ReadyForQuery. TLS as the connection settings' sslmode says ([`crate::pg::tls`];
+//! the session in `tls.rs`).
 //!
 //! Setup (connect, authenticate, prepare) blocks; during the run the socket is
 //! non-blocking and the caller polls [`Conn::fd`].
 
 mod error;
 mod setup;
+mod tls;
 
 pub(crate) use error::{server_error, PgError};
 
@@ -32,6 +34,7 @@ const READ_CHUNK: usize = 8192;
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<tls::TlsStream>),
 }
 
 impl Stream {
@@ -39,6 +42,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            Stream::Tls(s) => s.as_mut(),
         }
     }
 
@@ -46,6 +50,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_nonblocking(on),
             Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tls(s) => s.sock().set_nonblocking(on),
         }
     }
 
@@ -53,6 +58,15 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.sock().as_raw_fd(),
+        }
+    }
+
+    /// Plaintext TLS decrypted and not read yet (never for a plain socket).
+    fn buffered(&mut self) -> usize {
+        match self {
+            Stream::Tls(s) => s.buffered(),
+            _ => 0,
         }
     }
 }
@@ -88,6 +102,9 @@ impl Conn {
     pub(crate) fn close(&mut self) {
         self.wbuf.clear();
         frontend::terminate(&mut self.wbuf);
+        if let Stream::Tls(s) = &mut self.stream {
+            s.close_notify();
+        }
         let _ = self.flush();
         // SAFETY: shutdown on our own descriptor; it stays open until drop.
         unsafe { libc::shutdown(self.stream.fd(), libc::SHUT_RDWR) };
@@ -126,7 +143,7 @@ impl Conn {
 
     /// Whether queued bytes wait for the socket to take them.
     pub(crate) fn wants_write(&self) -> bool {
-        !self.wbuf.is_empty()
+        !self.wbuf.is_empty() || matches!(&self.stream, Stream::Tls(s) if s.wants_write())
     }
 
     /// Sends what is queued, as far as the socket takes it without blocking.
@@ -142,6 +159,12 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(PgError::Io(e)),
+            }
+        }
+        if let Stream::Tls(s) = &mut self.stream {
+            match s.send_pending() {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(PgError::Io(e)),
+                _ => {}
             }
         }
         Ok(())
@@ -164,7 +187,14 @@ impl Conn {
             Ok(0) => Err(PgError::Closed),
             Ok(n) => {
                 self.rbuf.extend_from_slice(&self.chunk[..n]);
-                Ok(n)
+                // What TLS decrypted beyond one chunk: `poll` cannot see it.
+                let mut total = n;
+                while self.stream.buffered() > 0 {
+                    let k = self.stream.inner().read(&mut self.chunk[..])?;
+                    self.rbuf.extend_from_slice(&self.chunk[..k]);
+                    total += k;
+                }
+                Ok(total)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(PgError::Io(e)),

@@ -1,9 +1,12 @@
 //! Opening a client connection: the hosts and ports `cfg` names, the socket options,
-//! the startup message and authentication, the session attributes asked for, and
-//! the statements' preparation. All of it blocks (with timeouts on TCP).
+//! TLS as its sslmode says, the startup message and authentication, the session
+//! attributes asked for, and the statements' preparation. All of it blocks (with
+//! timeouts on TCP).
 
 use super::error::server_error;
-use super::{Conn, PgError, Stream, READ_CHUNK};
+use super::{tls, Conn, PgError, Stream, READ_CHUNK};
+use crate::pg::tls::Attempt;
+use crate::pg::ConnConfig;
 use bytes::BytesMut;
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
@@ -12,6 +15,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::Config;
@@ -120,7 +124,9 @@ fn open(host: &Host, addr: Option<IpAddr>, port: u16, cfg: &Config) -> io::Resul
 
 impl Conn {
     /// Connects as `cfg` says: the hosts in order (shuffled with
-    /// `load_balance_hosts=random`), the first where the socket connects, the server
+    /// `load_balance_hosts=random`), on each the attempts its sslmode makes (plain
+    /// or TLS, the next only when the one before was refused: a server error or a
+    /// TLS failure), the first where the socket connects, the server
     /// accepts the session, is `server` (its `SERVER_IDENTITY_SQL`: the one the
     /// run's setup checked) and, with `target_session_attrs=read-write` or
     /// `read-only`, has `transaction_read_only` `off` or `on` (as libpq and
@@ -128,28 +134,39 @@ impl Conn {
     /// connect timeout (10 s when unset) during the setup; a Unix socket has none
     /// (the server is local).
     ///
-    /// Errors: no host did (each host's error, when there were several): the socket failed, the server
-    /// refused the session (an ErrorResponse, e.g. a wrong password or a missing
-    /// database), a password is needed but none was given, an authentication method
-    /// this client does not speak (GSSAPI, SSPI, Kerberos), or no host had the
-    /// session attributes asked for, or none was the run's server.
-    pub(crate) fn connect(cfg: &Config, server: &str) -> Result<Conn, PgError> {
+    /// Errors: no host did (each host's error, when there were several): the socket
+    /// failed, TLS failed or was refused, the server refused the session (an
+    /// ErrorResponse, e.g. a wrong password or a missing database), a password is
+    /// needed but none was given, an authentication method this client does not
+    /// speak (GSSAPI, SSPI, Kerberos), or no host had the session attributes asked
+    /// for, or none was the run's server.
+    pub(crate) fn connect(cfg: &ConnConfig, server: &str) -> Result<Conn, PgError> {
         let mut last = PgError::Protocol("no host to connect to".into());
-        let mut hosts = candidates(cfg);
-        if cfg.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        let mut targets: Vec<_> = cfg.targets().iter().collect();
+        if cfg.pg().get_load_balance_hosts() == LoadBalanceHosts::Random {
             use rand::seq::SliceRandom;
-            hosts.shuffle(&mut rand::rng());
+            targets.shuffle(&mut rand::rng());
         }
-        let several = hosts.len() > 1;
+        let several = targets.len() > 1;
         let mut earlier = Vec::new();
-        for (host, addr, port) in hosts {
-            match Conn::connect_to(&host, addr, port, cfg, server) {
-                Ok(conn) => return Ok(conn),
-                Err(e) => {
-                    if several {
-                        earlier.push(format!("{}: {e}", where_(&host, port)));
+        for t in targets {
+            let one = t.config(Attempt::Plain);
+            for (host, addr, port) in candidates(&one) {
+                for &attempt in t.attempts() {
+                    let tls = t.tls().filter(|_| attempt == Attempt::Tls);
+                    match Conn::connect_to(&host, addr, port, &one, tls, server) {
+                        Ok(conn) => return Ok(conn),
+                        Err(e) => {
+                            let refused = matches!(e, PgError::Server(_) | PgError::Tls(_));
+                            last = e;
+                            if !refused {
+                                break;
+                            }
+                        }
                     }
-                    last = e;
+                }
+                if several {
+                    earlier.push(format!("{}: {last}", where_(&host, port)));
                 }
             }
         }
@@ -163,26 +180,36 @@ impl Conn {
         Err(last)
     }
 
-    /// One candidate of [`Conn::connect`].
+    /// One candidate of [`Conn::connect`], over TLS when `tls` is given and the
+    /// host is not a Unix socket.
     fn connect_to(
         host: &Host,
         addr: Option<IpAddr>,
         port: u16,
         cfg: &Config,
+        tls: Option<&Arc<rustls::ClientConfig>>,
         server: &str,
     ) -> Result<Conn, PgError> {
-        let stream = open(host, addr, port, cfg)?;
+        let timeout = connect_timeout(cfg);
+        let stream = match (open(host, addr, port, cfg)?, tls, host) {
+            (Stream::Tcp(s), tls, host) => {
+                s.set_read_timeout(Some(timeout))?;
+                s.set_write_timeout(Some(timeout))?;
+                match (tls, host) {
+                    (Some(tls), Host::Tcp(name)) => {
+                        Stream::Tls(Box::new(tls::start(s, tls, name)?))
+                    }
+                    _ => Stream::Tcp(s),
+                }
+            }
+            (other, _, _) => other,
+        };
         let mut conn = Conn {
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             wbuf: BytesMut::with_capacity(1024),
         };
-        let timeout = connect_timeout(cfg);
-        if let Stream::Tcp(s) = &conn.stream {
-            s.set_read_timeout(Some(timeout))?;
-            s.set_write_timeout(Some(timeout))?;
-        }
         conn.startup(cfg)?;
         let want_read_only = match cfg.get_target_session_attrs() {
             TargetSessionAttrs::ReadWrite => Some(false),
@@ -239,6 +266,13 @@ impl Conn {
 
     /// The startup message and the authentication exchange, until ReadyForQuery.
     fn startup(&mut self, cfg: &Config) -> Result<(), PgError> {
+        if cfg.get_channel_binding() == tokio_postgres::config::ChannelBinding::Require {
+            return Err(PgError::Protocol(
+                "channel_binding=require: the pgbench clients do not bind SCRAM to the TLS \
+                 channel (use channel_binding=prefer or disable)"
+                    .into(),
+            ));
+        }
         let user = cfg.get_user().unwrap_or("");
         let mut params = vec![("user", user), ("client_encoding", "UTF8")];
         if let Some(db) = cfg.get_dbname() {
@@ -256,7 +290,7 @@ impl Conn {
             cfg.get_password().ok_or_else(|| {
                 PgError::Protocol(
                     "the server asks for a password and none was given \
-                     (password= in --dsn or PGPASSWORD)"
+                     (password= in --dsn, PGPASSWORD, or a line in ~/.pgpass or PGPASSFILE)"
                         .into(),
                 )
             })

@@ -1,138 +1,46 @@
-//! Connecting to PostgreSQL the way libpq users expect, and reading the settings
-//! that decide whether a `COMMIT` promises durability.
+//! Connecting to PostgreSQL as libpq does, and reading the settings that decide
+//! whether a `COMMIT` promises durability. Every command that connects (`write
+//! pgbench` and its clients, `verify`, `probe --dsn`, the agent's runs) builds its
+//! settings with [`config`] and connects with [`connect`] (the pgbench clients'
+//! own sockets read the same [`ConnConfig`]).
 //!
-//! Connection settings: a conninfo string (`host=/run/postgresql dbname=bench`) or a
-//! `postgresql://` URL (both parsed by `tokio_postgres::Config`); whatever it leaves
-//! out comes from `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE` and `PGPASSWORD`, then
-//! from libpq's defaults (socket directory `/var/run/postgresql` or `/tmp`, port 5432,
-//! user = the OS user, database = the user). A host starting with `/` is a Unix
-//! socket directory. Not supported: `.pgpass`, `PGSERVICE`, TLS (connections are
-//! made without TLS; `sslmode=require` fails).
+//! What is supported, each by libpq's documented rules:
+//! * a conninfo string (`host=/run/postgresql dbname=bench`) or a `postgresql://`
+//!   URL ([`conninfo`]);
+//! * a service from `service=` or `PGSERVICE` in `PGSERVICEFILE` or
+//!   `~/.pg_service.conf`, then `PGSYSCONFDIR/pg_service.conf` (default
+//!   `/etc/postgresql-common`) ([`service`]);
+//! * the `PG*` environment variables, then libpq's defaults (socket directory
+//!   `/var/run/postgresql` or `/tmp`, port 5432, user = the OS user, database = the
+//!   user) ([`config`](mod@config));
+//! * the password file `passfile=`/`PGPASSFILE`/`~/.pgpass` when no password is
+//!   given, ignored with a warning when group- or world-accessible ([`pgpass`]);
+//! * `sslmode` disable … verify-full, `sslrootcert`, `sslcert`, `sslkey` on rustls
+//!   ([`tls`]).
+//!
+//! Not supported: `sslnegotiation=direct`, `sslrootcert=system`, `sslcrl`,
+//! `sslpassword` (encrypted client keys), GSSAPI; a server certificate must name
+//! its host in a subjectAltName (rustls does not read the CN).
 
+pub mod config;
+pub mod conninfo;
+pub mod pgpass;
+pub mod service;
+pub mod tls;
+
+pub use config::{config, ConnConfig};
+pub use conninfo::redact_dsn;
+
+use conninfo::quote;
 use plugpull::ledger::PgSettings;
-use std::time::Duration;
+use tls::Attempt;
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
-
-/// `dsn` as text safe to print: a URL's `user:password@` loses its password (up to
-/// the last `@`), and in
-/// the key=value form every `password` value (quoted or not) becomes `***`
-/// (libpq's syntax, PostgreSQL docs "Connection Strings"). Used where the DSN could
-/// not be parsed, so [`redacted`] cannot be.
-pub fn redact_dsn(dsn: &str) -> String {
-    if let Some(scheme_end) = dsn.find("://") {
-        let rest = &dsn[scheme_end + 3..];
-        // The last `@`: a password may hold `/`, `?` or `@` in a malformed URL (this
-        // may hide more than the password, never less).
-        if let Some(at) = rest.rfind('@') {
-            if let Some(colon) = rest[..at].find(':') {
-                return format!(
-                    "{}{}:***{}",
-                    &dsn[..scheme_end + 3],
-                    &rest[..colon],
-                    &rest[at..]
-                );
-            }
-        }
-        return dsn.to_string();
-    }
-    let mut out = String::new();
-    let mut rest = dsn;
-    while let Some(i) = rest.find("password") {
-        let (head, tail) = rest.split_at(i + "password".len());
-        out.push_str(head);
-        let after = tail.trim_start();
-        if !after.starts_with('=') {
-            rest = tail;
-            continue;
-        }
-        let value = after[1..].trim_start();
-        let len = if let Some(q) = value.strip_prefix('\'') {
-            let mut end = q.len();
-            let mut esc = false;
-            for (k, c) in q.char_indices() {
-                match c {
-                    '\\' if !esc => esc = true,
-                    '\'' if !esc => {
-                        end = k + 1;
-                        break;
-                    }
-                    _ => esc = false,
-                }
-            }
-            1 + end
-        } else {
-            value.find(char::is_whitespace).unwrap_or(value.len())
-        };
-        out.push_str("=***");
-        rest = &value[len.min(value.len())..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Builds the connection configuration from `dsn` (or nothing) plus the environment.
-pub fn config(dsn: Option<&str>) -> Result<Config, String> {
-    let text = dsn.unwrap_or("").trim();
-    let mut cfg: Config = text.parse().map_err(|e| {
-        format!(
-            "cannot parse connection string {:?}: {}",
-            redact_dsn(text),
-            describe(&e)
-        )
-    })?;
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    if cfg.get_hosts().is_empty() && cfg.get_hostaddrs().is_empty() {
-        match env("PGHOST") {
-            Some(hosts) => {
-                for h in hosts.split(',') {
-                    cfg.host(h.trim());
-                }
-            }
-            None => {
-                let dir = ["/var/run/postgresql", "/tmp"]
-                    .into_iter()
-                    .find(|d| std::path::Path::new(d).is_dir())
-                    .unwrap_or("/tmp");
-                cfg.host(dir);
-            }
-        }
-    }
-    if cfg.get_ports().is_empty() {
-        if let Some(p) = env("PGPORT") {
-            let port: u16 = p
-                .parse()
-                .map_err(|_| format!("PGPORT={p:?} is not a port number"))?;
-            cfg.port(port);
-        }
-    }
-    if cfg.get_user().is_none() {
-        let user = env("PGUSER")
-            .or_else(os_user)
-            .ok_or("no user name: set PGUSER or user= in --dsn")?;
-        cfg.user(user);
-    }
-    if cfg.get_dbname().is_none() {
-        let db = env("PGDATABASE").unwrap_or_else(|| cfg.get_user().unwrap_or("").to_string());
-        cfg.dbname(db);
-    }
-    if cfg.get_password().is_none() {
-        if let Some(pw) = env("PGPASSWORD") {
-            cfg.password(pw);
-        }
-    }
-    if cfg.get_connect_timeout().is_none() {
-        cfg.connect_timeout(Duration::from_secs(10));
-    }
-    if cfg.get_application_name().is_none() {
-        cfg.application_name("plugpull");
-    }
-    Ok(cfg)
-}
+use tokio_postgres::{Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The name of the effective OS user (libpq's default user name).
-fn os_user() -> Option<String> {
+pub(crate) fn os_user() -> Option<String> {
     // SAFETY: getpwuid returns a pointer into static storage or null; we copy the
     // name out at once and this process does not call getpw* concurrently here.
     unsafe {
@@ -147,8 +55,11 @@ fn os_user() -> Option<String> {
 }
 
 /// The connection settings as a conninfo string without the password, e.g.
-/// `host=/tmp port=5432 user=bench dbname=bench`.
-pub fn redacted(cfg: &Config) -> String {
+/// `host=/tmp port=5432 user=bench dbname=bench`; the TLS keys given follow
+/// (`sslmode=verify-full sslrootcert=/etc/ca.crt`), so a later reconnection with
+/// this text (`verify`) makes the same kind of connection.
+pub fn redacted(conn: &ConnConfig) -> String {
+    let cfg = conn.pg();
     let mut parts = Vec::new();
     let hosts: Vec<String> = cfg
         .get_hosts()
@@ -183,15 +94,10 @@ pub fn redacted(cfg: &Config) -> String {
     if let Some(o) = cfg.get_options() {
         parts.push(format!("options={}", quote(o)));
     }
-    parts.join(" ")
-}
-
-/// Quotes a conninfo value when it needs it (empty, spaces, quotes, backslashes).
-fn quote(v: &str) -> String {
-    if !v.is_empty() && !v.contains([' ', '\'', '\\']) {
-        return v.to_string();
+    for (k, v) in conn.tls_keys() {
+        parts.push(format!("{k}={}", quote(v)));
     }
-    format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+    parts.join(" ")
 }
 
 /// The text that tells one server instance from another: its postmaster's start
@@ -201,9 +107,51 @@ fn quote(v: &str) -> String {
 pub const SERVER_IDENTITY_SQL: &str =
     "SELECT pg_postmaster_start_time()::text || ' port ' || current_setting('port')";
 
-/// Opens one connection; the connection task runs on the current tokio runtime.
-pub async fn connect(cfg: &Config) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = cfg.connect(NoTls).await?;
+/// Opens one connection: the hosts in order (shuffled with
+/// `load_balance_hosts=random`), on each the attempts its sslmode makes
+/// ([`tls::SslMode::attempts`]: the next only when the one before was refused), the
+/// first session that opens. The connection task runs on the current tokio runtime.
+/// `Err`: the last attempt's error.
+pub async fn connect(conn: &ConnConfig) -> Result<Client, tokio_postgres::Error> {
+    let mut targets: Vec<&config::Target> = conn.targets().iter().collect();
+    if conn.pg().get_load_balance_hosts() == tokio_postgres::config::LoadBalanceHosts::Random {
+        use rand::seq::SliceRandom;
+        targets.shuffle(&mut rand::rng());
+    }
+    let mut last = None;
+    for t in targets {
+        for &attempt in t.attempts() {
+            let cfg = t.config(attempt);
+            let r = match (attempt, t.tls()) {
+                (Attempt::Tls, Some(tls)) => {
+                    spawned(cfg.connect(MakeRustlsConnect::new((**tls).clone())).await)
+                }
+                _ => spawned(cfg.connect(NoTls).await),
+            };
+            match r {
+                Ok(client) => return Ok(client),
+                Err(e) => {
+                    let refused = tls::refused(&e);
+                    last = Some(e);
+                    if !refused {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Err(last.expect("a ConnConfig has at least one host"))
+}
+
+/// The client of a connection just made, its connection task spawned.
+fn spawned<S, T>(
+    r: Result<(Client, tokio_postgres::Connection<S, T>), tokio_postgres::Error>,
+) -> Result<Client, tokio_postgres::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, connection) = r?;
     tokio::spawn(async move {
         // The error, if any, reaches the client as a closed connection.
         let _ = connection.await;
@@ -269,7 +217,9 @@ pub fn is_transient_connect_error(e: &tokio_postgres::Error) -> bool {
                 || c.code().starts_with("08")
         }
         // Client-side: transient when the socket failed or timed out; not when
-        // the configuration is wrong (e.g. a password is needed but none given).
+        // the configuration is wrong (e.g. a password is needed but none given)
+        // or TLS failed (a certificate not trusted stays so).
+        None if tls::is_tls_error(e) => false,
         None => {
             let mut src = std::error::Error::source(e);
             while let Some(cause) = src {
@@ -360,54 +310,6 @@ pub fn unsafe_settings(s: &PgSettings) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn conninfo_and_url_are_parsed_and_redacted() {
-        let c = config(Some(
-            "host=/tmp/x port=5433 user=u dbname=d password=secret",
-        ))
-        .unwrap();
-        let r = redacted(&c);
-        assert_eq!(r, "host=/tmp/x port=5433 user=u dbname=d");
-        let c = config(Some("postgresql://u:pw@127.0.0.1:5444/db")).unwrap();
-        assert_eq!(redacted(&c), "host=127.0.0.1 port=5444 user=u dbname=db");
-        assert_eq!(c.get_password(), Some(&b"pw"[..]));
-    }
-
-    #[test]
-    fn a_dsn_that_cannot_be_parsed_is_printed_without_its_password() {
-        assert_eq!(
-            redact_dsn("host=/tmp password=hunter2 dbname='bench"),
-            "host=/tmp password=*** dbname='bench"
-        );
-        assert_eq!(
-            redact_dsn("password = 'a b\\' c' port=x"),
-            "password=*** port=x"
-        );
-        assert_eq!(
-            redact_dsn("postgresql://u:hun/ter@h:99999/db"),
-            "postgresql://u:***@h:99999/db"
-        );
-        assert_eq!(redact_dsn("postgresql://u@h/db"), "postgresql://u@h/db");
-        let e = config(Some("host=/tmp password=hunter2 dbname='bench")).unwrap_err();
-        assert!(!e.contains("hunter2"), "{e}");
-        assert!(
-            e.starts_with(
-                "cannot parse connection string \"host=/tmp password=*** dbname='bench\": "
-            ),
-            "{e}"
-        );
-        let e = config(Some("postgresql://u:hunter2@h:99999/db")).unwrap_err();
-        assert!(!e.contains("hunter2"), "{e}");
-    }
-
-    #[test]
-    fn quoting() {
-        assert_eq!(quote("a b"), "'a b'");
-        assert_eq!(quote("it's"), "'it\\'s'");
-        assert_eq!(quote(""), "''");
-        assert_eq!(quote("plain"), "plain");
-    }
 
     #[test]
     fn unsafe_settings_are_named() {
