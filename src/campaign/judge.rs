@@ -108,7 +108,9 @@ fn validity(f: &CutFacts, reports: &[(&Outcome, Value)], acknowledged: u64) -> V
         return Invalid("the cut's runs were not verified".into());
     };
     let device = f.pulling.kind == "device";
-    if !device && f.verify_boot_at_ms.is_some_and(|at| at < f.off_at_ms) {
+    // A boot announced by the time "off" returned began before it (a boot takes
+    // seconds): the moment itself is before the cut.
+    if !device && f.verify_boot_at_ms.is_some_and(|at| at <= f.off_at_ms) {
         return NotMeasured(format!(
             "run set {} was verified by a boot that began before the driver's off: its runs had ended before the cut (a reboot or an agent restart)",
             f.pulling.number
@@ -262,5 +264,24 @@ mod tests {
         assert_eq!((v.failed, v.torn), (true, Some(3)));
         assert_eq!(verdict_of(&[(&pass, plain)]).torn, None);
         assert_eq!(verdict_of(&[(&pass, atomic(0))]).torn, Some(0));
+    }
+
+    #[test]
+    fn a_cut_verdict_sums_the_writes_in_flight_that_survived_in_each_run() {
+        let pass = Outcome {
+            run: crate::RunId(1),
+            exit: 0,
+            report_json: String::new(),
+        };
+        let atomic =
+            |n: u64| serde_json::json!({"summary": "s", "atomic": {"torn": 0, "in_flight": n}});
+        let plain = serde_json::json!({"summary": "s", "atomic": null});
+        let v = verdict_of(&[
+            (&pass, atomic(2)),
+            (&pass, plain.clone()),
+            (&pass, atomic(3)),
+        ]);
+        assert_eq!((v.torn, v.in_flight), (Some(0), Some(5)));
+        assert_eq!(verdict_of(&[(&pass, plain)]).in_flight, None);
     }
 }

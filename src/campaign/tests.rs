@@ -234,11 +234,17 @@ fn each_rule_names_its_reason() {
         Validity::Invalid("the driver's off failed: ipmitool: timed out".into())
     );
     let mut early = facts(&p, Some((&pass, "b2")));
-    early.verify_boot_at_ms = Some(999);
-    assert_eq!(
-        judge(&early).validity,
-        Validity::NotMeasured("run set 1 was verified by a boot that began before the driver's off: its runs had ended before the cut (a reboot or an agent restart)".into())
-    );
+    for at in [999, 1000] {
+        // Announced before "off" returned, or at that very millisecond: a boot that
+        // began before the cut.
+        early.verify_boot_at_ms = Some(at);
+        assert_eq!(
+            judge(&early).validity,
+            Validity::NotMeasured("run set 1 was verified by a boot that began before the driver's off: its runs had ended before the cut (a reboot or an agent restart)".into())
+        );
+    }
+    early.verify_boot_at_ms = Some(1001);
+    assert_eq!(judge(&early).validity, Validity::Valid);
     assert_eq!(
         judge(&facts(&p, Some((&pass, "")))).validity,
         Validity::NotMeasured(

@@ -242,6 +242,22 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_the_finished_count_agrees_with_loses_an_unknown_number_not_zero() {
+        // Batch 2 is missing and batch 1 conflicts, yet the agent's count equals the
+        // ledger's: the record is broken, how many writes it lost is not known.
+        let mut v = vec![b(1, 3), b(3, 2)];
+        let e = check_record(&mut v, Some(&fin(5)), &[]).unwrap_err();
+        assert_eq!(e.lost, None);
+        assert_eq!(e.to_string(), "the witness lost acknowledged writes (how many is unknown): this run cannot be judged (batch 2 is missing: batch numbers jump from 1 to 3)");
+        let mut v = vec![b(1, 3), b(1, 2)];
+        let e = check_record(&mut v, Some(&fin(3)), &[]).unwrap_err();
+        assert_eq!(
+            (e.lost, e.evidence.as_str()),
+            (None, "batch 1 is recorded twice with different contents")
+        );
+    }
+
+    #[test]
     fn a_torn_tail_passes_only_when_the_finished_count_vouches() {
         let torn = [TornTail {
             offset: 500,

@@ -5,6 +5,8 @@ use super::*;
 use crate::record::Encoder;
 use crate::verdict::describe_spans;
 
+mod sectors;
+
 const B: usize = 4096;
 const RUN: RunId = RunId(77);
 

@@ -85,4 +85,20 @@ mod tests {
         // No record (an older ledger): nothing compared.
         assert_eq!(relation_changes(&[], &now), RelationChanges::default());
     }
+
+    #[test]
+    fn a_table_newer_in_neither_its_oid_nor_its_file_is_older() {
+        let run = [rel("pgbench_history", 16400, 16400)];
+        // Same file number, an older OID; same OID, an older file: the run's table is gone.
+        for now in [
+            rel("pgbench_history", 16300, 16400),
+            rel("pgbench_history", 16400, 16390),
+        ] {
+            let c = relation_changes(&run, std::slice::from_ref(&now));
+            assert_eq!((c.rewritten.len(), c.older.len()), (0, 1), "{now:?}");
+        }
+        // A newer OID with an older file number is a new table: rewritten.
+        let c = relation_changes(&run, &[rel("pgbench_history", 16500, 16300)]);
+        assert_eq!((c.rewritten.len(), c.older.len()), (1, 0));
+    }
 }

@@ -299,3 +299,65 @@ fn ranges_merge_per_client_and_flag() {
         vec![range(1, 5, true, 1), range(6, 8, false, 2)]
     );
 }
+
+#[test]
+fn the_gaps_up_to_a_seq_end_there_and_leave_out_a_range_starting_at_it() {
+    let a = merge_acks(&[batch(1, true, &[(0, 1, 3), (0, 5, 7), (0, 9, 9)])]);
+    assert_eq!(a[&0].gaps_upto(4), vec![(4, 4)]);
+    assert_eq!(a[&0].gaps_upto(5), vec![(4, 4)]);
+    assert_eq!(a[&0].gaps_upto(8), vec![(4, 4), (8, 8)]);
+    assert_eq!(a[&0].gaps_upto(11), vec![(4, 4), (8, 8), (10, 11)]);
+}
+
+#[test]
+fn a_range_from_seq_0_or_ending_before_it_starts_is_no_acknowledgement() {
+    let b = [batch(1, true, &[(0, 0, 3), (0, 5, 4), (0, 6, 7)])];
+    assert_eq!(merge_acks(&b)[&0].ranges, vec![range(6, 7, true, 1)]);
+    assert_eq!(raw_acks(&b)[&0], vec![range(6, 7, true, 1)]);
+}
+
+#[test]
+fn every_kind_of_failure_counts_once_in_the_problems() {
+    // Powers of two: a sum that drops, subtracts or multiplies any one is another number.
+    let f = Failures {
+        lost_commits: 1,
+        ordering_violations: 2,
+        amcheck_corruptions: 4,
+        damaged_pages: 8,
+        unattributed_checksum_failures: 16,
+        missing_tables: 32,
+        invariant_broken: true,
+        duplicates: 128,
+        phantoms: 256,
+        malformed_tags: 512,
+    };
+    assert_eq!((f.permitted(), f.always()), (64, 896));
+    assert_eq!((f.problems(true), f.problems(false)), (960, 896));
+}
+
+#[test]
+fn a_client_the_ledger_acknowledged_beyond_the_recorded_count_is_judged() {
+    let b = [batch(1, true, &[(0, 1, 2), (3, 1, 4)])];
+    let acks = merge_acks(&b);
+    assert_eq!(super::clients(2, &acks), 4);
+    assert_eq!(super::clients(6, &acks), 6);
+    // Client 3's four acknowledged commits are all gone: four lost, not zero.
+    let t = run(&b, 2, 0, &seqs(0, 1..=2));
+    assert_eq!((t.lost, t.lost_by_client.clone()), (4, vec![(3, 4)]));
+}
+
+#[test]
+fn an_unpromised_range_ending_where_the_promised_one_ends_adds_nothing() {
+    let m = merge_acks(&[batch(1, true, &[(0, 1, 5)]), batch(2, false, &[(0, 3, 5)])]);
+    assert_eq!(m[&0].ranges, vec![range(1, 5, true, 1)]);
+    assert_eq!((m[&0].count(true), m[&0].count(false)), (5, 0));
+}
+
+#[test]
+fn a_run_that_acknowledged_nothing_and_lost_nothing_is_ok_for_the_verifier_to_call_not_measured() {
+    // The verifier reads ok with no acknowledged commit as "not measured: run R has no
+    // acknowledged commits in the ledger" (exit 2); not_measured here is only for
+    // acknowledgements that were all unpromised.
+    assert_eq!(judge(0, 0, 0), (true, false));
+    assert_eq!(judge(1, 0, 0), (false, false));
+}
