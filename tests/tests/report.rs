@@ -136,6 +136,29 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
         "<figcaption>{lag_total} lost, unserializable or torn-acknowledged writes in the \
          histogram</figcaption>"
     )));
+    map_shows_every_failed_block(&page, &v, summary);
+
+    browser_shows(&html, dir.path(), 3);
+
+    // A simulated cut (the host kept running, the simfs disk lost its cache): the
+    // page says so plainly, in the Markdown too, and carries no "not a power cut of
+    // the host" warning — that one is for a host that kept running under real
+    // storage.
+    let notice = "A simulated cut: the plugpull-simfs disk lost its volatile cache while \
+                  this host kept running";
+    assert_eq!(page.matches(notice).count(), 1, "no notice");
+    assert!(!page.contains("Not a power cut of the host"), "{page}");
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains(&format!("\n{notice}")), "{md}");
+    assert!(!md.contains("Not a power cut of the host"), "{md}");
+    assert!(md.contains(&format!("**{summary}**")), "{md}");
+    assert!(md.contains(&format!("| lost_write | {lost} |")), "{md}");
+}
+
+/// The target map of the lossy run's page: 16384 blocks, 16 per square; the squares
+/// that lost blocks are red, paler the fewer of their blocks failed, and there are
+/// at least as many as verify's (capped) list of findings names.
+fn map_shows_every_failed_block(page: &str, v: &serde_json::Value, summary: &str) {
     // 16384 blocks: 16 per square. Every failed block is placed (verify's JSON lists
     // only the first 1000 findings; the map has them all).
     assert!(
@@ -191,22 +214,6 @@ fn the_report_of_a_lossy_run_shows_every_figure_and_verifys_counts() {
         page.len(),
         listed.len()
     );
-
-    browser_shows(&html, dir.path(), 3);
-
-    // A simulated cut (the host kept running, the simfs disk lost its cache): the
-    // page says so plainly, in the Markdown too, and carries no "not a power cut of
-    // the host" warning — that one is for a host that kept running under real
-    // storage.
-    let notice = "A simulated cut: the plugpull-simfs disk lost its volatile cache while \
-                  this host kept running";
-    assert_eq!(page.matches(notice).count(), 1, "no notice");
-    assert!(!page.contains("Not a power cut of the host"), "{page}");
-    let md = std::fs::read_to_string(&md).unwrap();
-    assert!(md.contains(&format!("\n{notice}")), "{md}");
-    assert!(!md.contains("Not a power cut of the host"), "{md}");
-    assert!(md.contains(&format!("**{summary}**")), "{md}");
-    assert!(md.contains(&format!("| lost_write | {lost} |")), "{md}");
 }
 
 /// The report's HTML escaping of text, for comparing with the JSON's.

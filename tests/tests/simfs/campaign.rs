@@ -46,40 +46,10 @@ fn a_hundred_honest_cuts_give_no_false_finding() {
     );
 }
 
-/// Review finding 8: `plugpull demo` verifies its file runs with `plugpull verify`'s
-/// own function (device-error rule, earlier runs from the listener, report): on the
-/// simulator the honest device passes with nothing lost, the lying one is caught, and
-/// each device's file report is the verifier's (its summary line, its verdict table).
-#[test]
-fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
-    if skip_without_fuse("the_demo_judges_its_file_runs_with_the_verifiers_function") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("demo.html");
-    let o = plugpull(&[
-        "demo",
-        "--no-pg",
-        // Long enough for the lying device to destage the target's creation (its
-        // metadata, like its data, destages 2 s after it was made).
-        "--cut-after",
-        "2.5",
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    let out = stdout(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
-    // It ends by writing its report: both devices' file and files runs on one page.
-    // The honest file run has two figures (its lag histogram is a sentence: nothing
-    // lost), the lying one three; the honest files run one, the lying one two.
-    let size = std::fs::metadata(&report).unwrap().len();
-    assert!(
-        out.contains(&format!(
-            "\nreport: {} ({size} bytes; open it in a browser)\n",
-            report.display()
-        )),
-        "{out}"
-    );
+/// The demo's page: each device's file run as a part, a coloured summary of every
+/// run's verdict before the first part, the simulated-cut note (never the
+/// no-reboot warning), every figure drawn in the browser.
+fn demo_page_shows_every_run(report: &std::path::Path, dir: &std::path::Path) {
     let page = std::fs::read_to_string(&report).unwrap();
     assert_eq!(
         page.matches("<h1>honest device: file workload (run ")
@@ -127,11 +97,49 @@ fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
     if !plugpull_tests::browser::skip_without_browser(
         "the_demo_judges_its_file_runs_with_the_verifiers_function",
     ) {
-        let loaded = plugpull_tests::browser::load(&report, dir.path());
+        let loaded = plugpull_tests::browser::load(&report, dir);
         // The files runs add their step rate each, and the lying one its lag histogram.
         assert_eq!(loaded.check(), "figures=8;shown=8;errors=0");
         assert_eq!(loaded.console(), Vec::<&str>::new());
     }
+}
+
+/// Review finding 8: `plugpull demo` verifies its file runs with `plugpull verify`'s
+/// own function (device-error rule, earlier runs from the listener, report): on the
+/// simulator the honest device passes with nothing lost, the lying one is caught, and
+/// each device's file report is the verifier's (its summary line, its verdict table).
+#[test]
+fn the_demo_judges_its_file_runs_with_the_verifiers_function() {
+    if skip_without_fuse("the_demo_judges_its_file_runs_with_the_verifiers_function") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("demo.html");
+    let o = plugpull(&[
+        "demo",
+        "--no-pg",
+        // Long enough for the lying device to destage the target's creation (its
+        // metadata, like its data, destages 2 s after it was made).
+        "--cut-after",
+        "2.5",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
+    // It ends by writing its report: both devices' file and files runs on one page.
+    // The honest file run has two figures (its lag histogram is a sentence: nothing
+    // lost), the lying one three; the honest files run one, the lying one two.
+    let size = std::fs::metadata(&report).unwrap().len();
+    assert!(
+        out.contains(&format!(
+            "\nreport: {} ({size} bytes; open it in a browser)\n",
+            report.display()
+        )),
+        "{out}"
+    );
+    demo_page_shows_every_run(&report, dir.path());
+    let page = std::fs::read_to_string(&report).unwrap();
     let line = |prefix: &str| {
         out.lines()
             .find(|l| l.starts_with(prefix))
