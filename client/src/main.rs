@@ -142,7 +142,7 @@ enum Cmd {
     /// The service on a machine under test: runs and verifies what a campaign says.
     ///
     /// Writes only the targets and databases its --config lists (docs/campaign.md);
-    /// runs until stopped. Started at boot by contrib/systemd/plugpull-agent.service.
+    /// runs until stopped. Started at boot by plugpull-agent.service (contrib/systemd/).
     ///
     /// Example: plugpull agent --listener witness:7458 --secret-file /etc/plugpull.secret --config /etc/plugpull/agent.toml
     #[command(verbatim_doc_comment)]
@@ -193,6 +193,7 @@ fn main() -> ExitCode {
     // Die quietly on a closed pipe (`plugpull verify | head`), as Unix tools do.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    plugpull_docgen::from_env(<Cli as clap::CommandFactory>::command);
     let cli = Cli::parse();
     if std::env::var_os(CHECK_ARGS_ENV).is_some_and(|v| v == "1") {
         println!("arguments OK");

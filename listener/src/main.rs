@@ -36,10 +36,10 @@ use std::time::Duration;
 /// line on stdout is `listening on IP:PORT`; logs go to stderr.
 ///
 /// Examples:
-///   plugpull-listener --listen 0.0.0.0:7458 --data-dir /var/lib/plugpull --secret-file /etc/plugpull.secret
+///   plugpull-listener --listen 0.0.0.0:7458 --data-dir /var/lib/plugpull-listener --secret-file /etc/plugpull.secret
 ///   plugpull-listener --listen 127.0.0.1:0 --data-dir /tmp/pp
 #[derive(Parser, Debug)]
-#[command(version, verbatim_doc_comment)]
+#[command(name = "plugpull-listener", version, verbatim_doc_comment)]
 struct Args {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:7458")]
@@ -73,6 +73,7 @@ struct Args {
 }
 
 fn main() {
+    plugpull_docgen::from_env(<Args as clap::CommandFactory>::command);
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

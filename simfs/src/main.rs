@@ -128,6 +128,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    plugpull_docgen::from_env(<Cli as clap::CommandFactory>::command);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
