@@ -11,6 +11,13 @@ use plugpull_client::{
 };
 use std::process::ExitCode;
 
+/// The static musl builds of `scripts/release` allocate with mimalloc: musl's own
+/// allocator takes one lock for every allocation, which threads contend on
+/// (docs/performance.md, "Release binaries"). Other builds keep the C library's.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Proves or disproves that a storage stack keeps every write it acknowledged
 /// across a power cut.
 ///

@@ -30,6 +30,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The static musl builds of `scripts/release` allocate with mimalloc: musl's own
+/// allocator takes one lock for every allocation, which threads contend on
+/// (docs/performance.md, "Release binaries"). Other builds keep the C library's.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The plugpull witness: keeps a durable ledger of every acknowledged write.
 ///
 /// Run it on a host that does not lose power with the machine under test. The first
