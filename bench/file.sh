@@ -9,7 +9,9 @@
 # and the ratios paired by round with their 95 % interval (target/release/paired-ratio).
 # Usage: bench/file.sh [SECONDS_PER_RUN=10] [JOBS=4] [ROUNDS=4]
 # Environment: PLACES ("disk tmpfs": where to run), BASELINE (another plugpull
-# binary, e.g. an older build, whose `write file` runs beside this one's each round).
+# binary, e.g. an older build, whose `write file` runs beside this one's each round),
+# PLUGPULL (the plugpull measured as this build, default target/release/plugpull;
+# e.g. the release tarball's) and LISTENER (bench/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v fio >/dev/null 2>&1 || scripts/deps --bench # fio, for the benchmark only
@@ -34,7 +36,7 @@ for name in $places; do
         python3 bench/cpu.py raw target/release/raw-fsync-loop --target "$t" --size $size --jobs "$jobs" --duration "${secs}s" >>"$dir/raw"
     }
     pp_run() { # $1: the binary (default this build's), $2: the output file (pp)
-        python3 bench/cpu.py plugpull "${1:-target/release/plugpull}" write file --listener "$addr" --target "$t" --size $size \
+        python3 bench/cpu.py plugpull "${1:-${PLUGPULL:-target/release/plugpull}}" write file --listener "$addr" --target "$t" --size $size \
             --jobs "$jobs" --duration "${secs}s" --force --json >>"$dir/${2:-pp}"
     }
     base_run() { if [ -n "${BASELINE:-}" ]; then pp_run "$BASELINE" base; fi; }

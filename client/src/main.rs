@@ -11,6 +11,13 @@ use plugpull_client::{
 };
 use std::process::ExitCode;
 
+/// The static musl builds of `scripts/release` allocate with mimalloc: musl's own
+/// allocator takes one lock for every allocation, which threads contend on
+/// (docs/performance.md, "Release binaries"). Other builds keep the C library's.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Proves or disproves that a storage stack keeps every write it acknowledged
 /// across a power cut.
 ///
@@ -166,7 +173,7 @@ enum Cmd {
     /// The service on a machine under test: runs and verifies what a campaign says.
     ///
     /// Writes only the targets and databases its --config lists (docs/campaign.md);
-    /// runs until stopped. Started at boot by contrib/systemd/plugpull-agent.service.
+    /// runs until stopped. Started at boot by plugpull-agent.service (contrib/systemd/).
     /// Exit 0 when stopped (SIGTERM, Ctrl-C); 2 when it cannot start (its
     /// configuration, the listener, the secret).
     ///
@@ -225,6 +232,7 @@ fn main() -> ExitCode {
     // Die quietly on a closed pipe (`plugpull verify | head`), as Unix tools do.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    plugpull_docgen::from_env(<Cli as clap::CommandFactory>::command);
     let cli = Cli::parse();
     if std::env::var_os(CHECK_ARGS_ENV).is_some_and(|v| v == "1") {
         println!("arguments OK");

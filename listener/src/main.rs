@@ -30,16 +30,23 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The static musl builds of `scripts/release` allocate with mimalloc: musl's own
+/// allocator takes one lock for every allocation, which threads contend on
+/// (docs/performance.md, "Release binaries"). Other builds keep the C library's.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The plugpull witness: keeps a durable ledger of every acknowledged write.
 ///
 /// Run it on a host that does not lose power with the machine under test. The first
 /// line on stdout is `listening on IP:PORT`; logs go to stderr.
 ///
 /// Examples:
-///   plugpull-listener --listen 0.0.0.0:7458 --data-dir /var/lib/plugpull --secret-file /etc/plugpull.secret
+///   plugpull-listener --listen 0.0.0.0:7458 --data-dir /var/lib/plugpull-listener --secret-file /etc/plugpull.secret
 ///   plugpull-listener --listen 127.0.0.1:0 --data-dir /tmp/pp
 #[derive(Parser, Debug)]
-#[command(version, verbatim_doc_comment)]
+#[command(name = "plugpull-listener", version, verbatim_doc_comment)]
 struct Args {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:7458")]
@@ -73,6 +80,7 @@ struct Args {
 }
 
 fn main() {
+    plugpull_docgen::from_env(<Args as clap::CommandFactory>::command);
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

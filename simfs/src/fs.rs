@@ -325,7 +325,7 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
         Some(TimeOrNow::SpecificTime(t)) => {
             let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
             libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
+                tv_sec: d.as_secs() as _,
                 tv_nsec: d.subsec_nanos() as libc::c_long,
             }
         }
@@ -1110,9 +1110,18 @@ impl Filesystem for SimFs {
             } else {
                 (st.hold(parent.0, name)?, st.hold(newparent.0, newname)?)
             };
+            // renameat2 by its system call: musl's C library has no wrapper for it.
             // SAFETY: valid descriptors and NUL-terminated names.
-            let renamed =
-                cvt(unsafe { libc::renameat2(from, a.as_ptr(), to, b.as_ptr(), flags.bits()) });
+            let renamed = cvt(unsafe {
+                libc::syscall(
+                    libc::SYS_renameat2,
+                    from,
+                    a.as_ptr(),
+                    to,
+                    b.as_ptr(),
+                    flags.bits(),
+                )
+            } as libc::c_int);
             if let Err(e) = renamed {
                 let keys: Vec<_> = [src, dst].into_iter().flatten().map(|t| t.key).collect();
                 st.journal.release_unreferenced(Some(&keys));

@@ -13,6 +13,13 @@ use plugpull_simfs::cmd::{self, MountArgs};
 use plugpull_simfs::journal::Metadata;
 use plugpull_simfs::sim::{Mode, SimConfig};
 
+/// The static musl builds of `scripts/release` allocate with mimalloc: musl's own
+/// allocator takes one lock for every allocation, which threads contend on
+/// (docs/performance.md, "Release binaries"). Other builds keep the C library's.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A FUSE filesystem with a volatile write cache that can lose power on command.
 #[derive(Parser, Debug)]
 #[command(name = "plugpull-simfs", version)]
@@ -128,6 +135,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    plugpull_docgen::from_env(<Cli as clap::CommandFactory>::command);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)

@@ -7,6 +7,7 @@
 mod atomic;
 mod campaign;
 mod cut_evidence;
+mod docgen;
 mod examples;
 mod file;
 mod files;
