@@ -50,7 +50,7 @@ fn a_hundred_honest_cuts_give_no_false_finding() {
 /// run's verdict before the first part, the simulated-cut note (never the
 /// no-reboot warning), every figure drawn in the browser.
 fn demo_page_shows_every_run(report: &std::path::Path, dir: &std::path::Path) {
-    let page = std::fs::read_to_string(&report).unwrap();
+    let page = std::fs::read_to_string(report).unwrap();
     assert_eq!(
         page.matches("<h1>honest device: file workload (run ")
             .count(),
@@ -97,7 +97,7 @@ fn demo_page_shows_every_run(report: &std::path::Path, dir: &std::path::Path) {
     if !plugpull_tests::browser::skip_without_browser(
         "the_demo_judges_its_file_runs_with_the_verifiers_function",
     ) {
-        let loaded = plugpull_tests::browser::load(&report, dir);
+        let loaded = plugpull_tests::browser::load(report, dir);
         // The files runs add their step rate each, and the lying one its lag histogram.
         assert_eq!(loaded.check(), "figures=8;shown=8;errors=0");
         assert_eq!(loaded.console(), Vec::<&str>::new());
