@@ -136,3 +136,39 @@ fn the_walk_reads_enough_of_the_largest_file_to_judge_its_every_block() {
         (vec![(c.name(), FilesVerdict::Torn)], 1, 0, 0)
     );
 }
+
+#[test]
+fn a_file_grown_past_the_largest_state_with_foreign_bytes_beyond_8196_is_corrupt() {
+    // No run makes a file longer than MAX_BLOCKS blocks (8192 bytes), but a broken
+    // filesystem may: its blocks past them are read up to READ_CAP (32 KiB) and judged.
+    let c = search(2, Unsafe::default(), true, |_, nx| {
+        nx.op == Op::Append && nx.to == MAX_BLOCKS
+    });
+    let f = c.next.file;
+    let mut grown = c.walk.names[&f].clone();
+    let mut extra = [0u8; SECTOR];
+    extra[100] = 0xAB;
+    grown.data.extend_from_slice(&extra);
+    grown.size = grown.data.len() as u64;
+    let read = Found {
+        size: grown.size,
+        data: grown.data[..grown.data.len().min(READ_CAP as usize)].to_vec(),
+    };
+    let mut w = c.walk.clone();
+    w.names.insert(f, read);
+    let o = c.judge(&w);
+    assert_eq!(
+        summary(&o),
+        (vec![(c.name(), FilesVerdict::Corrupt)], 1, 0, 0)
+    );
+    let x = &o.findings[0];
+    assert_eq!(
+        (x.expected_size, x.found_size, x.found_seq),
+        (8192, 8704, c.next.seq)
+    );
+    assert_eq!(
+        x.evidence,
+        "8704 bytes: blocks 0: seq 1032; 1–3: seq 1035; 4–7: seq 1037; 8–9: seq 1039; \
+         10–11: seq 1040; 12–15: seq 1044; 16: foreign bytes (no plugpull record)"
+    );
+}
