@@ -376,6 +376,13 @@ impl Campaign {
         RollUp::of(&self.cuts())
     }
 
+    /// The roll-up of the cuts of `hosts` (a configuration's, a pool's), host by
+    /// host in the given order.
+    pub fn roll_up_of(&self, hosts: &[String]) -> RollUp {
+        let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| self.host(h).cuts).collect();
+        RollUp::of(&cuts)
+    }
+
     /// True when every host has all its cuts judged, or the campaign was cancelled.
     pub fn done(&self) -> bool {
         self.cancelled().is_some()

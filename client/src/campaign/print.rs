@@ -160,8 +160,7 @@ pub fn json(c: &Campaign) -> serde_json::Value {
         .configurations()
         .into_iter()
         .map(|(config, hosts)| {
-            let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
-            let r = RollUp::of(&cuts);
+            let r = c.roll_up_of(&hosts);
             serde_json::json!({"configuration": config, "hosts": hosts, "bound": r.bound(CONFIDENCE), "roll_up": r})
         })
         .collect();

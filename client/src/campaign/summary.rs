@@ -5,7 +5,7 @@
 //! then the campaign's count of cuts and, while it runs, its plan.
 
 use super::print::CONFIDENCE;
-use plugpull::campaign::{Campaign, CutRecord, RollUp};
+use plugpull::campaign::{Campaign, RollUp};
 use plugpull::stats;
 
 /// One headline line and how a page colours it.
@@ -53,12 +53,6 @@ fn block(out: &mut Vec<Headline>, head: Option<String>, r: &RollUp) {
     }
 }
 
-/// The cuts of `hosts`, counted.
-fn roll_up_of(c: &Campaign, hosts: &[String]) -> RollUp {
-    let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
-    RollUp::of(&cuts)
-}
-
 /// The headline lines of `c`.
 ///
 /// One host: its roll-up, its bound (`0 of 5 valid cuts failed: the loss rate per cut
@@ -95,7 +89,7 @@ pub fn headlines(c: &Campaign) -> Vec<Headline> {
                 format!("their probes show one stack: {config}")
             };
             let head = format!("pooled over {} ({what})", hosts.join(", "));
-            block(&mut out, Some(head), &roll_up_of(c, hosts));
+            block(&mut out, Some(head), &c.roll_up_of(hosts));
         }
         if groups.len() > 1 {
             let stacks: Vec<String> = groups

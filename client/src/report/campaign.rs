@@ -340,8 +340,7 @@ fn configurations(p: &mut Page, c: &Campaign) {
     let items: Vec<String> = groups
         .iter()
         .map(|(config, hosts)| {
-            let cuts: Vec<CutRecord> = hosts.iter().flat_map(|h| c.host(h).cuts).collect();
-            let r = RollUp::of(&cuts);
+            let r = c.roll_up_of(hosts);
             format!(
                 "{config} ({}): {}; {}",
                 hosts.join(", "),
