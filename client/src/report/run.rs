@@ -159,13 +159,14 @@ pub fn block_map(
         acked: 0,
     };
     let mut cells = vec![empty; n];
-    // A block is acknowledged many times; each counts once.
-    let mut seen = vec![false; blocks as usize];
+    // A block is acknowledged many times; each counts once. Sorted and deduplicated
+    // from the run's acknowledgements, so the memory is the run's, not the target's
+    // (a bitmap of a multi-terabyte device would be gigabytes).
+    let mut acked: Vec<u64> = acked.into_iter().filter(|&b| b < blocks).collect();
+    acked.sort_unstable();
+    acked.dedup();
     for b in acked {
-        let first = seen
-            .get_mut(b as usize)
-            .is_some_and(|s| !std::mem::replace(s, true));
-        if let Some(cell) = cells.get_mut((b / per) as usize).filter(|_| first) {
+        if let Some(cell) = cells.get_mut((b / per) as usize) {
             cell.class = cell.class.min(Class::Intact);
             cell.acked += 1;
         }
