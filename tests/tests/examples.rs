@@ -32,6 +32,24 @@ fn help(sub: &[&str]) -> String {
     stdout(&o)
 }
 
+/// Every command of the subcommand tree with its `--help` text: `([], plugpull's)`,
+/// `(["write"], …)`, `(["write", "file"], …)`, ….
+fn help_tree() -> Vec<(Vec<String>, String)> {
+    let mut out = Vec::new();
+    let mut todo: Vec<Vec<String>> = vec![vec![]];
+    while let Some(sub) = todo.pop() {
+        let refs: Vec<&str> = sub.iter().map(String::as_str).collect();
+        let text = help(&refs);
+        for s in subcommands(&text) {
+            let mut next = sub.clone();
+            next.push(s);
+            todo.push(next);
+        }
+        out.push((sub, text));
+    }
+    out
+}
+
 /// The subcommand names listed under `Commands:` in a help text (without `help`).
 fn subcommands(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -156,18 +174,10 @@ fn shell_blocks(md: &str) -> String {
 #[test]
 fn every_documented_example_parses() {
     // The help texts, walking the subcommand tree.
-    let mut texts: Vec<(String, String)> = Vec::new();
-    let mut todo: Vec<Vec<String>> = vec![vec![]];
-    while let Some(sub) = todo.pop() {
-        let refs: Vec<&str> = sub.iter().map(String::as_str).collect();
-        let text = help(&refs);
-        for s in subcommands(&text) {
-            let mut next = sub.clone();
-            next.push(s);
-            todo.push(next);
-        }
-        texts.push((format!("plugpull {} --help", sub.join(" ")), text));
-    }
+    let mut texts: Vec<(String, String)> = help_tree()
+        .into_iter()
+        .map(|(sub, text)| (format!("plugpull {} --help", sub.join(" ")), text))
+        .collect();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut docs = vec![root.join("README.md")];
     for e in std::fs::read_dir(root.join("docs")).unwrap() {
@@ -250,14 +260,10 @@ fn check_args_rejects_what_the_parser_rejects() {
 /// campaign run`, …), above clap's `Usage:` line.
 #[test]
 fn every_command_shows_an_example_and_its_exit_codes() {
-    let mut todo: Vec<Vec<String>> = vec![vec![]];
     let mut leaves = 0;
     let mut bad = Vec::new();
-    while let Some(sub) = todo.pop() {
-        let refs: Vec<&str> = sub.iter().map(String::as_str).collect();
-        let text = help(&refs);
-        let subs = subcommands(&text);
-        if subs.is_empty() {
+    for (sub, text) in help_tree() {
+        if subcommands(&text).is_empty() {
             leaves += 1;
             let head = text.split("\nUsage:").next().unwrap_or("");
             let example = head.lines().any(|l| l.trim_start().starts_with("Example"));
@@ -268,11 +274,6 @@ fn every_command_shows_an_example_and_its_exit_codes() {
                     sub.join(" ")
                 ));
             }
-        }
-        for s in subs {
-            let mut next = sub.clone();
-            next.push(s);
-            todo.push(next);
         }
     }
     assert!(leaves >= 15, "{leaves} commands");
