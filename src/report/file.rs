@@ -3,7 +3,7 @@
 
 use super::{lag_histogram, LagBucket, MAX_FINDINGS};
 use crate::atomic::{atomic_sentence, torn_words, AtomicClaim};
-use crate::verdict::{Classification, Finding, Verdict, VerdictCounts};
+use crate::verdict::{Classification, Finding, Verdict, VerdictCounts, VerdictKind};
 use serde::{Deserialize, Serialize};
 
 /// The report of verifying a file run.
@@ -139,7 +139,7 @@ impl FileReport {
         let failures = outcome.counts.failures_expecting(expect);
         let ok = failures == 0 && head.target_findings.is_empty();
         let atomic = head.atomic.map(|c| {
-            let torn = outcome.counts.torn_in_flight;
+            let torn = outcome.counts.get(Verdict::TornInFlight);
             let in_flight = outcome.in_flight_survived;
             AtomicReport {
                 unit: c.unit,
@@ -299,11 +299,7 @@ mod tests {
         };
         let outcome = |expect_atomic| Classification {
             expect_atomic,
-            counts: VerdictCounts {
-                intact: 3,
-                torn_in_flight: 1,
-                ..Default::default()
-            },
+            counts: VerdictCounts::of(&[(Verdict::Intact, 3), (Verdict::TornInFlight, 1)]),
             checked: 4,
             in_flight_survived: 2,
             max_watermark: 0,

@@ -3,6 +3,7 @@
 
 use super::{lag_histogram, LagBucket, MAX_FINDINGS};
 use crate::verdict::files::{FilesCounts, FilesFinding, FilesOutcome, FilesVerdict};
+use crate::verdict::VerdictKind;
 use serde::{Deserialize, Serialize};
 
 /// The report of verifying a files run.
@@ -187,12 +188,8 @@ mod tests {
         lost_unpromised: u64,
     ) -> FilesOutcome {
         let mut counts = FilesCounts::new();
-        counts
-            .by_verdict
-            .insert(FilesVerdict::Resurrected.name().into(), resurrected);
-        counts
-            .by_verdict
-            .insert(FilesVerdict::LostFile.name().into(), lost_unpromised);
+        *counts.by_verdict.get_mut(FilesVerdict::Resurrected) = resurrected;
+        *counts.by_verdict.get_mut(FilesVerdict::LostFile) = lost_unpromised;
         counts.unpromised = lost_unpromised;
         let finding = |i: u64, verdict, promised| FilesFinding {
             name: format!("w0-{i}"),

@@ -45,6 +45,7 @@ mod blocks;
 mod promise;
 pub mod schedule;
 
+use super::Counts;
 use crate::ledger::FilesAck;
 use crate::RunId;
 use blocks::{decode, describe, fits, is_state, newest, Block};
@@ -53,67 +54,38 @@ use schedule::{file_name, Op, Schedule, Step, Unsafe, BLOCK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The verdict on one name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum FilesVerdict {
-    /// The promised state, or one an in-flight step may leave.
-    Intact,
-    /// An acknowledged file is gone.
-    LostFile,
-    /// An acknowledged unlink (or a never acknowledged create) is undone: the name exists.
-    Resurrected,
-    /// The size differs from the promised one.
-    WrongSize,
-    /// The file is empty where it should hold data.
-    ZeroLength,
-    /// Old content under the new name after an acknowledged replace, or `NAME.tmp` left.
-    StaleRename,
-    /// Some blocks hold the promised records, others older ones or zeros.
-    Torn,
-    /// A block is no record of this file at this place.
-    Corrupt,
-    /// No block holds the promised records (older ones or zeros), size right.
-    Stale,
-}
-
-impl FilesVerdict {
-    /// All verdicts, in report order.
-    pub const ALL: [FilesVerdict; 9] = [
-        FilesVerdict::Intact,
-        FilesVerdict::LostFile,
-        FilesVerdict::Resurrected,
-        FilesVerdict::WrongSize,
-        FilesVerdict::ZeroLength,
-        FilesVerdict::StaleRename,
-        FilesVerdict::Torn,
-        FilesVerdict::Corrupt,
-        FilesVerdict::Stale,
-    ];
-
-    /// The snake_case name used in JSON and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            FilesVerdict::Intact => "intact",
-            FilesVerdict::LostFile => "lost_file",
-            FilesVerdict::Resurrected => "resurrected",
-            FilesVerdict::WrongSize => "wrong_size",
-            FilesVerdict::ZeroLength => "zero_length",
-            FilesVerdict::StaleRename => "stale_rename",
-            FilesVerdict::Torn => "torn",
-            FilesVerdict::Corrupt => "corrupt",
-            FilesVerdict::Stale => "stale",
-        }
+crate::verdict_kind! {
+    /// The verdict on one name.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+    #[serde(rename_all = "snake_case")]
+    pub enum FilesVerdict {
+        /// The promised state, or one an in-flight step may leave.
+        Intact = "intact",
+        /// An acknowledged file is gone.
+        LostFile = "lost_file" fails,
+        /// An acknowledged unlink (or a never acknowledged create) is undone: the name exists.
+        Resurrected = "resurrected" fails,
+        /// The size differs from the promised one.
+        WrongSize = "wrong_size" fails,
+        /// The file is empty where it should hold data.
+        ZeroLength = "zero_length" fails,
+        /// Old content under the new name after an acknowledged replace, or `NAME.tmp` left.
+        StaleRename = "stale_rename" fails,
+        /// Some blocks hold the promised records, others older ones or zeros.
+        Torn = "torn" fails,
+        /// A block is no record of this file at this place.
+        Corrupt = "corrupt" fails,
+        /// No block holds the promised records (older ones or zeros), size right.
+        Stale = "stale" fails,
     }
 }
 
 /// Names per verdict (each checked name once), with the unpromised ones apart.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilesCounts {
-    /// Names per verdict name (every verdict present, 0 included; flattened into
-    /// the JSON object beside `unpromised`).
+    /// Names per verdict (flattened into the JSON object beside `unpromised`).
     #[serde(flatten)]
-    pub by_verdict: BTreeMap<String, u64>,
+    pub by_verdict: Counts<FilesVerdict>,
     /// Names with a non-intact verdict whose loss was not promised (`--unsafe-steps`).
     pub unpromised: u64,
 }
@@ -121,25 +93,17 @@ pub struct FilesCounts {
 impl FilesCounts {
     /// Zero for every verdict.
     pub fn new() -> Self {
-        let by_verdict = FilesVerdict::ALL
-            .iter()
-            .map(|v| (v.name().to_string(), 0))
-            .collect();
-        FilesCounts {
-            by_verdict,
-            unpromised: 0,
-        }
+        FilesCounts::default()
     }
 
     /// The count of `v`.
     pub fn get(&self, v: FilesVerdict) -> u64 {
-        self.by_verdict.get(v.name()).copied().unwrap_or(0)
+        self.by_verdict.get(v)
     }
 
     /// Names that failed: non-intact and promised.
     pub fn failures(&self) -> u64 {
-        let bad: u64 = FilesVerdict::ALL[1..].iter().map(|&v| self.get(v)).sum();
-        bad - self.unpromised
+        self.by_verdict.failures() - self.unpromised
     }
 }
 
@@ -333,7 +297,7 @@ pub fn judge(r: &FilesRun, acks: &[FilesAck], walk: &Walk) -> Result<FilesOutcom
         checked += 1;
         let (verdict, later, finding) =
             judge_name(r, f, h, found, walk.tmps.contains_key(&f), end_ms);
-        *counts.by_verdict.entry(verdict.name().into()).or_default() += 1;
+        *counts.by_verdict.get_mut(verdict) += 1;
         in_flight += later as u64;
         if let Some(fi) = finding {
             counts.unpromised += !fi.promised as u64;

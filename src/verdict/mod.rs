@@ -1,7 +1,8 @@
 //! The verdict engine: what survived a power cut, and the evidence.
 //!
 //! This file holds the types every workload's verdict shares: the per-block
-//! [`Verdict`] and its [`VerdictCounts`], the [`Finding`] that names a failed block's
+//! [`Verdict`] and its [`VerdictCounts`] (a [`Counts`] of a [`VerdictKind`], the
+//! vocabulary every unit-by-unit workload shares), the [`Finding`] that names a failed block's
 //! evidence ([`SectorSpan`]s of [`Content`], the [`LaterWrite`] that proves a
 //! reordering) and the [`Classification`] of a whole run. The rules live beside it:
 //!
@@ -24,140 +25,61 @@ pub mod cut;
 pub mod device_error;
 pub mod file;
 pub mod files;
+mod kind;
 pub mod pgbench;
 
 pub use device_error::{device_error_rule, DeviceErrorRefusal};
 pub use file::{classify_block, AckTable, BlockCheck, Tally};
+pub use kind::{Counts, VerdictKind, MAX_CLASSES};
 
 use crate::RunId;
 use serde::{Deserialize, Serialize};
 
-/// The classification of one block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// Every sector valid with one seq `≥ A`.
-    Intact,
-    /// An older version (or nothing) where the acknowledged one should be.
-    LostWrite,
-    /// A mix of `A` and a newer unacknowledged write: not a failure.
-    TornInFlight,
-    /// A mix of seqs, some older than `A` (a shorn write).
-    TornAcknowledged,
-    /// A sector's CRC or header is invalid.
-    Corrupt,
-    /// A valid sector that names another block or sector.
-    Misdirected,
-    /// A lost write although a write issued after it was acknowledged survived.
-    Unserializable,
-    /// The block is beyond the end of the target.
-    Missing,
+crate::verdict_kind! {
+    /// The classification of one block.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Verdict {
+        /// Every sector valid with one seq `≥ A`.
+        Intact = "intact",
+        /// An older version (or nothing) where the acknowledged one should be.
+        LostWrite = "lost_write" fails,
+        /// A mix of `A` and a newer unacknowledged write: not a failure.
+        TornInFlight = "torn_in_flight",
+        /// A mix of seqs, some older than `A` (a shorn write).
+        TornAcknowledged = "torn_acknowledged" fails,
+        /// A sector's CRC or header is invalid.
+        Corrupt = "corrupt" fails,
+        /// A valid sector that names another block or sector.
+        Misdirected = "misdirected" fails,
+        /// A lost write although a write issued after it was acknowledged survived.
+        Unserializable = "unserializable" fails,
+        /// The block is beyond the end of the target.
+        Missing = "missing" fails,
+    }
 }
 
 impl Verdict {
-    /// All verdicts, in report order.
-    pub const ALL: [Verdict; 8] = [
-        Verdict::Intact,
-        Verdict::LostWrite,
-        Verdict::TornInFlight,
-        Verdict::TornAcknowledged,
-        Verdict::Corrupt,
-        Verdict::Misdirected,
-        Verdict::Unserializable,
-        Verdict::Missing,
-    ];
-
-    /// Whether the verdict means something acknowledged was lost or damaged.
-    pub fn is_failure(self) -> bool {
-        !matches!(self, Verdict::Intact | Verdict::TornInFlight)
-    }
-
     /// Whether the verdict fails a run that expects atomic writes (`expect_atomic`)
-    /// or one that does not: [`Verdict::is_failure`], and then `torn_in_flight` too.
+    /// or one that does not: [`VerdictKind::is_failure`], and then `torn_in_flight` too.
     pub fn fails(self, expect_atomic: bool) -> bool {
         self.is_failure() || expect_atomic && self == Verdict::TornInFlight
-    }
-
-    /// The snake_case name used in JSON and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Intact => "intact",
-            Verdict::LostWrite => "lost_write",
-            Verdict::TornInFlight => "torn_in_flight",
-            Verdict::TornAcknowledged => "torn_acknowledged",
-            Verdict::Corrupt => "corrupt",
-            Verdict::Misdirected => "misdirected",
-            Verdict::Unserializable => "unserializable",
-            Verdict::Missing => "missing",
-        }
     }
 }
 
 /// Blocks per verdict; each checked block is counted once.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerdictCounts {
-    /// Blocks intact.
-    pub intact: u64,
-    /// Blocks with a lost write.
-    pub lost_write: u64,
-    /// Blocks torn by a write in flight.
-    pub torn_in_flight: u64,
-    /// Blocks torn below their acknowledged write.
-    pub torn_acknowledged: u64,
-    /// Blocks with an invalid sector.
-    pub corrupt: u64,
-    /// Blocks holding another block's sector.
-    pub misdirected: u64,
-    /// Blocks lost across a flush.
-    pub unserializable: u64,
-    /// Blocks beyond the end of the target.
-    pub missing: u64,
-}
+pub type VerdictCounts = Counts<Verdict>;
 
-impl VerdictCounts {
-    /// The counter of `v`.
-    pub fn get_mut(&mut self, v: Verdict) -> &mut u64 {
-        match v {
-            Verdict::Intact => &mut self.intact,
-            Verdict::LostWrite => &mut self.lost_write,
-            Verdict::TornInFlight => &mut self.torn_in_flight,
-            Verdict::TornAcknowledged => &mut self.torn_acknowledged,
-            Verdict::Corrupt => &mut self.corrupt,
-            Verdict::Misdirected => &mut self.misdirected,
-            Verdict::Unserializable => &mut self.unserializable,
-            Verdict::Missing => &mut self.missing,
-        }
-    }
-
-    /// The count of `v`.
-    pub fn get(&self, v: Verdict) -> u64 {
-        let mut c = self.clone();
-        *c.get_mut(v)
-    }
-
-    /// Blocks with a failure verdict.
-    pub fn failures(&self) -> u64 {
-        Verdict::ALL
-            .iter()
-            .filter(|v| v.is_failure())
-            .map(|&v| self.get(v))
-            .sum()
-    }
-
+impl Counts<Verdict> {
     /// Blocks with a failure verdict when atomic writes are expected (`expect_atomic`:
-    /// `torn_in_flight` fails too) or not ([`VerdictCounts::failures`]).
+    /// `torn_in_flight` fails too) or not ([`Counts::failures`]).
     pub fn failures_expecting(&self, expect_atomic: bool) -> u64 {
         self.failures()
             + if expect_atomic {
-                self.torn_in_flight
+                self.get(Verdict::TornInFlight)
             } else {
                 0
             }
-    }
-
-    /// All blocks counted.
-    pub fn total(&self) -> u64 {
-        Verdict::ALL.iter().map(|&v| self.get(v)).sum()
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::latency::LatencySummary;
 use plugpull::report::FileReport;
 use plugpull::units::human_bytes;
-use plugpull::verdict::Verdict;
+use plugpull::verdict::VerdictKind;
 use plugpull::RunId;
 use std::path::Path;
 
@@ -145,15 +145,8 @@ pub fn print_file_report(r: &FileReport, show: usize) {
     }
     println!("blocks checked: {}", r.blocks_checked);
     println!();
-    println!("{:<20} {:>12}", "verdict", "blocks");
-    for v in Verdict::ALL {
-        let n = r.verdicts.get(v);
-        let note = if v.fails(r.atomic.is_some()) && n > 0 {
-            "  FAILURE"
-        } else {
-            ""
-        };
-        println!("{:<20} {:>12}{note}", v.name().replace('_', " "), n);
+    for line in r.verdicts.table("blocks", |v| v.fails(r.atomic.is_some())) {
+        println!("{line}");
     }
     if !r.target_findings.is_empty() {
         println!();

@@ -5,7 +5,7 @@
 use crate::latency::LatencySummary;
 use plugpull::report::FilesReport;
 use plugpull::verdict::files::schedule::Unsafe;
-use plugpull::verdict::files::FilesVerdict;
+use plugpull::verdict::VerdictKind;
 
 /// `--unsafe-steps` in words: `none`, `dirsync`, `presync` or `dirsync,presync`.
 pub fn unsafe_name(u: Unsafe) -> String {
@@ -113,15 +113,8 @@ pub fn print_files_report(r: &FilesReport, show: usize) {
         );
     }
     println!();
-    println!("{:<20} {:>12}", "verdict", "names");
-    for v in FilesVerdict::ALL {
-        let n = r.verdicts.get(v);
-        let note = if v != FilesVerdict::Intact && n > 0 {
-            "  FAILURE"
-        } else {
-            ""
-        };
-        println!("{:<20} {:>12}{note}", v.name().replace('_', " "), n);
+    for line in r.verdicts.by_verdict.table("names", |v| v.is_failure()) {
+        println!("{line}");
     }
     if r.verdicts.unpromised > 0 {
         println!(

@@ -8,7 +8,6 @@ use super::run::{ack_times, file_map, lost_per_client, run_end, timeline};
 use crate::Error;
 use plugpull::ledger::RunLedger;
 use plugpull::report::{FileReport, FilesReport, LagBucket, PgReport, Report};
-use plugpull::verdict::Verdict;
 
 /// The whole HTML document for run `l` judged as `report`.
 ///
@@ -275,10 +274,7 @@ fn verdict(p: &mut Page, report: &Report, l: &RunLedger) {
 
 /// The verdict table of a files run: each verdict's name count, then the totals.
 pub fn files_rows(r: &FilesReport) -> Vec<(String, String)> {
-    let mut rows: Vec<(String, String)> = plugpull::verdict::files::FilesVerdict::ALL
-        .iter()
-        .map(|v| (v.name().to_string(), r.verdicts.get(*v).to_string()))
-        .collect();
+    let mut rows = r.verdicts.by_verdict.rows();
     rows.push((
         "of them unpromised".into(),
         r.verdicts.unpromised.to_string(),
@@ -290,10 +286,7 @@ pub fn files_rows(r: &FilesReport) -> Vec<(String, String)> {
 
 /// The verdict table of a file run: each verdict's block count, then the totals.
 pub fn file_rows(r: &FileReport) -> Vec<(String, String)> {
-    let mut rows: Vec<(String, String)> = Verdict::ALL
-        .iter()
-        .map(|v| (v.name().to_string(), r.verdicts.get(*v).to_string()))
-        .collect();
+    let mut rows = r.verdicts.rows();
     rows.push(("acknowledged writes".into(), r.acknowledged.to_string()));
     rows.push(("blocks checked".into(), r.blocks_checked.to_string()));
     rows.push((

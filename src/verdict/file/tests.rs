@@ -95,11 +95,7 @@ fn a_lost_write_below_a_surviving_watermark_is_unserializable() {
     let o = t.finish(&[]);
     assert_eq!(
         o.counts,
-        VerdictCounts {
-            intact: 1,
-            lost_write: 2,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[(Verdict::Intact, 1), (Verdict::LostWrite, 2)])
     );
     let mut t = Tally::default();
     t.add(
@@ -115,11 +111,7 @@ fn a_lost_write_below_a_surviving_watermark_is_unserializable() {
     let o = t.finish(&[]);
     assert_eq!(
         o.counts,
-        VerdictCounts {
-            intact: 1,
-            unserializable: 1,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[(Verdict::Intact, 1), (Verdict::Unserializable, 1)])
     );
     assert_eq!(o.findings[0].acked_secs_before_end, Some(2.0));
 }
@@ -207,7 +199,7 @@ fn a_shorn_block_names_which_sectors_hold_which_seq() {
         &acks,
     );
     let o = t.finish(&[]);
-    assert_eq!(o.counts.torn_acknowledged, 1);
+    assert_eq!(o.counts.get(Verdict::TornAcknowledged), 1);
     assert_eq!(
         o.findings[0].evidence(),
         "sectors 0–3: seq 9; 4–7: seq 5 (shorn: seq 5 < acknowledged seq 9)"
@@ -242,12 +234,11 @@ fn a_misdirected_write_is_one_fault_reported_once() {
     let o = t.finish(&[]);
     assert_eq!(
         o.counts,
-        VerdictCounts {
-            intact: 1,
-            lost_write: 1,
-            misdirected: 1,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[
+            (Verdict::Intact, 1),
+            (Verdict::LostWrite, 1),
+            (Verdict::Misdirected, 1)
+        ])
     );
     let lost = &o.findings[0];
     assert_eq!(
@@ -307,12 +298,11 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
     .finish(&[]);
     assert_eq!(
         o.counts,
-        VerdictCounts {
-            intact: 1,
-            lost_write: 1,
-            unserializable: 1,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[
+            (Verdict::Intact, 1),
+            (Verdict::LostWrite, 1),
+            (Verdict::Unserializable, 1)
+        ])
     );
     let u = &o.findings[0];
     assert_eq!(u.verdict, Verdict::Unserializable);
@@ -358,22 +348,17 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
     let later = fill().finish(&[]);
     assert_eq!(
         later.counts,
-        VerdictCounts {
-            intact: 2,
-            lost_write: 1,
-            unserializable: 1,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[
+            (Verdict::Intact, 2),
+            (Verdict::LostWrite, 1),
+            (Verdict::Unserializable, 1)
+        ])
     );
     assert_eq!(later.findings[1].verdict, Verdict::LostWrite);
     let prior = fill().finish(&[RunId(0x55)]);
     assert_eq!(
         prior.counts,
-        VerdictCounts {
-            intact: 2,
-            unserializable: 2,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[(Verdict::Intact, 2), (Verdict::Unserializable, 2)])
     );
     assert_eq!(
         prior.findings[1].evidence(),
@@ -381,7 +366,13 @@ fn unserializable_names_the_later_write_and_only_a_later_runs_record_excuses_it(
     );
     // Zeros there: still unserializable, and the evidence says zeros.
     let o = tally(&acks, &[(0, vec![0; B]), (1, block(&enc, 1, 11, 10))]).finish(&[]);
-    assert_eq!((o.counts.lost_write, o.counts.unserializable), (0, 1));
+    assert_eq!(
+        (
+            o.counts.get(Verdict::LostWrite),
+            o.counts.get(Verdict::Unserializable)
+        ),
+        (0, 1)
+    );
     assert!(o.findings[0]
         .evidence()
         .starts_with("zeros; block 1 holds seq 11"));
@@ -405,7 +396,13 @@ fn a_block_torn_in_flight_fails_only_when_atomic_writes_are_expected() {
         t.add(1, classify_block(RUN, 1, B, 6, &b1, true).unwrap(), &acks);
         let o = t.finish(&[]);
         assert_eq!(o.expect_atomic, expect);
-        assert_eq!((o.counts.torn_in_flight, o.counts.intact), (1, 1));
+        assert_eq!(
+            (
+                o.counts.get(Verdict::TornInFlight),
+                o.counts.get(Verdict::Intact)
+            ),
+            (1, 1)
+        );
         assert_eq!(o.in_flight_survived, 1);
         assert_eq!(o.counts.failures(), 0);
         assert_eq!(o.counts.failures_expecting(expect), u64::from(expect));
@@ -475,7 +472,7 @@ fn a_newer_write_a_surviving_watermark_covers_was_not_in_flight_at_the_cut() {
         ],
     )
     .finish(&[]);
-    assert_eq!(o.counts.intact, 4);
+    assert_eq!(o.counts.get(Verdict::Intact), 4);
     assert_eq!(o.max_watermark, 3);
     assert_eq!(o.in_flight_survived, 1);
     // Without seq 5 on the medium nothing covers seq 3: it may have been in flight.

@@ -15,7 +15,11 @@ fn a_block_holding_exactly_its_acknowledged_seq_is_no_write_in_flight() {
     acks.add(5, 0, 100);
     let o = tally(&acks, &[(0, block(&enc, 0, 5, 4))]).finish(&[]);
     assert_eq!(
-        (o.counts.intact, o.max_watermark, o.in_flight_survived),
+        (
+            o.counts.get(Verdict::Intact),
+            o.max_watermark,
+            o.in_flight_survived
+        ),
         (1, 4, 0)
     );
     let o = tally(
@@ -24,7 +28,11 @@ fn a_block_holding_exactly_its_acknowledged_seq_is_no_write_in_flight() {
     )
     .finish(&[]);
     assert_eq!(
-        (o.counts.intact, o.max_watermark, o.in_flight_survived),
+        (
+            o.counts.get(Verdict::Intact),
+            o.max_watermark,
+            o.in_flight_survived
+        ),
         (2, 5, 1)
     );
 }
@@ -237,11 +245,7 @@ fn the_proof_of_an_unserializable_write_is_the_first_block_carrying_the_highest_
     .finish(&[]);
     assert_eq!(
         o.counts,
-        VerdictCounts {
-            intact: 3,
-            unserializable: 1,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[(Verdict::Intact, 3), (Verdict::Unserializable, 1)])
     );
     assert_eq!(o.max_watermark, 10);
     assert_eq!(
@@ -276,12 +280,11 @@ fn a_stray_of_another_block_does_not_explain_a_lost_write() {
     .finish(&[]);
     assert_eq!(
         o.counts,
-        VerdictCounts {
-            intact: 1,
-            unserializable: 1,
-            misdirected: 1,
-            ..Default::default()
-        }
+        VerdictCounts::of(&[
+            (Verdict::Intact, 1),
+            (Verdict::Unserializable, 1),
+            (Verdict::Misdirected, 1)
+        ])
     );
     assert_eq!(
         (o.findings[0].verdict, o.findings[0].found_at_block),
