@@ -30,6 +30,7 @@ pub(crate) mod worker;
 
 use crate::manifest::make_manifest;
 use crate::reporter::Reporter;
+use crate::run::SummaryHead;
 use crate::run::{check_times, device_error_end, end_run, wait_for_workers, Shared};
 use crate::Error;
 use plugpull::auth::Secret;
@@ -173,24 +174,26 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let outs = wait_for_workers(handles, &sh, reporter.sink(), args.run.progress, start).await;
     let elapsed = start.elapsed();
     let end = end_run(reporter, &sh, &outs, elapsed).await?;
+    let head = SummaryHead::new(
+        run,
+        &target,
+        args.jobs,
+        elapsed,
+        &end,
+        probe.map(|p| p.warnings).unwrap_or_default(),
+    );
     let s = WriteSummary {
-        run_id: run.to_string(),
-        target: target.display().to_string(),
+        writes_per_sec: head.per_sec(&end),
+        head,
         size,
         block_size: args.block_size,
         blocks,
-        jobs: args.jobs,
         sync: args.sync.name(),
         pattern: args.pattern.name(),
-        duration_secs: elapsed.as_secs_f64(),
         writes_issued: end.issued,
         writes_acknowledged: end.confirmed,
-        writes_per_sec: end.hist.count() as f64 / elapsed.as_secs_f64(),
-        latency_ms: crate::latency::LatencySummary::of(&end.hist),
         coverage_percent: plugpull::report::percent_floor(end.covered, blocks),
         blocks_written: end.covered,
-        device_error: end.device_error.as_ref().map(|e| e.error.clone()),
-        storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
     };
     print_write_summary(&s, args.run.json);
     match &end.device_error {

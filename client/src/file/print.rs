@@ -3,7 +3,7 @@
 //! computed elsewhere (the writers, [`plugpull::report::FileReport`]); this only
 //! renders them.
 
-use crate::latency::LatencySummary;
+use crate::run::SummaryHead;
 use plugpull::report::FileReport;
 use plugpull::units::human_bytes;
 use plugpull::verdict::VerdictKind;
@@ -15,41 +15,29 @@ use super::WriteArgs;
 /// The summary of a write run, as printed (text or `--json`, whose field names these are).
 #[derive(serde::Serialize)]
 pub struct WriteSummary {
-    /// The run.
-    pub run_id: String,
-    /// The target's path, absolute.
-    pub target: String,
+    /// The run, its target, writers, duration, latency, device error and warnings.
+    #[serde(flatten)]
+    pub head: SummaryHead,
     /// Bytes of the target used.
     pub size: u64,
     /// Bytes per block.
     pub block_size: u64,
     /// Blocks on the target.
     pub blocks: u64,
-    /// Writers.
-    pub jobs: u32,
     /// The durability call, by name.
     pub sync: &'static str,
     /// The order of blocks, by name.
     pub pattern: &'static str,
-    /// Seconds from the first write to the last worker's end.
-    pub duration_secs: f64,
     /// Writes issued.
     pub writes_issued: u64,
     /// Writes the listener confirmed it holds.
     pub writes_acknowledged: u64,
     /// Writes acknowledged locally per second.
     pub writes_per_sec: f64,
-    /// Latency of the acknowledged writes, ms.
-    pub latency_ms: LatencySummary,
     /// Percent of blocks written at least once, rounded down.
     pub coverage_percent: f64,
     /// Blocks written at least once.
     pub blocks_written: u64,
-    /// The failed call that ended the run, when a device error ended it.
-    pub device_error: Option<String>,
-    /// The probe's warnings about the storage under the target at the run's start
-    /// (`docs/probe.md`); they never fail a run.
-    pub storage_warnings: Vec<plugpull::probe::Warning>,
 }
 
 /// Prints the two lines a text-mode write run starts with: its run id and its setup.
@@ -72,14 +60,12 @@ pub fn print_write_summary(s: &WriteSummary, json: bool) {
         println!("{}", serde_json::to_string(s).expect("summary serializes"));
         return;
     }
-    println!("duration: {:.3} s", s.duration_secs);
-    println!("writes issued: {}", s.writes_issued);
-    println!(
-        "writes acknowledged: {} (confirmed by the listener)",
-        s.writes_acknowledged
+    s.head.print_text(
+        "writes",
+        s.writes_issued,
+        s.writes_acknowledged,
+        s.writes_per_sec,
     );
-    println!("writes/s = {:.1}", s.writes_per_sec);
-    crate::latency::print_latency(&s.latency_ms);
     println!(
         "coverage: {:.1}% of blocks written at least once ({} of {})",
         s.coverage_percent, s.blocks_written, s.blocks

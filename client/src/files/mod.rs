@@ -159,21 +159,23 @@ pub async fn write(args: &WriteArgs, listener: &str, secret: &Secret) -> Result<
     let elapsed = start.elapsed();
     let end = crate::run::end_run(reporter, &sh, &outs, elapsed).await?;
     drop(lock);
+    let head = crate::run::SummaryHead::new(
+        run,
+        &dir,
+        args.jobs,
+        elapsed,
+        &end,
+        probe.map(|p| p.warnings).unwrap_or_default(),
+    );
     print::print_write_summary(
         &print::WriteSummary {
-            run_id: run.to_string(),
-            target: dir.display().to_string(),
-            jobs: args.jobs,
+            steps_per_sec: head.per_sec(&end),
+            head,
             files: args.files,
             unsafe_steps: print::unsafe_name(unsafe_steps),
-            duration_secs: elapsed.as_secs_f64(),
             steps_issued: end.issued,
             steps_acknowledged: end.confirmed,
-            steps_per_sec: end.hist.count() as f64 / elapsed.as_secs_f64(),
-            latency_ms: crate::latency::LatencySummary::of(&end.hist),
             names_touched: end.covered,
-            device_error: end.device_error.as_ref().map(|e| e.error.clone()),
-            storage_warnings: probe.map(|p| p.warnings).unwrap_or_default(),
         },
         args.run.json,
     );

@@ -2,7 +2,7 @@
 //! JSON object) and the human report of `plugpull verify` for a files run. The figures
 //! are computed elsewhere; this only renders them.
 
-use crate::latency::LatencySummary;
+use crate::run::SummaryHead;
 use plugpull::report::FilesReport;
 use plugpull::verdict::files::schedule::Unsafe;
 use plugpull::verdict::VerdictKind;
@@ -20,32 +20,21 @@ pub fn unsafe_name(u: Unsafe) -> String {
 /// The summary of a files write run, as printed (text or `--json`, whose field names these are).
 #[derive(serde::Serialize)]
 pub struct WriteSummary {
-    /// The run.
-    pub run_id: String,
-    /// The directory, absolute.
-    pub target: String,
-    /// Workers.
-    pub jobs: u32,
+    /// The run, its directory, workers, duration, latency, device error and warnings.
+    #[serde(flatten)]
+    pub head: SummaryHead,
     /// File names.
     pub files: u32,
     /// The durability calls skipped ([`unsafe_name`]).
     pub unsafe_steps: String,
-    /// Seconds from the first step to the last worker's end.
-    pub duration_secs: f64,
     /// Steps issued.
     pub steps_issued: u64,
     /// Steps the listener confirmed it holds.
     pub steps_acknowledged: u64,
     /// Steps acknowledged locally per second.
     pub steps_per_sec: f64,
-    /// Latency of the acknowledged steps, ms.
-    pub latency_ms: LatencySummary,
     /// Names a step touched at least once.
     pub names_touched: u64,
-    /// The failed call that ended the run, when a device error ended it.
-    pub device_error: Option<String>,
-    /// The probe's warnings about the storage under the directory.
-    pub storage_warnings: Vec<plugpull::probe::Warning>,
 }
 
 /// Prints the summary of a write run: one JSON object with `json`, else pgbench-style lines.
@@ -54,14 +43,12 @@ pub fn print_write_summary(s: &WriteSummary, json: bool) {
         println!("{}", serde_json::to_string(s).expect("summary serializes"));
         return;
     }
-    println!("duration: {:.3} s", s.duration_secs);
-    println!("steps issued: {}", s.steps_issued);
-    println!(
-        "steps acknowledged: {} (confirmed by the listener)",
-        s.steps_acknowledged
+    s.head.print_text(
+        "steps",
+        s.steps_issued,
+        s.steps_acknowledged,
+        s.steps_per_sec,
     );
-    println!("steps/s = {:.1}", s.steps_per_sec);
-    crate::latency::print_latency(&s.latency_ms);
     println!("names touched: {} of {}", s.names_touched, s.files);
 }
 

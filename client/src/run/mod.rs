@@ -10,15 +10,18 @@
 //! * `shared.rs` — [`Shared`], [`WorkerOut`], [`FirstError`].
 //! * `watermark.rs` — [`watermark::Watermark`]: seqs issued, the acknowledged prefix.
 //! * `end.rs` — [`RunEnd`], [`end_run`], [`device_error_end`].
+//! * `summary.rs` — [`SummaryHead`], the head every write summary embeds.
 
 mod args;
 mod end;
 mod shared;
+mod summary;
 pub mod watermark;
 
 pub use args::{RunArgs, DEFAULT_DURATION};
 pub use end::{device_error_end, end_run, RunEnd};
 pub use shared::{FirstError, Shared, WorkerOut};
+pub use summary::SummaryHead;
 
 use crate::reporter::AckSink;
 use crate::Error;
