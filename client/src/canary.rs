@@ -132,17 +132,8 @@ pub fn moved(m: &CanaryManifest, target: &Path, at: &Path) -> CanaryManifest {
 /// Whether `dir`'s filesystem keeps data across a power cut: tmpfs and ramfs never
 /// do, so their loss would prove nothing.
 fn persistent(dir: &Path) -> Result<(), String> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{} holds a NUL byte", dir.display()))?;
-    // SAFETY: `c` is a valid C string; `st` is a plain struct statfs fills in.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(format!(
-            "{}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let st = rustix::fs::statfs(dir)
+        .map_err(|e| format!("{}: {}", dir.display(), std::io::Error::from(e)))?;
     const TMPFS: i64 = 0x0102_1994;
     const RAMFS: i64 = 0x8584_58f6;
     match st.f_type as i64 {
@@ -343,15 +334,8 @@ fn read_file(path: &Path, m: &CanaryManifest) -> std::io::Result<Vec<u64>> {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             let f = File::open(path)?;
-            // SAFETY: a valid descriptor; the advice only drops clean cached pages.
-            unsafe {
-                libc::posix_fadvise(
-                    std::os::fd::AsRawFd::as_raw_fd(&f),
-                    0,
-                    0,
-                    libc::POSIX_FADV_DONTNEED,
-                )
-            };
+            // The advice only drops clean cached pages.
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
             f
         }
         Err(e) => return Err(e),

@@ -8,19 +8,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const HOST_ENV: &str = "PLUGPULL_HOST";
 
 /// This machine's host name: `PLUGPULL_HOST` when set (by `plugpull agent --host`),
-/// else as `gethostname(2)` gives it, or `"unknown"`.
+/// else the node name `uname(2)` gives (what `gethostname(2)` returns), or `"unknown"`
+/// when it is empty.
 pub fn hostname() -> String {
     if let Some(h) = std::env::var(HOST_ENV).ok().filter(|h| !h.is_empty()) {
         return h;
     }
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
+    let name = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    if name.is_empty() {
+        "unknown".into()
+    } else {
+        name
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// A manifest for `workload` on `storage` ([`crate::storage::probe_for_run`]) on this

@@ -49,8 +49,7 @@ impl AgentConfig {
                 path.display()
             ))
         })?;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
+        let me = rustix::process::geteuid().as_raw();
         if meta.mode() & 0o022 != 0 || (meta.uid() != 0 && meta.uid() != me) {
             return Err(Error::Msg(format!(
                 "the agent configuration {} must belong to root (or this user) and be writable by no one else (mode {:04o}, owner uid {}): chown root: and chmod 644 it",
@@ -136,8 +135,7 @@ fn strict_depth(path: &Path, depth: u32) -> Result<(), String> {
 
 /// [`strict`] on the components of `path` as written (not resolving symlinks).
 fn strict_walk(path: &Path) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     let trusted = |uid: u32| uid == 0 || uid == me;
     let abs = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut at = PathBuf::from("/");
@@ -211,8 +209,7 @@ mod tests {
 
     #[test]
     fn a_path_others_can_redirect_is_named() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if rustix::process::geteuid().as_raw() != 0 {
             eprintln!("SKIPPED a_path_others_can_redirect_is_named: needs root (lchown)");
             return;
         }

@@ -79,8 +79,8 @@ fn stop_runs_on_signals() {
         let pids = RUNNING.lock().unwrap().clone();
         eprintln!("plugpull agent: stopping; ending its runs {pids:?}");
         for p in pids {
-            // SAFETY: kill(2) on our own child, not reaped yet (its id is still ours).
-            unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+            // Our own child, not reaped yet: its id is still ours.
+            crate::rig::proc::signal(p, rustix::process::Signal::TERM, false);
         }
         std::process::exit(143);
     });

@@ -15,7 +15,6 @@ use plugpull::record::{decode_sector, Sector, SECTOR};
 use plugpull::units::human_bytes;
 use plugpull::RunId;
 use std::fs::{File, Metadata, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -143,13 +142,8 @@ pub fn signatures(path: &Path) -> Result<Vec<Signature>, String> {
 /// Total bytes of the filesystem holding `f` (`fstatvfs`: `f_blocks × f_frsize`) and
 /// the bytes available to us (`f_bavail × f_frsize`).
 pub fn fs_space(f: &File) -> std::io::Result<(u64, u64)> {
-    // SAFETY: fstatvfs fills the zeroed struct on success.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatvfs(f.as_raw_fd(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let frsize = st.f_frsize as u64;
-    Ok((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+    let st = rustix::fs::fstatvfs(f)?;
+    Ok((st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize))
 }
 
 /// The `O_DIRECT` offset/length alignment of `f` in bytes, and where it came from:
@@ -157,28 +151,20 @@ pub fn fs_space(f: &File) -> std::io::Result<(u64, u64)> {
 /// `dio_offset_align` for files where the kernel reports it (Linux 6.1+). `None`
 /// when neither says (the caller then probes).
 pub fn direct_alignment(f: &File, block_device: bool) -> Option<(u64, &'static str)> {
-    let fd = f.as_raw_fd();
     if block_device {
-        let mut ssz: libc::c_int = 0;
-        // SAFETY: BLKSSZGET writes one int.
-        if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut ssz) } == 0 && ssz > 0 {
-            return Some((ssz as u64, "the device's logical block size (BLKSSZGET)"));
-        }
-        return None;
+        return match rustix::fs::ioctl_blksszget(f) {
+            Ok(ssz) if ssz > 0 => Some((ssz as u64, "the device's logical block size (BLKSSZGET)")),
+            _ => None,
+        };
     }
-    // SAFETY: statx fills the zeroed struct on success; the empty path with
-    // AT_EMPTY_PATH means the descriptor itself.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::statx(
-            fd,
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        )
-    };
-    if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 && stx.stx_dio_offset_align > 0 {
+    let stx = rustix::fs::statx(
+        f,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::DIOALIGN,
+    )
+    .ok()?;
+    if stx.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() != 0 && stx.stx_dio_offset_align > 0 {
         return Some((
             stx.stx_dio_offset_align as u64,
             "statx dio_offset_align of the file",
@@ -333,15 +319,10 @@ pub fn check_direct_alignment(f: &File, path: &Path, bs: u64) -> Result<(), Erro
 /// its page), saying so on stderr (`shown` names the target). Bytes already in the file are never written. Not glibc's
 /// `posix_fallocate`, whose emulation writes one byte per 512 bytes.
 fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: plain syscall on a valid descriptor; mode 0 only allocates.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-        return Err(e);
+    match rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, size) {
+        Ok(()) => return Ok(()),
+        Err(e) if e != rustix::io::Errno::OPNOTSUPP => return Err(e.into()),
+        Err(_) => {}
     }
     let have = f.metadata()?.len();
     if have >= size {

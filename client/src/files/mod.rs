@@ -210,14 +210,7 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<std::fs::File, Error> {
         Err(_) => std::fs::create_dir_all(dir).map_err(|e| err("cannot create", e))?,
     }
     let lock = std::fs::File::open(dir).map_err(|e| err("cannot open", e))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&lock),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )
-    } != 0
-    {
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Err(Error::Msg(format!(
             "target {} is in use by another writer",
             dir.display()

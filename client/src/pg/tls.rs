@@ -214,8 +214,7 @@ fn client_identity(
             files.cert.display()
         )
     })?;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     check_key_mode(meta.uid(), me, meta.permissions().mode())
         .map_err(|rule| format!("private key file {key} {rule}"))?;
     let der = PrivateKeyDer::from_pem_file(&files.key)

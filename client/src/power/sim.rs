@@ -154,10 +154,10 @@ impl Sim {
             .current_dir(&self.dir)
             .stdout(out)
             .stderr(err);
-        // SAFETY: prctl(2) with integer arguments only.
+        // SAFETY: the closure runs between fork and exec; prctl(2) allocates nothing.
         unsafe {
             cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+                let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
                 Ok(())
             })
         };

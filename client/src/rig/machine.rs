@@ -175,7 +175,6 @@ pub struct Lock(#[allow(dead_code)] std::fs::File);
 impl Lock {
     /// Waits for the lock. Errors name the file.
     pub fn take(dir: &Path) -> Result<Lock, Error> {
-        use std::os::fd::AsRawFd;
         let path = dir.join("machine.lock");
         let err = |e: std::io::Error| Error::Msg(format!("cannot lock {}: {e}", path.display()));
         let f = std::fs::OpenOptions::new()
@@ -184,10 +183,8 @@ impl Lock {
             .write(true)
             .open(&path)
             .map_err(err)?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(err(std::io::Error::last_os_error()));
-        }
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| err(e.into()))?;
         Ok(Lock(f))
     }
 }

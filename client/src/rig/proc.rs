@@ -54,8 +54,27 @@ pub fn check() -> Result<(), Error> {
 
 /// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
 pub fn set_subreaper() {
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+}
+
+/// Sends `sig` to process `pid` (to its process group when `group`); a process that
+/// is gone (or the pid 0) is no error: there is nothing left to signal.
+pub fn signal(pid: u32, sig: rustix::process::Signal, group: bool) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = if group {
+            rustix::process::kill_process_group(p, sig)
+        } else {
+            rustix::process::kill_process(p, sig)
+        };
+    }
+}
+
+/// Reaps `pid` if it is our child and has exited (a zombie); never blocks, and a
+/// process that is not our child is no error.
+pub fn reap_exited(pid: u32) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+    }
 }
 
 /// A command with stdin from `/dev/null`, in a process group of its own after
@@ -78,12 +97,11 @@ pub fn session_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new(program);
     c.stdin(Stdio::null());
-    // SAFETY: setsid(2) is async-signal-safe and touches no memory.
+    // SAFETY: the closure runs between fork and exec; setsid(2) is
+    // async-signal-safe and allocates nothing.
     unsafe {
         c.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            rustix::process::setsid()?;
             Ok(())
         })
     };
@@ -120,9 +138,8 @@ fn output_limited(cmd: Command, what: &str, limit: Option<Duration>) -> Result<O
     let mut child = spawn_piped(cmd, what)?;
     // A child that leads its own process group (`process_group(0)`) is killed with
     // its group, so a grandchild still holding the pipes dies too.
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: getpgid with an integer argument only.
-    let group = unsafe { libc::getpgid(pid) } == pid;
+    let pid = rustix::process::Pid::from_child(&child);
+    let group = rustix::process::getpgid(Some(pid)).is_ok_and(|g| g == pid);
     let out = read_all(child.stdout.take());
     let err = read_all(child.stderr.take());
     let end = limit.map(|l| Instant::now() + l);
@@ -131,8 +148,7 @@ fn output_limited(cmd: Command, what: &str, limit: Option<Duration>) -> Result<O
         let late = end.is_some_and(|e| Instant::now() >= e);
         if cancelled() || late {
             if group {
-                // SAFETY: kill with integer arguments only.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -295,20 +311,15 @@ pub fn kill_tree(pid: u32, comm: &str) -> Result<(), Vec<u32>> {
     if !is {
         return Ok(());
     }
-    // SAFETY: plain kill(2) calls on a process id just read from /proc.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    signal(pid, rustix::process::Signal::STOP, false);
     let mut victims = children_of(pid);
     victims.push(pid);
     for &v in &victims {
-        // SAFETY: as above.
-        unsafe { libc::kill(v as libc::pid_t, libc::SIGKILL) };
+        signal(v, rustix::process::Signal::KILL, false);
     }
     let end = Instant::now() + Duration::from_secs(10);
     loop {
-        for &v in &victims {
-            // SAFETY: waitpid on a specific pid; ECHILD when it is not ours.
-            unsafe { libc::waitpid(v as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
-        }
+        victims.iter().for_each(|&v| reap_exited(v));
         if victims.iter().all(|&v| stat_of(v).is_none()) {
             return Ok(());
         }
@@ -336,8 +347,7 @@ pub fn on_path(name: &str) -> bool {
 
 /// Whether we run as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 #[cfg(test)]
@@ -347,8 +357,7 @@ mod tests {
     #[test]
     fn stat_of_reads_our_own_parent_and_nothing_for_a_reaped_child() {
         let me = std::process::id();
-        // SAFETY: getppid has no preconditions.
-        let parent = unsafe { libc::getppid() } as u32;
+        let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32);
         assert_eq!(stat_of(me).map(|s| s.1), Some(parent));
         let mut c = Command::new("true").spawn().unwrap();
         let pid = c.id();

@@ -1,7 +1,7 @@
 //! Process trees of the simulated machine: find, freeze and kill a boot's processes
 //! (`crate::power` `simfs://`), safely across process-id reuse.
 
-use super::proc::{alive, all_pids, stat3, stat_of};
+use super::proc::{alive, all_pids, reap_exited, signal, stat3, stat_of};
 use std::time::{Duration, Instant};
 
 /// Whether process `pid`'s environment (`/proc/PID/environ`) holds `entry`
@@ -72,8 +72,7 @@ pub fn freeze_group(pgid: u32, marker: Option<&str>) -> Vec<u32> {
             return stopped;
         }
         for &p in &fresh {
-            // SAFETY: kill(2) with integer arguments on a pid just read from /proc.
-            unsafe { libc::kill(p as libc::pid_t, libc::SIGSTOP) };
+            signal(p, rustix::process::Signal::STOP, false);
         }
         stopped.extend(fresh);
     }
@@ -82,8 +81,7 @@ pub fn freeze_group(pgid: u32, marker: Option<&str>) -> Vec<u32> {
 /// Reaps `pid` if it is our child and has exited (a zombie); never blocks.
 pub fn reap(pid: u32) {
     if !alive(pid) {
-        // SAFETY: waitpid(2) on a specific pid, not blocking; ECHILD when not ours.
-        unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
+        reap_exited(pid);
     }
 }
 
@@ -105,14 +103,11 @@ pub fn kill_group(
             }
         }
         for &v in &victims {
-            // SAFETY: kill(2) and waitpid(2) with integer arguments; ECHILD when not
-            // ours. Only a live one is signalled, so a reused pid is not hit later.
-            unsafe {
-                if alive(v) {
-                    libc::kill(v as libc::pid_t, libc::SIGKILL);
-                }
-                libc::waitpid(v as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG);
+            // Only a live one is signalled, so a reused pid is not hit later.
+            if alive(v) {
+                signal(v, rustix::process::Signal::KILL, false);
             }
+            reap_exited(v);
         }
         std::thread::sleep(Duration::from_millis(10));
         let left: Vec<u32> = victims.iter().copied().filter(|&v| alive(v)).collect();

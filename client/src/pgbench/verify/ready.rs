@@ -332,10 +332,14 @@ fn postmaster_alive(pgdata: &Path) -> bool {
     else {
         return false;
     };
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    // Signal 0 only checks that the process exists.
+    let pid = rustix::process::Pid::from_raw(pid).filter(|_| pid > 0);
+    pid.is_some_and(|p| {
+        matches!(
+            rustix::process::test_kill_process(p),
+            Ok(()) | Err(rustix::io::Errno::PERM)
+        )
+    })
 }
 
 /// `Database cluster state` from `pg_controldata PGDATA`, if it can be run.

@@ -13,7 +13,7 @@ use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM
 use postgres_protocol::message::{backend::Message, frontend};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
+
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,55 +41,25 @@ fn candidates(cfg: &Config) -> Vec<(Host, Option<IpAddr>, u16)> {
         .collect()
 }
 
-/// Sets an integer socket option.
-fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: `v` lives across the call and its size is passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// TCP keepalive and `TCP_USER_TIMEOUT` as `cfg` says, with tokio-postgres's
 /// defaults (keepalives on, idle 2 h, the kernel's interval and count), so a client
 /// whose server host lost power mid-COMMIT ends as lost (in flight) rather than
 /// waiting forever.
 fn keepalive(s: &TcpStream, cfg: &Config) -> io::Result<()> {
-    let fd = s.as_raw_fd();
-    let secs = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    use rustix::net::sockopt;
+    let secs = |d: Duration| Duration::from_secs(d.as_secs().clamp(1, i32::MAX as u64));
     if cfg.get_keepalives() {
-        setsockopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
-        setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_KEEPIDLE,
-            secs(cfg.get_keepalives_idle()),
-        )?;
+        sockopt::set_socket_keepalive(s, true)?;
+        sockopt::set_tcp_keepidle(s, secs(cfg.get_keepalives_idle()))?;
         if let Some(i) = cfg.get_keepalives_interval() {
-            setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(i))?;
+            sockopt::set_tcp_keepintvl(s, secs(i))?;
         }
         if let Some(n) = cfg.get_keepalives_retries() {
-            setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_KEEPCNT,
-                n.min(i32::MAX as u32) as libc::c_int,
-            )?;
+            sockopt::set_tcp_keepcnt(s, n.min(i32::MAX as u32))?;
         }
     }
     if let Some(t) = cfg.get_tcp_user_timeout() {
-        let ms = t.as_millis().min(i32::MAX as u128) as libc::c_int;
-        setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)?;
+        sockopt::set_tcp_user_timeout(s, t.as_millis().min(i32::MAX as u128) as u32)?;
     }
     Ok(())
 }
