@@ -41,12 +41,15 @@
 //!   rule, [`Tail`], [`LedgerError`].
 //! * `check.rs` — what verify checks in the record itself: [`check_record`],
 //!   [`check_device_error_count`], [`is_device_errno`].
+//! * `gather.rs` — acks on their way into a batch: [`Ack`] as a workload hands one
+//!   over, [`Gather`] the next batch's, [`Acks::write_log`] the ack log's lines.
 //! * `run.rs` — a run's ledger as verify reads it, checked whole:
 //!   [`RunLedger::from_bytes`], [`RunLedgerError`].
 
 mod check;
 mod entry;
 mod format;
+mod gather;
 mod manifest;
 mod run;
 
@@ -62,6 +65,7 @@ pub use format::{
     encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
     MAX_ENTRY,
 };
+pub use gather::{Ack, Gather};
 pub use manifest::{
     CanaryManifest, FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgRelation,
     Storage, TargetIdentity, Workload,

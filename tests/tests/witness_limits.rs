@@ -303,11 +303,11 @@ fn a_reporter_dropped_without_an_end_confirms_what_it_was_handed_then_stops() {
             .unwrap();
         let sink = reporter.sink();
         for seq in 1..=1000 {
-            sink.file_ack(FileAck {
+            sink.ack(plugpull::ledger::Ack::File(FileAck {
                 seq,
                 block: seq % 256,
                 ms: 0,
-            });
+            }));
         }
         // An error path of a workload: the reporter goes without finish().
         drop(sink);

@@ -14,7 +14,7 @@ use crate::latency::LatencyStats;
 use crate::reporter::AckSink;
 use crate::run::{Shared, WorkerOut};
 use crate::Error;
-use plugpull::ledger::FileAck;
+use plugpull::ledger::{Ack, FileAck};
 use plugpull::record::Encoder;
 use rand::{Rng, SeedableRng};
 use std::fs::{File, OpenOptions};
@@ -198,11 +198,11 @@ fn worker(
         let lat = t1 - t0;
         sh.watermark.complete(id as usize);
         // Handed over the moment the durability call returned: batching is the reporter's job.
-        sink.file_ack(FileAck {
+        sink.ack(Ack::File(FileAck {
             seq,
             block,
             ms: sink.ms_at(t1),
-        });
+        }));
         sh.count_ack(id as usize, seq, lat);
         hist.record(lat);
         written[idx as usize] = true;

@@ -9,7 +9,7 @@ use crate::latency::LatencyStats;
 use crate::reporter::AckSink;
 use crate::run::{Shared, WorkerOut};
 use crate::Error;
-use plugpull::ledger::FilesAck;
+use plugpull::ledger::{Ack, FilesAck};
 use plugpull::record::{Encoder, SECTOR};
 use plugpull::verdict::files::schedule::{file_name, record_block, Op, Schedule, Step, Unsafe};
 use plugpull::RunId;
@@ -175,7 +175,7 @@ fn worker(
             break;
         }
         let state = sched.state(st.file);
-        sink.files_ack(FilesAck {
+        sink.ack(Ack::Files(FilesAck {
             seq: st.seq,
             file: st.file,
             exists: state.is_some(),
@@ -183,7 +183,7 @@ fn worker(
             content_seq: state.and_then(|b| b.iter().max().copied()).unwrap_or(0),
             promised: st.promised,
             ms: sink.ms_at(t1),
-        });
+        }));
         let lat = t1 - t0;
         sh.count_ack(j as usize, st.seq, lat);
         hist.record(lat);

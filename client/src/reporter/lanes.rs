@@ -23,7 +23,7 @@
 //! client's commits, a files worker's steps); acks of different lanes have no order
 //! between them, as they had none in a shared queue beyond the moment they arrived.
 
-use super::sink::Msg;
+use plugpull::ledger::Ack;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -40,7 +40,7 @@ struct Lane {
 
 /// What a lane's lock guards.
 struct Queue {
-    acks: Vec<Msg>,
+    acks: Vec<Ack>,
     /// The task found this lane empty and may be asleep: the next push wakes it.
     /// A new lane starts watched: the task may have gone to sleep before it was
     /// opened, and has never looked at it.
@@ -88,7 +88,7 @@ impl Lanes {
 
     /// Moves every queued ack, lane by lane (each lane's in its order), into `out`;
     /// returns how many. Forgets the lanes of dropped sinks once emptied.
-    pub(super) fn take(&self, out: &mut Vec<Msg>) -> usize {
+    pub(super) fn take(&self, out: &mut Vec<Ack>) -> usize {
         let before = out.len();
         let mut lanes = self.lanes.lock().unwrap();
         lanes.retain(|lane| {
@@ -143,7 +143,7 @@ impl Lanes {
 
 impl LaneTx {
     /// Queues `m` on this sink's lane and wakes the task if it watches the lane.
-    pub(super) fn push(&self, m: Msg) {
+    pub(super) fn push(&self, m: Ack) {
         let lane = self.lane.as_ref().expect("a live sink has its lane");
         let watched = {
             let mut q = lane.queue.lock().unwrap();
@@ -187,18 +187,18 @@ mod tests {
     use plugpull::ledger::FileAck;
     use std::time::Duration;
 
-    fn ack(seq: u64) -> Msg {
-        Msg::File(FileAck {
+    fn ack(seq: u64) -> Ack {
+        Ack::File(FileAck {
             seq,
             block: seq,
             ms: 0,
         })
     }
 
-    fn seqs(v: &[Msg]) -> Vec<u64> {
+    fn seqs(v: &[Ack]) -> Vec<u64> {
         v.iter()
             .map(|m| match m {
-                Msg::File(a) => a.seq,
+                Ack::File(a) => a.seq,
                 _ => unreachable!(),
             })
             .collect()

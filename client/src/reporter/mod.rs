@@ -146,11 +146,7 @@ impl Reporter {
                 manifest.canary.none_because
             );
         }
-        let empty = match &manifest.workload {
-            plugpull::ledger::Workload::File(_) => plugpull::ledger::Acks::File(Vec::new()),
-            plugpull::ledger::Workload::Files(_) => plugpull::ledger::Acks::Files(Vec::new()),
-            plugpull::ledger::Workload::Pgbench(_) => plugpull::ledger::Acks::Pg(Vec::new()),
-        };
+        let empty = plugpull::ledger::Acks::empty_for(&manifest.workload);
         let ack_log = match &opts.ack_log {
             Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
                 |e| Error::Msg(format!("cannot create ack log {}: {e}", p.display())),

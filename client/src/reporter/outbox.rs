@@ -20,9 +20,8 @@
 //! it had made durable) or above the highest batch sealed is a [`BadConfirm`], which
 //! the reporter treats as a witness fault.
 
-use super::sink::Msg;
-use plugpull::ledger::{AckBatch, Acks, FileAck, FilesAck, FlushSample, PgAckRange};
-use std::collections::{HashMap, VecDeque};
+use plugpull::ledger::{Ack, AckBatch, Acks, FlushSample, Gather};
+use std::collections::VecDeque;
 
 /// Whether `waiting` acks (handed over, not yet confirmed) exceed the
 /// `--max-unconfirmed` bound `max`: writers pause while more than `max` wait, and go
@@ -82,7 +81,7 @@ impl Outbox {
     }
 
     /// Adds one ack to the next batch.
-    pub(super) fn add(&mut self, m: Msg) {
+    pub(super) fn add(&mut self, m: Ack) {
         self.gather.add(m);
     }
 
@@ -93,7 +92,7 @@ impl Outbox {
 
     /// Acks added since the last [`Outbox::seal`].
     pub(super) fn gathered(&self) -> usize {
-        self.gather.n
+        self.gather.len()
     }
 
     /// Turns the gathered acks into numbered batches waiting to be sent (one per
@@ -107,7 +106,7 @@ impl Outbox {
     /// `stamp` is what every batch sealed carries: the run's clock now, the newest
     /// canary record written, the oldest write in flight.
     pub(super) fn seal(&mut self, flushes: Option<FlushSample>, stamp: Stamp) -> bool {
-        let began = self.pending.is_empty() && self.gather.n > 0;
+        let began = self.pending.is_empty() && !self.gather.is_empty();
         let first = self.next_batch;
         for acks in self.gather.take() {
             self.pending.push_back(AckBatch {
@@ -200,67 +199,6 @@ impl Outbox {
     #[cfg(test)]
     pub(super) fn unconfirmed(&self) -> u64 {
         self.pending.iter().map(|b| b.acks.count()).sum()
-    }
-}
-
-/// Acks being gathered into the next batch.
-#[derive(Default)]
-struct Gather {
-    file: Vec<FileAck>,
-    files: Vec<FilesAck>,
-    pg: Vec<PgAckRange>,
-    /// Index in `pg` of each client's last range.
-    pg_at: HashMap<u32, usize>,
-    /// Acks added.
-    n: usize,
-}
-
-impl Gather {
-    fn add(&mut self, m: Msg) {
-        match m {
-            Msg::File(a) => {
-                self.n += 1;
-                self.file.push(a);
-            }
-            Msg::Files(a) => {
-                self.n += 1;
-                self.files.push(a);
-            }
-            Msg::Pg { client, seq, ms } => {
-                self.n += 1;
-                if let Some(&i) = self.pg_at.get(&client) {
-                    let r = &mut self.pg[i];
-                    if r.last + 1 == seq {
-                        r.last = seq;
-                        r.ms = ms;
-                        return;
-                    }
-                }
-                self.pg_at.insert(client, self.pg.len());
-                self.pg.push(PgAckRange {
-                    client,
-                    first: seq,
-                    last: seq,
-                    ms,
-                });
-            }
-        }
-    }
-
-    fn take(&mut self) -> Vec<Acks> {
-        let mut out = Vec::new();
-        if !self.file.is_empty() {
-            out.push(Acks::File(std::mem::take(&mut self.file)));
-        }
-        if !self.files.is_empty() {
-            out.push(Acks::Files(std::mem::take(&mut self.files)));
-        }
-        if !self.pg.is_empty() {
-            out.push(Acks::Pg(std::mem::take(&mut self.pg)));
-        }
-        self.pg_at.clear();
-        self.n = 0;
-        out
     }
 }
 

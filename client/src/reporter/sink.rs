@@ -9,21 +9,10 @@
 
 use super::lanes::LaneTx;
 use super::outbox::over_bound;
-use plugpull::ledger::{FileAck, FilesAck};
+use plugpull::ledger::Ack;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// One acknowledgement as a workload hands it over.
-#[derive(Debug)]
-pub(super) enum Msg {
-    /// A durable write of the file workload.
-    File(FileAck),
-    /// A step of the files workload whose last durability call returned.
-    Files(FilesAck),
-    /// Client `client`'s transaction `seq` committed, `ms` after the run's start.
-    Pg { client: u32, seq: u64, ms: u32 },
-}
 
 /// The counters the sinks and the reporter task share.
 pub(super) struct Shared {
@@ -158,28 +147,23 @@ impl AckSink {
         self.shared.ms_at(t).min(u32::MAX as u64) as u32
     }
 
-    fn hand(&self, n: u64, m: Msg) {
+    fn hand(&self, n: u64, m: Ack) {
         self.shared.handed.fetch_add(n, Ordering::Relaxed);
         // Taken by the reporter task; after it gave up, `finish` reports the failure
         // and what is left on the lane is never sent.
         self.lane.push(m);
     }
 
-    /// Hands over one durable write (its durability call returned) at once: a
-    /// writer never holds an ack back; batching is the reporter task's job.
-    pub fn file_ack(&self, ack: FileAck) {
-        self.hand(1, Msg::File(ack));
-    }
-
-    /// Hands over one acknowledged step of the files workload at once.
-    pub fn files_ack(&self, ack: FilesAck) {
-        self.hand(1, Msg::Files(ack));
+    /// Hands over one acknowledgement (a durable write, an acknowledged step) at
+    /// once: a writer never holds an ack back; batching is the reporter task's job.
+    pub fn ack(&self, ack: Ack) {
+        self.hand(1, ack);
     }
 
     /// Records that client `client`'s transaction `seq` (per client, from 1, in order) committed.
     pub fn pg_ack(&self, client: u32, seq: u64) {
         let ms = self.ms();
-        self.hand(1, Msg::Pg { client, seq, ms });
+        self.hand(1, Ack::Pg { client, seq, ms });
     }
 
     /// The run's leaf disks' flush counters now (for the `-P` lines).

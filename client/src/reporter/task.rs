@@ -22,12 +22,12 @@
 use super::fault::step_of;
 use super::lanes::Lanes;
 use super::outbox::{Outbox, Stamp};
-use super::sink::{Msg, Shared};
+use super::sink::Shared;
 use super::{BATCH_MAX, FINISH_DEADLINE, LINGER};
 use crate::net::{self, NetError, Polled};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::{AckBatch, Acks, DeviceError, RunSummary, HEARTBEAT_MS};
+use plugpull::ledger::{Ack, AckBatch, Acks, DeviceError, RunSummary, HEARTBEAT_MS};
 use plugpull::wire::{Request, Response};
 use plugpull::RunId;
 use std::sync::atomic::Ordering;
@@ -59,7 +59,7 @@ pub(super) struct Task {
     /// Acks from the sinks, a lane each.
     pub(super) lanes: Arc<Lanes>,
     /// What the last look at the lanes took (kept for its capacity).
-    pub(super) taken: Vec<Msg>,
+    pub(super) taken: Vec<Ack>,
     /// The end of the run, when it is asked for.
     pub(super) ctrl: mpsc::UnboundedReceiver<Ctrl>,
     /// The end-of-run request and where its answer goes, once asked for.
@@ -461,17 +461,7 @@ impl Task {
         for b in done {
             if let Some(log) = &mut self.ack_log {
                 use std::io::Write;
-                let r = match &b.acks {
-                    Acks::File(v) => v
-                        .iter()
-                        .try_for_each(|a| writeln!(log, "{} {}", a.seq, a.block)),
-                    Acks::Pg(v) => v
-                        .iter()
-                        .try_for_each(|a| writeln!(log, "{} {} {}", a.client, a.first, a.last)),
-                    Acks::Files(v) => v.iter().try_for_each(|a| {
-                        writeln!(log, "{} {} {} {}", a.seq, a.file, a.size, a.content_seq)
-                    }),
-                };
+                let r = b.acks.write_log(log);
                 if let Err(e) = r.and_then(|_| log.flush()) {
                     eprintln!("ack log: {e}; no longer written");
                     self.ack_log = None;

@@ -1,44 +1,11 @@
 use super::*;
-
-#[test]
-fn consecutive_commits_of_a_client_gather_into_one_range() {
-    let mut g = Gather::default();
-    for (client, seq, ms) in [(0, 1, 5), (1, 1, 6), (0, 2, 7), (0, 3, 8), (1, 3, 9)] {
-        g.add(Msg::Pg { client, seq, ms });
-    }
-    let got = g.take();
-    assert_eq!(
-        got,
-        vec![Acks::Pg(vec![
-            PgAckRange {
-                client: 0,
-                first: 1,
-                last: 3,
-                ms: 8
-            },
-            PgAckRange {
-                client: 1,
-                first: 1,
-                last: 1,
-                ms: 6
-            },
-            PgAckRange {
-                client: 1,
-                first: 3,
-                last: 3,
-                ms: 9
-            },
-        ])]
-    );
-    assert_eq!(g.n, 0);
-    assert!(g.take().is_empty());
-}
+use plugpull::ledger::{FileAck, PgAckRange};
 
 /// An outbox holding `n` sealed batches of one file ack each (seq = batch).
 fn with_batches(n: u64) -> Outbox {
     let mut o = Outbox::new(true);
     for seq in 1..=n {
-        o.add(Msg::File(FileAck {
+        o.add(Ack::File(FileAck {
             seq,
             block: seq * 10,
             ms: 0,
@@ -72,18 +39,18 @@ fn a_flush_sample_goes_with_the_last_batch_sealed_and_is_dropped_when_none_is() 
         })
     };
     assert!(!o.seal(sample(1), Stamp::default()));
-    o.add(Msg::File(FileAck {
+    o.add(Ack::File(FileAck {
         seq: 1,
         block: 7,
         ms: 3,
     }));
-    o.add(Msg::Pg {
+    o.add(Ack::Pg {
         client: 0,
         seq: 1,
         ms: 4,
     });
     o.seal(sample(2), Stamp::default());
-    o.add(Msg::File(FileAck {
+    o.add(Ack::File(FileAck {
         seq: 2,
         block: 8,
         ms: 5,
@@ -104,12 +71,12 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
         !o.seal(None, Stamp::default()),
         "nothing gathered: nothing begins to wait"
     );
-    o.add(Msg::File(FileAck {
+    o.add(Ack::File(FileAck {
         seq: 1,
         block: 7,
         ms: 3,
     }));
-    o.add(Msg::Pg {
+    o.add(Ack::Pg {
         client: 2,
         seq: 1,
         ms: 4,
@@ -117,7 +84,7 @@ fn seal_numbers_batches_from_one_and_says_when_acks_begin_to_wait() {
     assert_eq!(o.gathered(), 2);
     assert!(o.seal(None, Stamp::default()));
     assert_eq!(o.gathered(), 0);
-    o.add(Msg::Pg {
+    o.add(Ack::Pg {
         client: 2,
         seq: 2,
         ms: 5,
@@ -199,7 +166,7 @@ fn a_batch_is_sent_once_per_connection() {
     let mut o = with_batches(2);
     assert_eq!(send_all(&mut o), vec![1, 2]);
     assert_eq!(send_all(&mut o), Vec::<u64>::new());
-    o.add(Msg::File(FileAck {
+    o.add(Ack::File(FileAck {
         seq: 3,
         block: 30,
         ms: 0,
@@ -301,7 +268,7 @@ fn every_batch_sealed_and_every_heartbeat_carries_the_stamp() {
         canary: 61,
         oldest_in_flight_ms: Some(1200),
     };
-    o.add(Msg::File(FileAck {
+    o.add(Ack::File(FileAck {
         seq: 1,
         block: 0,
         ms: 1230,
