@@ -107,7 +107,8 @@ fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
             stderr(&o).trim(),
             format!(
                 "plugpull: target {} holds data that is not plugpull's (wipefs found: {sig}); \
-                 everything on it would be overwritten: give --force to use it anyway",
+                 a run overwrites its first 4 MiB and --force erases the signatures wipefs finds on it: \
+                 give --force to use it anyway",
                 lo.dev
             ),
             "{fs}"
@@ -150,6 +151,85 @@ fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
         std::fs::read_dir(l.data_dir.join("runs")).map_or(0, |d| d.count()),
         0,
         "no run was registered"
+    );
+}
+
+/// A partition table whose backup header lies beyond `--size` (GPT at the end of the
+/// device) is refused; `--force` writes and erases every signature wipefs found (the
+/// PMBR and both GPT headers), saying so; then the device is plugpull's and a run
+/// without `--force` is accepted.
+#[test]
+fn force_erases_the_signatures_it_overrides_so_the_next_run_needs_no_force() {
+    let test = "force_erases_the_signatures_it_overrides_so_the_next_run_needs_no_force";
+    if skip_without_loop(test, &["sfdisk", "wipefs"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let img = dir.path().join("gpt.img");
+    run("truncate", &["-s", "16M", img.to_str().unwrap()]);
+    let lo = Loop::attach(&img, &[]);
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["-q", &lo.dev])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    sfdisk
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"label: gpt\n")
+        .unwrap();
+    assert!(sfdisk.wait().unwrap().success());
+    let o = write_to(&l, &lo.dev, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "(wipefs found: gpt signature at byte 0x200, gpt signature at byte 0xfffe00, \
+             PMBR signature at byte 0x1fe)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let o = write_to(&l, &lo.dev, &["--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let erased: Vec<&str> = stderr(&o)
+        .lines()
+        .filter(|l| l.starts_with("--force: erased"))
+        .collect();
+    assert_eq!(
+        erased,
+        [
+            format!(
+                "--force: erased the gpt signature at byte 0x200 of target {}",
+                lo.dev
+            ),
+            format!(
+                "--force: erased the gpt signature at byte 0xfffe00 of target {}",
+                lo.dev
+            ),
+            format!(
+                "--force: erased the PMBR signature at byte 0x1fe of target {}",
+                lo.dev
+            ),
+        ]
+    );
+    let left = Command::new("wipefs")
+        .args(["--no-act", &lo.dev])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout),
+        "",
+        "no signature is left"
+    );
+    let o = write_to(&l, &lo.dev, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "plugpull's own device: {}",
+        stderr(&o)
     );
 }
 

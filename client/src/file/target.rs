@@ -54,10 +54,12 @@ pub fn target_kind(path: &Path) -> Result<Option<Metadata>, Error> {
 }
 
 /// Why the target's contents are not plugpull's, if they are not: the signatures
-/// `wipefs` finds (see [`signatures`]), else a first sector that is neither zeros nor a
-/// plugpull record. Where `wipefs` cannot run, a block device counts as foreign (its
-/// filesystems cannot be ruled out); a file falls back to the first-sector check.
-pub fn foreign_data(path: &Path, f: &File, block_device: bool) -> Option<String> {
+/// `wipefs` finds (see [`signatures`]), else a sector within the `size` bytes the run
+/// would write that is neither zeros nor a plugpull record (read as [`scan_prior`]
+/// reads: whole up to 1 GiB, else 1024 samples of 1 MiB). Where `wipefs` cannot run,
+/// a block device counts as foreign (its filesystems cannot be ruled out); a file
+/// falls back to the scan.
+pub fn foreign_data(path: &Path, f: &File, block_device: bool, size: u64) -> Option<String> {
     match signatures(path) {
         Ok(sigs) if !sigs.is_empty() => {
             let list: Vec<String> = sigs
@@ -73,25 +75,48 @@ pub fn foreign_data(path: &Path, f: &File, block_device: bool) -> Option<String>
             ))
         }
         Err(e) => eprintln!(
-            "warning: {e}; only the first sector of target {} is checked for foreign data",
+            "warning: {e}; target {} is checked for foreign data by reading it only",
             path.display()
         ),
     }
-    holds_foreign_data(f)
-        .then(|| "its first sector is neither zeros nor a plugpull record".to_string())
+    let len = if block_device {
+        size
+    } else {
+        f.metadata().map_or(0, |m| m.len()).min(size)
+    };
+    match scan(f, len).foreign_at {
+        Some(Foreign::At(at)) => Some(format!(
+            "the sector at byte {at} is neither zeros nor a plugpull record"
+        )),
+        Some(Foreign::Unreadable(e)) => Some(format!("it cannot be read to rule that out: {e}")),
+        None => None,
+    }
 }
 
-/// True when the first sector holds something other than zeros or a plugpull record.
-fn holds_foreign_data(f: &File) -> bool {
-    let mut s = [0u8; plugpull::record::SECTOR];
-    let n = f.read_at(&mut s, 0).unwrap_or(0);
-    if n < plugpull::record::SECTOR {
-        return s[..n].iter().any(|&b| b != 0);
+/// Erases, with `--force`, the signatures `wipefs` found on the target (as `wipefs
+/// --all` would: each magic string zeroed, so libblkid no longer sees the format),
+/// through the run's own descriptor `f`, then makes it durable; prints each one.
+///
+/// Errors: `wipefs` failed, or the write or fsync did.
+fn erase_signatures(path: &Path, f: &File) -> Result<(), String> {
+    let shown = path.display();
+    for s in signatures(path)? {
+        let at = u64::from_str_radix(s.offset.trim_start_matches("0x"), 16)
+            .map_err(|_| format!("wipefs printed an offset that is no number: {}", s.offset))?;
+        f.write_all_at(&vec![0u8; s.length as usize], at)
+            .map_err(|e| {
+                format!(
+                    "cannot erase the {} signature at byte {}: {e}",
+                    s.kind, s.offset
+                )
+            })?;
+        eprintln!(
+            "--force: erased the {} signature at byte {} of target {shown}",
+            s.kind, s.offset
+        );
     }
-    matches!(
-        plugpull::record::decode_sector(&s),
-        plugpull::record::Sector::Invalid(_)
-    )
+    f.sync_all()
+        .map_err(|e| format!("fsync of target {shown} after erasing signatures: {e}"))
 }
 
 /// One signature `wipefs` found: what and at which byte offset.
@@ -101,6 +126,8 @@ pub struct Signature {
     pub kind: String,
     /// Where its magic is, as wipefs prints it (e.g. `0x438`).
     pub offset: String,
+    /// The magic string's length, bytes.
+    pub length: u64,
 }
 
 /// The signatures on `path` (a file or block device), per `wipefs --no-act --json`.
@@ -108,7 +135,7 @@ pub struct Signature {
 /// Errors: `wipefs` is missing or failed (its message).
 pub fn signatures(path: &Path) -> Result<Vec<Signature>, String> {
     let o = Command::new("wipefs")
-        .args(["--no-act", "--json"])
+        .args(["--no-act", "--json", "--output", "OFFSET,TYPE,LENGTH"])
         .arg(path)
         .output()
         .map_err(|e| format!("cannot run wipefs (util-linux): {e}"))?;
@@ -133,6 +160,7 @@ pub fn signatures(path: &Path) -> Result<Vec<Signature>, String> {
                 .map(|s| Signature {
                     kind: s["type"].as_str().unwrap_or("unknown").to_string(),
                     offset: s["offset"].as_str().unwrap_or("?").to_string(),
+                    length: s["length"].as_u64().unwrap_or(0),
                 })
                 .collect()
         })
@@ -220,12 +248,17 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         ));
     }
     if !force && !created {
-        if let Some(why) = foreign_data(path, &f, block_device) {
+        if let Some(why) = foreign_data(path, &f, block_device, size) {
             return fail(format!(
                 "target {shown} holds data that is not plugpull's ({why}); \
-                 everything on it would be overwritten: give --force to use it anyway"
+                 a run overwrites its first {} and --force erases the signatures wipefs finds on it: \
+                 give --force to use it anyway",
+                human_bytes(size)
             ));
         }
+    }
+    if force && !created {
+        erase_signatures(path, &f).map_err(Error::Msg)?;
     }
     if block_device {
         let have =
@@ -350,16 +383,43 @@ fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
 }
 
 /// What the target held before the run: the other runs whose records are on it (at
-/// most 64) and whether it held foreign bytes (neither zeros nor plugpull records).
-/// Targets up to 1 GiB are read whole; larger ones in 1024 evenly spaced 1 MiB
-/// samples, and then foreign bytes are assumed possible. An unreadable target is
-/// assumed to have held foreign bytes.
+/// most 64) and whether it held foreign bytes (neither zeros nor plugpull records),
+/// from [`scan`] of its first `size` bytes. Where the scan sampled (a target over
+/// 1 GiB) or could not read, foreign bytes are assumed possible.
 pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
+    let p = scan(f, size);
+    (p.runs, p.sampled || p.foreign_at.is_some())
+}
+
+/// Where a scan first met what is not plugpull's.
+#[derive(Debug, PartialEq, Eq)]
+enum Foreign {
+    /// A sector at this byte offset is neither zeros nor a plugpull record.
+    At(u64),
+    /// A read failed (its error): nothing can be ruled out.
+    Unreadable(String),
+}
+
+/// What [`scan`] found.
+#[derive(Debug, PartialEq, Eq)]
+struct Scan {
+    /// The runs whose records it met, at most 64, in the order met.
+    runs: Vec<RunId>,
+    /// The first foreign sector met, or the read that failed.
+    foreign_at: Option<Foreign>,
+    /// Whether only samples were read (more than 1 GiB).
+    sampled: bool,
+}
+
+/// Reads the first `size` bytes of `f`: whole up to 1 GiB, else 1024 evenly spaced
+/// 1 MiB samples; stops at the first failed read.
+fn scan(f: &File, size: u64) -> Scan {
     const WHOLE: u64 = 1 << 30;
     const CHUNK: u64 = 1 << 20;
+    let sampled = size > WHOLE;
     let mut runs = Vec::new();
-    let mut foreign = size > WHOLE;
-    let offsets: Vec<u64> = if size <= WHOLE {
+    let mut foreign_at = None;
+    let offsets: Vec<u64> = if !sampled {
         (0..size.div_ceil(CHUNK)).map(|i| i * CHUNK).collect()
     } else {
         let step = (size / 1024) / SECTOR as u64 * SECTOR as u64;
@@ -370,9 +430,20 @@ pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
         let want = (size - at).min(CHUNK) as usize;
         let got = match read_full_at(f, &mut buf[..want], at) {
             Ok(n) => n,
-            Err(_) => return (runs, true),
+            Err(e) => {
+                foreign_at.get_or_insert(Foreign::Unreadable(format!("read at byte {at}: {e}")));
+                return Scan {
+                    runs,
+                    foreign_at,
+                    sampled,
+                };
+            }
         };
-        for s in buf[..got].chunks_exact(SECTOR) {
+        let tail = got % SECTOR;
+        if tail != 0 && buf[got - tail..got].iter().any(|&b| b != 0) {
+            foreign_at.get_or_insert(Foreign::At(at + (got - tail) as u64));
+        }
+        for (i, s) in buf[..got].chunks_exact(SECTOR).enumerate() {
             match decode_sector(s.try_into().unwrap()) {
                 Sector::Valid(h) => {
                     if runs.len() < 64 && !runs.contains(&h.run) {
@@ -380,11 +451,17 @@ pub fn scan_prior(f: &File, size: u64) -> (Vec<RunId>, bool) {
                     }
                 }
                 Sector::Blank => {}
-                Sector::Invalid(_) => foreign = true,
+                Sector::Invalid(_) => {
+                    foreign_at.get_or_insert(Foreign::At(at + (i * SECTOR) as u64));
+                }
             }
         }
     }
-    (runs, foreign)
+    Scan {
+        runs,
+        foreign_at,
+        sampled,
+    }
 }
 
 #[cfg(test)]
@@ -425,7 +502,69 @@ mod tests {
             }
         });
         assert_eq!(scan_prior(&f, size), (vec![], true));
-        // Only the first sector is read for the foreign-data guard.
-        assert!(!holds_foreign_data(&f));
+        // The guard names the first foreign sector, past a first block of zeros.
+        assert_eq!(scan(&f, size).foreign_at, Some(Foreign::At(4096 + 512)));
+        // A partial last sector that is not zeros is foreign (a run writes whole
+        // sectors); the runs met before it still count.
+        let (f, _) = file_with("tail", 2, |i, buf| {
+            if i == 1 {
+                a.encode_block(buf, 1, 2, 0)
+            }
+        });
+        let got = scan(&f, 8192 - 100);
+        assert_eq!(got.runs, vec![RunId(0xa)]);
+        assert_eq!(got.foreign_at, Some(Foreign::At(7680)));
+        let (f, _) = file_with("text", 1, |_, buf| buf[600..605].copy_from_slice(b"hello"));
+        let got = scan(&f, 700);
+        assert_eq!(
+            (got.foreign_at, got.sampled),
+            (Some(Foreign::At(512)), false)
+        );
+    }
+
+    #[test]
+    fn a_file_with_a_zero_first_sector_and_data_after_it_is_refused_and_force_erases_signatures() {
+        let dir = std::env::temp_dir().join(format!("plugpull-guard-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = dir.join("zerohead.dat");
+        let mut bytes = vec![0u8; 4096];
+        bytes.extend_from_slice(b"1\n2\n3\n");
+        std::fs::write(&t, &bytes).unwrap();
+        let e = prepare_target(&t, 1 << 20, false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "target {} holds data that is not plugpull's (the sector at byte 4096 is neither zeros \
+                 nor a plugpull record); a run overwrites its first 1 MiB and --force erases the \
+                 signatures wipefs finds on it: give --force to use it anyway",
+                t.display()
+            )
+        );
+        assert_eq!(std::fs::read(&t).unwrap(), bytes, "refused: not touched");
+        // An ext4 image: refused, then erased by --force, then plugpull's to reuse.
+        let img = dir.join("ext4.img");
+        std::fs::write(&img, vec![0u8; 4 << 20]).unwrap();
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&img)
+            .status();
+        if mkfs.is_ok_and(|s| s.success()) {
+            let e = prepare_target(&img, 1 << 20, false)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("(wipefs found: ext4 signature at byte 0x438)"),
+                "{e}"
+            );
+            drop(prepare_target(&img, 1 << 20, true).unwrap());
+            assert_eq!(signatures(&img).unwrap(), vec![]);
+        } else {
+            eprintln!("SKIPPED the --force half: mkfs.ext4 is missing");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
