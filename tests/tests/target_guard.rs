@@ -194,7 +194,8 @@ fn force_erases_the_signatures_it_overrides_so_the_next_run_needs_no_force() {
     );
     let o = write_to(&l, &lo.dev, &["--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let erased: Vec<&str> = stderr(&o)
+    let err = stderr(&o);
+    let erased: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("--force: erased"))
         .collect();
