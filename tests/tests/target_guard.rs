@@ -107,7 +107,7 @@ fn filesystems_volumes_and_mounted_devices_are_never_overwritten() {
             stderr(&o).trim(),
             format!(
                 "plugpull: target {} holds data that is not plugpull's (wipefs found: {sig}); \
-                 a run overwrites its first 4 MiB and --force erases the signatures wipefs finds on it: \
+                 a run overwrites its first 4 MiB; --force zeroes them and erases the signatures wipefs finds on it: \
                  give --force to use it anyway",
                 lo.dev
             ),
@@ -215,6 +215,19 @@ fn force_erases_the_signatures_it_overrides_so_the_next_run_needs_no_force() {
                 lo.dev
             ),
         ]
+    );
+    let zeroed: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("--force: zeroed"))
+        .collect();
+    assert_eq!(
+        zeroed,
+        [format!(
+            "--force: zeroed the first 4 MiB of target {}, which held data that is not plugpull's \
+             (wipefs found: gpt signature at byte 0x200, gpt signature at byte 0xfffe00, \
+             PMBR signature at byte 0x1fe)",
+            lo.dev
+        )]
     );
     let left = Command::new("wipefs")
         .args(["--no-act", &lo.dev])
@@ -511,6 +524,7 @@ fn bad_targets_and_arguments_are_refused_before_anything_is_created() {
     );
     let secret = dir.path().join("wrong.secret");
     std::fs::write(&secret, "not the listener's secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let o = plugpull(&[
         "write",
         "file",

@@ -251,14 +251,11 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
         if let Some(why) = foreign_data(path, &f, block_device, size) {
             return fail(format!(
                 "target {shown} holds data that is not plugpull's ({why}); \
-                 a run overwrites its first {} and --force erases the signatures wipefs finds on it: \
-                 give --force to use it anyway",
+                 a run overwrites its first {}; --force zeroes them and erases the signatures \
+                 wipefs finds on it: give --force to use it anyway",
                 human_bytes(size)
             ));
         }
-    }
-    if force && !created {
-        erase_signatures(path, &f).map_err(Error::Msg)?;
     }
     if block_device {
         let have =
@@ -270,6 +267,30 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
                 human_bytes(size)
             )));
         }
+    }
+    if force && !created {
+        if let Some(why) = foreign_data(path, &f, block_device, size) {
+            erase_signatures(path, &f).map_err(Error::Msg)?;
+            let len = if block_device {
+                size
+            } else {
+                f.metadata().map_or(0, |m| m.len()).min(size)
+            };
+            zero_range(&f, len, &shown.to_string()).map_err(|e| {
+                Error::Msg(format!(
+                    "--force: cannot zero the first {len} bytes of target {shown}: {e}"
+                ))
+            })?;
+            f.sync_all().map_err(|e| {
+                Error::Msg(format!("fsync of target {shown} after zeroing it: {e}"))
+            })?;
+            eprintln!(
+                "--force: zeroed the first {} of target {shown}, which held data that is not plugpull's ({why})",
+                human_bytes(len)
+            );
+        }
+    }
+    if block_device {
         return Ok(LockedTarget { _lock: f });
     }
     let allocated = f
@@ -365,6 +386,38 @@ fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
         "target {shown}: its filesystem cannot preallocate (no fallocate): writing {} of zeros",
         human_bytes(size - have)
     );
+    write_zeros(f, have, size)
+}
+
+/// Zeroes the first `len` bytes of `f` (the part a run overwrites): `fallocate`
+/// `FALLOC_FL_ZERO_RANGE` (on a block device the kernel's `blkdev_issue_zeroout`:
+/// the drive's WRITE ZEROES where it has one), else, where that is not supported,
+/// writes of zeros, saying so on stderr (`shown` names the target).
+fn zero_range(f: &File, len: u64, shown: &str) -> std::io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    if len == 0 {
+        return Ok(());
+    }
+    match rustix::fs::fallocate(
+        f,
+        FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE,
+        0,
+        len,
+    ) {
+        Ok(()) => return Ok(()),
+        Err(e) if e != rustix::io::Errno::OPNOTSUPP => return Err(e.into()),
+        Err(_) => {}
+    }
+    eprintln!(
+        "target {shown}: it cannot zero a range (no FALLOC_FL_ZERO_RANGE): writing {} of zeros",
+        human_bytes(len)
+    );
+    write_zeros(f, 0, len)
+}
+
+/// Writes zeros to bytes `from..to` of `f`, 1 MiB at a time (the first write shorter
+/// by `from`'s offset in its page).
+fn write_zeros(f: &File, from: u64, to: u64) -> std::io::Result<()> {
     // Each write's bytes start at the same place in a memory page as in the file
     // (a page-aligned buffer, entered at the file offset's place in its page): the
     // kernel then copies whole pages, and a FUSE filesystem is sent one request per
@@ -372,10 +425,10 @@ fn preallocate(f: &File, size: u64, shown: &str) -> std::io::Result<()> {
     // the first MiB as 512 requests of 4080 and 16 bytes while it faulted them in.
     let zeros = AlignedBuf::new(1 << 20);
     let zeros = zeros.bytes();
-    let mut at = have;
-    while at < size {
+    let mut at = from;
+    while at < to {
         let skew = (at % 4096) as usize;
-        let n = (size - at).min((zeros.len() - skew) as u64) as usize;
+        let n = (to - at).min((zeros.len() - skew) as u64) as usize;
         f.write_all_at(&zeros[skew..skew + n], at)?;
         at += n as u64;
     }
@@ -538,8 +591,8 @@ mod tests {
             e,
             format!(
                 "target {} holds data that is not plugpull's (the sector at byte 4096 is neither zeros \
-                 nor a plugpull record); a run overwrites its first 1 MiB and --force erases the \
-                 signatures wipefs finds on it: give --force to use it anyway",
+                 nor a plugpull record); a run overwrites its first 1 MiB; --force zeroes them and \
+                 erases the signatures wipefs finds on it: give --force to use it anyway",
                 t.display()
             )
         );
@@ -562,6 +615,12 @@ mod tests {
             );
             drop(prepare_target(&img, 1 << 20, true).unwrap());
             assert_eq!(signatures(&img).unwrap(), vec![]);
+            let f = File::open(&img).unwrap();
+            assert_eq!(
+                foreign_data(&img, &f, false, 1 << 20),
+                None,
+                "plugpull's now"
+            );
         } else {
             eprintln!("SKIPPED the --force half: mkfs.ext4 is missing");
         }
