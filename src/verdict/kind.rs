@@ -230,12 +230,18 @@ mod tests {
         assert_eq!(serde_json::from_str::<Counts<Verdict>>(&json).unwrap(), c);
         assert_eq!((c.failures(), c.total()), (1, 4));
         assert_eq!(
-            c.table("blocks", |v| v.is_failure())[..3],
+            c.table("blocks", |v| v.is_failure())[..4],
             [
                 "verdict                    blocks",
                 "intact                          3",
                 "lost write                      1  FAILURE",
+                "torn in flight                  0",
             ]
+        );
+        assert_eq!(
+            c.table("blocks", |_| true)[4],
+            "torn acknowledged               0",
+            "a failing class counted 0 is not marked"
         );
         assert_eq!(c.rows()[1], ("lost_write".to_string(), "1".to_string()));
         assert_eq!(
@@ -264,6 +270,17 @@ mod tests {
                  wrong_size, zero_length, stale_rename, torn, corrupt, stale)"
             ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn counts_read_only_from_a_map() {
+        let e = serde_json::from_str::<Counts<Verdict>>("5")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid type: integer `5`, expected a map of verdict names to counts at line 1 column 1"
         );
     }
 
