@@ -82,6 +82,8 @@ fn a_full_witness_disk_ends_the_run_with_a_named_error() {
     );
 }
 
+/// SIGINT ends a run early, the summary saying so; with a stalled witness the writer
+/// still stops within a second and says why.
 #[test]
 fn sigint_stops_a_writer_within_a_second() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,6 +98,11 @@ fn sigint_stops_a_writer_within_a_second() {
     let (status, out, err) = w.finish();
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(
+        out.lines().find(|l| l.starts_with("interrupted")),
+        Some("interrupted: the run ended early (SIGINT)"),
+        "the summary says the run was interrupted: {out}"
+    );
     let acked: u64 = out
         .lines()
         .find_map(|l| {
@@ -195,6 +202,55 @@ fn a_stalled_witness_is_announced_and_pauses_the_writer() {
     let (code, v, verr) = verify_json(&l, &["--run", &run]);
     assert_eq!(code, 0, "{verr}");
     assert_eq!(v["acknowledged"], serde_json::json!(acked));
+}
+
+/// `-T` ends a run whose writers are paused for a silent witness: the pause does not
+/// stretch the run; its end then waits for the witness, and once it answers every
+/// acknowledgement is confirmed and the run exits 0.
+#[test]
+fn the_run_time_ends_a_run_paused_for_a_silent_witness() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Listener::start(dir.path());
+    let target = dir.path().join("t.dat");
+    let ack_log = dir.path().join("acks.log");
+    let mut w = Writer::spawn(&write_args(
+        l.addr(),
+        &target,
+        &[
+            "-T",
+            "3s",
+            "--max-unconfirmed-secs",
+            "1",
+            "--ack-log",
+            ack_log.to_str().unwrap(),
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(l.pid() as i32, libc::SIGSTOP) };
+    let pause = w.wait_stderr(|l| l.starts_with("paused: "));
+    assert!(
+        pause.starts_with("paused: the witness has not confirmed for "),
+        "{pause}"
+    );
+    let end = w.wait_stderr(|l| l.starts_with("-T reached") || l.starts_with("resumed"));
+    assert!(
+        end.starts_with("-T reached while paused: the run ends; ")
+            && end
+                .trim_end()
+                .ends_with(" acknowledgements still wait for the witness's confirmation"),
+        "{end}"
+    );
+    assert!(number_after(&end, "ends; ") > 0.0, "{end}");
+    unsafe { libc::kill(l.pid() as i32, libc::SIGCONT) };
+    let (status, out, err) = w.finish();
+    assert_eq!(status.code(), Some(0), "{err}");
+    let acked = lines(&ack_log);
+    assert!(
+        out.contains(&format!(
+            "writes acknowledged: {acked} (confirmed by the listener)"
+        )),
+        "{out}"
+    );
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {

@@ -204,8 +204,9 @@ impl AckSink {
 
     /// Blocks the calling thread while [`AckSink::paused`], saying so on stderr (at
     /// most once every 10 s, with the matching "resumed"). Returns early when `stop`
-    /// is set.
-    pub fn wait_while_paused(&self, stop: &AtomicBool) {
+    /// is set or at `deadline` (the run's `-T`: a silent witness does not stretch
+    /// the run; its end then waits at most [`super::FINISH_DEADLINE`] for it).
+    pub fn wait_while_paused(&self, stop: &AtomicBool, deadline: Option<Instant>) {
         if !self.paused() {
             return;
         }
@@ -231,11 +232,22 @@ impl AckSink {
                 );
             }
         }
-        while self.paused() && !stop.load(Ordering::Relaxed) && !self.failed() {
+        while self.paused()
+            && !stop.load(Ordering::Relaxed)
+            && !self.failed()
+            && deadline.is_none_or(|d| Instant::now() < d)
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         if self.shared.paused.swap(false, Ordering::Relaxed) {
-            eprintln!("resumed: the listener caught up");
+            if !self.paused() {
+                eprintln!("resumed: the listener caught up");
+            } else if !self.failed() && deadline.is_some_and(|d| Instant::now() >= d) {
+                eprintln!(
+                    "-T reached while paused: the run ends; {} acknowledgements still wait for the witness's confirmation",
+                    self.shared.waiting()
+                );
+            }
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct RunEnd {
     pub covered: u64,
     /// The failed call that ended the run, as the ledger records it.
     pub device_error: Option<DeviceError>,
+    /// Whether an interrupt (Ctrl-C, SIGINT) ended the run early.
+    pub interrupted: bool,
 }
 
 /// Merges the workers' results and tells the listener how the run ended: its device
@@ -70,6 +72,7 @@ pub async fn end_run(
         hist,
         covered,
         device_error,
+        interrupted: sh.interrupted.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 

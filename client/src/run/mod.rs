@@ -125,6 +125,7 @@ pub async fn wait_for_workers(
             _ = &mut interrupt, if !interrupted => {
                 interrupted = true;
                 eprintln!("interrupted: finishing the writes in flight");
+                sh.interrupted.store(true, Ordering::Relaxed);
                 sh.stop.store(true, Ordering::Relaxed);
             }
         }

@@ -23,6 +23,9 @@ pub struct Shared {
     pub deadline: Option<Instant>,
     /// Set to stop every worker after its write in flight.
     pub stop: AtomicBool,
+    /// Set when an interrupt (Ctrl-C, SIGINT) stopped the run before its `-T` or
+    /// `--writes`/`--steps`.
+    pub interrupted: AtomicBool,
     /// The seq counter and the acknowledged watermark each write carries.
     pub watermark: Watermark,
     /// Set (SeqCst) the moment a write or durability call failed: from then on no
@@ -65,6 +68,7 @@ impl Shared {
             limit,
             deadline,
             stop: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
             watermark: Watermark::new(jobs),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
@@ -93,7 +97,7 @@ impl Shared {
     pub(crate) fn pause_then_over(&self, sink: &AckSink, now: Instant) -> bool {
         let mut now = now;
         if sink.paused_at(now) {
-            sink.wait_while_paused(&self.stop);
+            sink.wait_while_paused(&self.stop, self.deadline);
             now = Instant::now();
         }
         self.deadline.is_some_and(|d| now >= d)

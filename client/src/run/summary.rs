@@ -24,6 +24,9 @@ pub struct SummaryHead {
     pub latency_ms: LatencySummary,
     /// The failed call that ended the run, when a device error ended it.
     pub device_error: Option<String>,
+    /// Whether an interrupt (Ctrl-C, SIGINT) ended the run before its `-T` or
+    /// `--writes`/`--steps`.
+    pub interrupted: bool,
     /// The probe's warnings about the storage under the target at the run's start
     /// (`docs/probe.md`); they never fail a run.
     pub storage_warnings: Vec<plugpull::probe::Warning>,
@@ -47,6 +50,7 @@ impl SummaryHead {
             duration_secs: elapsed.as_secs_f64(),
             latency_ms: LatencySummary::of(&end.hist),
             device_error: end.device_error.as_ref().map(|e| e.error.clone()),
+            interrupted: end.interrupted,
             storage_warnings,
         }
     }
@@ -59,6 +63,9 @@ impl SummaryHead {
     /// Prints the pgbench-style lines of the run's operations (`unit`: `writes`,
     /// `steps`): duration, issued, acknowledged, rate, latency.
     pub fn print_text(&self, unit: &str, issued: u64, acknowledged: u64, per_sec: f64) {
+        if self.interrupted {
+            println!("interrupted: the run ended early (SIGINT)");
+        }
         println!("duration: {:.3} s", self.duration_secs);
         println!("{unit} issued: {issued}");
         println!("{unit} acknowledged: {acknowledged} (confirmed by the listener)");
