@@ -45,6 +45,16 @@ impl std::fmt::Debug for Secret {
 /// Name of the environment variable that carries the secret when no file is given.
 pub const SECRET_ENV: &str = "PLUGPULL_SECRET";
 
+/// Why a secret file with permission bits `mode` is refused: readable or writable by
+/// others (not its owner or group), or `None`.
+fn open_mode(mode: u32) -> Option<&'static str> {
+    match (mode & 0o004 != 0, mode & 0o002 != 0) {
+        (_, true) => Some("is writable by everyone"),
+        (true, false) => Some("is readable by everyone"),
+        (false, false) => None,
+    }
+}
+
 impl Secret {
     /// A secret from bytes; surrounding ASCII whitespace is trimmed.
     pub fn new(bytes: &[u8]) -> Self {
@@ -53,10 +63,22 @@ impl Secret {
 
     /// Loads the secret from `path` if given, else from `PLUGPULL_SECRET`, else none.
     ///
-    /// Errors: the file cannot be read, or it is empty.
+    /// Errors: the file cannot be read; anyone but its owner and group may read or
+    /// write it (mode bits `0o006`: 600, or 640 for the listener's group, are what
+    /// the docs set; as libpq refuses a `.pgpass` others can read); it is empty.
     pub fn load(path: Option<&std::path::Path>) -> Result<Self, String> {
         match path {
             Some(p) => {
+                let mode = std::fs::metadata(p)
+                    .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+                    .map_err(|e| format!("cannot read secret file {}: {e}", p.display()))?;
+                if let Some(why) = open_mode(mode) {
+                    return Err(format!(
+                        "secret file {} {why} (mode {:04o}): `chmod 600 {0}` (640 for the listener's group)",
+                        p.display(),
+                        mode & 0o7777
+                    ));
+                }
                 let bytes = std::fs::read(p)
                     .map_err(|e| format!("cannot read secret file {}: {e}", p.display()))?;
                 let s = Secret::new(&bytes);
@@ -282,6 +304,41 @@ impl Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_file_others_may_read_or_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("plugpull-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("s");
+        std::fs::write(&p, "k\n").unwrap();
+        let with_mode = |m: u32| {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+            Secret::load(Some(&p)).map(|s| s.is_none())
+        };
+        let shown = p.display();
+        assert_eq!(with_mode(0o600), Ok(false));
+        assert_eq!(with_mode(0o640), Ok(false));
+        assert_eq!(
+            with_mode(0o644),
+            Err(format!(
+                "secret file {shown} is readable by everyone (mode 0644): `chmod 600 {shown}` (640 for the listener's group)"
+            ))
+        );
+        assert_eq!(
+            with_mode(0o602),
+            Err(format!(
+                "secret file {shown} is writable by everyone (mode 0602): `chmod 600 {shown}` (640 for the listener's group)"
+            ))
+        );
+        assert_eq!(
+            with_mode(0o606).unwrap_err(),
+            format!(
+                "secret file {shown} is writable by everyone (mode 0606): `chmod 600 {shown}` (640 for the listener's group)"
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn hkdf_matches_rfc_5869_test_case_1() {
