@@ -40,6 +40,10 @@ pub enum Report {
     Files(FilesReport),
 }
 
+/// How the summary of a PASS that `verify --read-back` accepted without a power cut
+/// begins (a measured PASS begins `PASS: `).
+pub const READ_BACK_PASS: &str = "PASS (read-back only, no power cut): ";
+
 impl Report {
     /// True when nothing acknowledged (and promised) was lost or damaged.
     pub fn ok(&self) -> bool {
@@ -83,10 +87,13 @@ impl Report {
     /// Sets the cut evidence. A PASS whose cut could not have failed becomes NOT
     /// MEASURED (`ok` false, `not_measured` true, the summary says why and keeps what
     /// was read back), unless `read_back` accepts a read-back check (the run
-    /// finished on this boot and the caller asked for one: `verify --read-back`). A
-    /// FAIL stays a FAIL.
+    /// finished on this boot and the caller asked for one: `verify --read-back`);
+    /// then its summary begins [`READ_BACK_PASS`] instead of `PASS: `, so a pasted
+    /// line never passes for a power cut's. A FAIL stays a FAIL.
     pub fn set_cut(&mut self, cut: crate::verdict::cut::CutReport, read_back: bool) {
-        let demote = self.ok() && !cut.measured && !(read_back && cut.read_back);
+        let accepted = read_back && cut.read_back;
+        let demote = self.ok() && !cut.measured && !accepted;
+        let only_read_back = self.ok() && !cut.measured && accepted;
         let (ok, not_measured, summary, slot) = match self {
             Report::File(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
             Report::Files(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
@@ -96,6 +103,10 @@ impl Report {
             let read = summary.strip_prefix("PASS: ").unwrap_or(summary);
             *summary = format!("NOT MEASURED: {}; read back: {read}", cut.not_measured);
             (*ok, *not_measured) = (false, true);
+        } else if only_read_back {
+            if let Some(rest) = summary.strip_prefix("PASS: ") {
+                *summary = format!("{READ_BACK_PASS}{rest}");
+            }
         }
         *slot = cut;
     }

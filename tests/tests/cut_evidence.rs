@@ -309,7 +309,13 @@ fn a_finished_run_is_a_read_back_check_not_a_pass() {
         (&v["ok"], &v["not_measured"]),
         (&json!(true), &json!(false))
     );
-    assert!(v["summary"].as_str().unwrap().starts_with("PASS: "), "{v}");
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("PASS (read-back only, no power cut): "),
+        "a read-back PASS never passes for a power cut's: {v}"
+    );
 }
 
 /// Issue 41, item 7: a rehearsal whose cut lost the target's allocation and every

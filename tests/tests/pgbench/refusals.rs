@@ -328,7 +328,7 @@ fn verify_says_when_the_server_no_longer_promises_durability() {
         v["notes"].as_array().unwrap().contains(&json!(note)),
         "{v:#}"
     );
-    let pass = "PASS: 40 acknowledged commits, 40 present (0 beyond the acknowledged: in \
+    let pass = "PASS (read-back only, no power cut): 40 acknowledged commits, 40 present (0 beyond the acknowledged: in \
                 flight or unconfirmed), none lost; balances consistent";
     assert_eq!(
         v["summary"],
