@@ -178,7 +178,7 @@ pub fn compare(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     lines.push(if before.boot_id.is_empty() || after.boot_id.is_empty() {
         "boot id unknown: cannot tell whether the machine rebooted".to_string()
     } else if before.boot_id == after.boot_id {
-        "same boot id: the machine did not reboot \u{2014} its power was not cut".to_string()
+        "same boot id: the machine did not reboot \u{2014} the host kept power (only its storage may have lost it)".to_string()
     } else {
         "boot id changed: the machine rebooted".to_string()
     });

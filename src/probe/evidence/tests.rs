@@ -142,7 +142,7 @@ fn no_reboot_unknown_and_reset_counters() {
     assert_eq!(
         lines,
         [
-            "same boot id: the machine did not reboot \u{2014} its power was not cut",
+            "same boot id: the machine did not reboot \u{2014} the host kept power (only its storage may have lost it)",
             "nvme0n1: unsafe shutdowns went down (12 \u{2192} 3): not the same drive, or its counter was reset",
             "nvme0n1: power cycles unknown: not reported in both snapshots",
         ]

@@ -253,7 +253,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
     let r = StorageReport::build(&s, &facts(&[], None, false), Ok(same));
     assert_eq!(
         r.cut_evidence[0],
-        "same boot id: the machine did not reboot \u{2014} its power was not cut"
+        "same boot id: the machine did not reboot \u{2014} the host kept power (only its storage may have lost it)"
     );
 }
 
