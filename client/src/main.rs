@@ -27,7 +27,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Examples:
 ///   plugpull write file --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/pp.dat --size 1GiB --jobs 4 --duration 5m -P 5
 ///   plugpull write files --listener witness:7458 --secret-file /etc/plugpull.secret --target /mnt/test/ppdir --jobs 4 --duration 5m
-///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init --scale 10 --clients 8 -T 10m
+///   plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --canary-dir /var/tmp --init --scale 10 --clients 8 -T 10m
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --history   # every run of this host judged as a cut, rolled up
 ///   plugpull verify --listener witness:7458 --secret-file /etc/plugpull.secret --run 3f9c0e12a4b5d678 --target /dev/sdb --json
@@ -173,7 +173,7 @@ enum Cmd {
     /// The service on a machine under test: runs and verifies what a campaign says.
     ///
     /// Writes only the targets and databases its --config lists (docs/campaign.md);
-    /// runs until stopped. Started at boot by plugpull-agent.service (contrib/systemd/).
+    /// runs until stopped. Started at boot by plugpull-agent.service (installed by the package).
     /// Exit 0 when stopped (SIGTERM, Ctrl-C); 2 when it cannot start (its
     /// configuration, the listener, the secret).
     ///
@@ -219,7 +219,7 @@ enum WriteCmd {
     /// run); 2: it could not run (no server, unsafe settings without
     /// --allow-unsafe-config, the listener unreachable).
     ///
-    /// Example: plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --init -s 10 -c 8 -T 10m -P 5
+    /// Example: plugpull write pgbench --listener witness:7458 --secret-file /etc/plugpull.secret --dsn 'host=/tmp dbname=bench' --canary-dir /var/tmp --init -s 10 -c 8 -T 10m -P 5
     Pgbench {
         #[command(flatten)]
         listener: ListenerArgs,

@@ -286,7 +286,8 @@ mod tests {
         );
     }
 
-    /// The shipped example parses and lists exactly its one uncommented target.
+    /// The shipped example parses and lists exactly its one uncommented target and its
+    /// canary directory.
     #[test]
     fn the_contrib_example_parses() {
         let c: AgentConfig = toml::from_str(include_str!("../../../contrib/agent.toml")).unwrap();
@@ -295,7 +296,7 @@ mod tests {
             AgentConfig {
                 targets: vec![PathBuf::from("/mnt/test/plugpull.dat")],
                 databases: vec![],
-                canary_dir: None,
+                canary_dir: Some(PathBuf::from("/var/tmp")),
             }
         );
     }
