@@ -34,6 +34,7 @@ fn ledger_acks(path: &std::path::Path) -> BTreeSet<(u64, u64)> {
 fn secret_file(dir: &std::path::Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     p.to_str().unwrap().to_string()
 }
 

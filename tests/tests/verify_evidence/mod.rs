@@ -89,8 +89,9 @@ fn total_loss_on_a_reused_target_is_a_fail() {
     );
 }
 
-/// Items 8, 16 and 22: forced foreign bytes, a damaged record, a shorn block and
-/// another run's record, each named for what it is.
+/// Items 8, 16 and 22: a block back to what `--force` left (zeros, not the foreign
+/// bytes it zeroed), a damaged record, a shorn block and another run's record, each
+/// named for what it is.
 #[test]
 fn every_finding_names_its_evidence() {
     let dir = tempfile::tempdir().unwrap();
@@ -120,8 +121,8 @@ fn every_finding_names_its_evidence() {
         .write(true)
         .open(&target)
         .unwrap();
-    // Block 63 (the last write, seq 64) back to the foreign bytes it held: lost.
-    f.write_all_at(&[0xAB; BS as usize], 63 * BS).unwrap();
+    // Block 63 (the last write, seq 64) back to the zeros --force left: lost.
+    f.write_all_at(&[0; BS as usize], 63 * BS).unwrap();
     // Block 20 (seq 21): three bits flipped in sector 3's payload.
     let at = 20 * BS + 3 * 512 + 100;
     let mut b = [0u8; 1];
@@ -156,7 +157,7 @@ fn every_finding_names_its_evidence() {
     assert_eq!(f63["verdict"], json!("lost_write"));
     assert_eq!(
         f63["sectors"],
-        json!([{"first": 0, "last": 7, "content": {"kind": "foreign"}}])
+        json!([{"first": 0, "last": 7, "content": {"kind": "zeros"}}])
     );
     let f20 = by_block(20);
     assert_eq!(f20["verdict"], json!("corrupt"));
