@@ -27,17 +27,18 @@ pub async fn fetch(
     .await?;
     w.flush().await?;
     let mut bytes = Vec::new();
-    let (run, torn) = loop {
+    let (run, torn, witness_stopped) = loop {
         match r.recv().await? {
             Response::LedgerChunk {
                 run,
                 bytes: b,
                 last,
                 torn,
+                witness_stopped,
             } => {
                 bytes.extend_from_slice(&b);
                 if last {
-                    break (run, torn);
+                    break (run, torn, witness_stopped);
                 }
             }
             other => {
@@ -47,5 +48,7 @@ pub async fn fetch(
             }
         }
     };
-    Ok(RunLedger::from_bytes(run, &bytes, &torn)?)
+    let mut ledger = RunLedger::from_bytes(run, &bytes, &torn)?;
+    ledger.witness_stopped = witness_stopped;
+    Ok(ledger)
 }

@@ -74,11 +74,7 @@ pub fn print_files_report(r: &FilesReport, show: usize) {
         } else {
             String::new()
         },
-        if r.finished || r.device_error.is_some() {
-            ""
-        } else {
-            " (no end recorded: the run was cut short, or is still running)"
-        }
+        r.cut.no_end_note(r.finished || r.device_error.is_some())
     );
     println!(
         "run chosen: {}; started {} (agent clock)",
