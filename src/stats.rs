@@ -50,7 +50,7 @@ fn fraction(what: &str, x: f64) -> Result<f64, String> {
         Ok(x)
     } else {
         Err(format!(
-            "{what} must be between 0 and 1 (or 0 % and 100 %), not {x}"
+            "{what} must be above 0 and below 1 (or above 0 % and below 100 %), not {x}"
         ))
     }
 }
@@ -301,7 +301,7 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a fraction (0.1) or a percentage (10%)"))?;
     fraction("the value", v / scale)
-        .map_err(|_| format!("{s:?} must be between 0 and 1 (or 0 % and 100 %)"))
+        .map_err(|_| format!("{s:?} must be above 0 and below 1 (or above 0 % and below 100 %)"))
 }
 
 /// Parses a confidence level ([`parse_fraction`]) of at least 50 %: `0.95`, `99%`.

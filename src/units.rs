@@ -63,6 +63,11 @@ pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Errors: a message naming the text that is not a duration, or one longer than
 /// [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s.trim().starts_with('-') {
+        return Err(format!(
+            "{s:?} is negative: a duration is 0 or more, e.g. 30s or 5m"
+        ));
+    }
     let d = match s.trim().parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs >= 0.0 => {
             Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
@@ -174,6 +179,12 @@ mod tests {
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("soon").is_err());
+        for negative in ["-1s", " -1", "-0.5"] {
+            assert_eq!(
+                parse_duration(negative).unwrap_err(),
+                format!("{negative:?} is negative: a duration is 0 or more, e.g. 30s or 5m")
+            );
+        }
         assert_eq!(parse_duration("366d").unwrap(), MAX_DURATION);
         for huge in ["367d", "1e300", "1000000000000s"] {
             assert_eq!(

@@ -1,11 +1,11 @@
 //! Fetching a run's ledger from the listener: the network half of reading a ledger;
 //! the checks are the core's ([`RunLedger::from_bytes`]).
 
-use crate::net;
+use crate::net::{self, NetError};
 use crate::Error;
 use plugpull::auth::Secret;
 use plugpull::ledger::RunLedger;
-use plugpull::wire::{Request, Response};
+use plugpull::wire::{ErrorKind, Request, Response};
 use plugpull::RunId;
 
 /// Fetches run `run`'s ledger (else the newest run of `host` by the listener's record)
@@ -27,17 +27,22 @@ pub async fn fetch(
     .await?;
     w.flush().await?;
     let mut bytes = Vec::new();
-    let (run, torn) = loop {
-        match r.recv().await? {
+    let (run, torn, witness_stopped) = loop {
+        match r
+            .recv_checked()
+            .await
+            .map_err(|e| unknown_run_hint(e, listener))?
+        {
             Response::LedgerChunk {
                 run,
                 bytes: b,
                 last,
                 torn,
+                witness_stopped,
             } => {
                 bytes.extend_from_slice(&b);
                 if last {
-                    break (run, torn);
+                    break (run, torn, witness_stopped);
                 }
             }
             other => {
@@ -47,5 +52,41 @@ pub async fn fetch(
             }
         }
     };
-    Ok(RunLedger::from_bytes(run, &bytes, &torn)?)
+    let mut ledger = RunLedger::from_bytes(run, &bytes, &torn)?;
+    ledger.witness_stopped = witness_stopped;
+    Ok(ledger)
+}
+
+/// The failure `e` of a ledger fetch from `listener`; a run it does not know names the
+/// command that lists the runs it does.
+fn unknown_run_hint(e: NetError, listener: &str) -> Error {
+    match e {
+        NetError::Refused(ErrorKind::UnknownRun, f) => Error::Msg(format!(
+            "{f} (`plugpull verify --listener {listener} --history [--host HOST]` lists the runs it holds for this host or HOST)"
+        )),
+        other => other.failure(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_run_names_the_command_that_lists_the_runs() {
+        let refused = |kind| {
+            NetError::Refused(
+                kind,
+                Error::Msg("listener w:1 refused: unknown run 00000000000000ab".into()),
+            )
+        };
+        assert_eq!(
+            unknown_run_hint(refused(ErrorKind::UnknownRun), "w:1").to_string(),
+            "listener w:1 refused: unknown run 00000000000000ab (`plugpull verify --listener w:1 --history [--host HOST]` lists the runs it holds for this host or HOST)"
+        );
+        assert_eq!(
+            unknown_run_hint(refused(ErrorKind::Live), "w:1").to_string(),
+            "listener w:1 refused: unknown run 00000000000000ab"
+        );
+    }
 }

@@ -169,6 +169,17 @@ pub fn into_polled(r: Reader, w: Writer) -> Result<Polled, Error> {
     Ok(Polled::new(sock, r.addr, rbuf, open, seal))
 }
 
+/// Why a connection to a listener failed, in words: a refused one asks whether the
+/// listener runs there (nothing listens on that port of a host that is up).
+fn unreachable_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => {
+            format!("{e}: is plugpull-listener running there, on that port?")
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// Connects to `addr` (`HOST:PORT`) and authenticates with `secret`.
 ///
 /// Errors: unreachable listener, protocol version mismatch (both versions named),
@@ -182,7 +193,7 @@ pub async fn connect(addr: &str, secret: &Secret) -> Result<(Reader, Writer), Er
         })?
         .map_err(|e| Error::Unreachable {
             addr: addr.to_string(),
-            reason: e.to_string(),
+            reason: unreachable_reason(&e),
         })?;
     let _ = sock.set_nodelay(true);
     let (rd, wr) = sock.into_split();
@@ -275,6 +286,20 @@ impl ListenerArgs {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn a_refused_connection_asks_whether_the_listener_runs_there() {
+        let refused = std::io::Error::from_raw_os_error(111);
+        assert_eq!(
+            unreachable_reason(&refused),
+            "Connection refused (os error 111): is plugpull-listener running there, on that port?"
+        );
+        let unreachable = std::io::Error::from_raw_os_error(113);
+        assert_eq!(
+            unreachable_reason(&unreachable),
+            "No route to host (os error 113)"
+        );
+    }
 
     /// A peer that answers our Hello with a frame of `len` body bytes.
     async fn peer_answering(len: u32) -> String {

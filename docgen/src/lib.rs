@@ -56,7 +56,11 @@ pub fn write(cmd: Command, dir: &Path) -> io::Result<()> {
 /// One page for `cmd`, named `page` (`plugpull-write-file`), then one per visible
 /// subcommand, depth first.
 fn write_pages(cmd: &Command, page: &str, dir: &Path) -> io::Result<()> {
-    let named = cmd.clone().name(page.to_string());
+    let mut named = cmd.clone().name(page.to_string());
+    // clap's own `help` subcommand gets no page: its SUBCOMMANDS entry would name one.
+    if named.find_subcommand("help").is_some() {
+        named = named.mut_subcommand("help", |h| h.hide(true));
+    }
     let mut out = Vec::new();
     clap_mangen::Man::new(named).render(&mut out)?;
     std::fs::write(dir.join(format!("{page}.1")), out)?;

@@ -50,7 +50,7 @@ pub struct RunEvidence {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunCut {
     /// How the moment of the cut is known: `device_error`, `server_lost`,
-    /// `last_heard` or `finished`.
+    /// `last_heard`, `witness_stopped` or `finished`.
     pub cut: String,
     /// The moment, ms after the run's start on the acks' clock.
     pub cut_ms: Option<u64>,

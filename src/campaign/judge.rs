@@ -6,7 +6,8 @@
 //!    driver reads "on" after "off" → **not measured** (the driver did not cut this
 //!    machine);
 //! 3. the machine did not come back → **invalid**; its runs were verified by a boot
-//!    that began before "off" (they had ended before the cut) → **not measured**;
+//!    that began before "off" (they had ended before the cut) → **not measured**, with
+//!    rule 6's reason when that boot is the one they ran in (no reboot at all);
 //! 4. a run measured nothing (pgbench: no promised commit) → **not measured**;
 //! 5. a verify could not run (exit 2) → **invalid**;
 //! 6. a boot id is unknown, or it did not change → **not measured** (no proof of a
@@ -109,8 +110,13 @@ fn validity(f: &CutFacts, reports: &[(&Outcome, Value)], acknowledged: u64) -> V
     };
     let device = f.pulling.kind == "device";
     // A boot announced by the time "off" returned began before it (a boot takes
-    // seconds): the moment itself is before the cut.
+    // seconds): the moment itself is before the cut. The boot the runs started in is
+    // always announced before "off": verified by it, the machine did not reboot at all,
+    // and rule 6's reason says so.
     if !device && f.verify_boot_at_ms.is_some_and(|at| at <= f.off_at_ms) {
+        if !boot_id.is_empty() && boot_id == f.pulling.boot_id {
+            return NotMeasured(SAME_BOOT.into());
+        }
         return NotMeasured(format!(
             "run set {} was verified by a boot that began before the driver's off: its runs had ended before the cut (a reboot or an agent restart)",
             f.pulling.number
@@ -129,10 +135,7 @@ fn validity(f: &CutFacts, reports: &[(&Outcome, Value)], acknowledged: u64) -> V
         );
     }
     if !device && boot_id == f.pulling.boot_id {
-        return NotMeasured(
-            "the boot id did not change: the machine did not lose power (or the agent was only restarted)"
-                .into(),
-        );
+        return NotMeasured(SAME_BOOT.into());
     }
     if acknowledged == 0 {
         return NotMeasured("the workload had acknowledged nothing yet".into());
@@ -145,6 +148,10 @@ fn validity(f: &CutFacts, reports: &[(&Outcome, Value)], acknowledged: u64) -> V
     }
     Validity::Valid
 }
+
+/// Rule 6's reason when the runs were verified by the boot they ran in.
+const SAME_BOOT: &str =
+    "the boot id did not change: the machine did not lose power (or the agent was only restarted)";
 
 fn text(v: &Value, key: &str) -> String {
     v[key].as_str().unwrap_or_default().to_string()

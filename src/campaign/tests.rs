@@ -234,17 +234,29 @@ fn each_rule_names_its_reason() {
         Validity::Invalid("the driver's off failed: ipmitool: timed out".into())
     );
     let mut early = facts(&p, Some((&pass, "b2")));
+    let ended = Validity::NotMeasured("run set 1 was verified by a boot that began before the driver's off: its runs had ended before the cut (a reboot or an agent restart)".into());
     for at in [999, 1000] {
         // Announced before "off" returned, or at that very millisecond: a boot that
         // began before the cut.
         early.verify_boot_at_ms = Some(at);
-        assert_eq!(
-            judge(&early).validity,
-            Validity::NotMeasured("run set 1 was verified by a boot that began before the driver's off: its runs had ended before the cut (a reboot or an agent restart)".into())
-        );
+        assert_eq!(judge(&early).validity, ended);
     }
     early.verify_boot_at_ms = Some(1001);
     assert_eq!(judge(&early).validity, Validity::Valid);
+    // Verified by the boot the runs ran in (announced before "off" since the run
+    // started): the machine did not reboot, whatever stopped the agent.
+    // Even when a verify could not run (rule 5 comes later).
+    let mut same = facts(&p, Some((&pass, "b1")));
+    same.verify_boot_at_ms = Some(50);
+    let same_boot = Validity::NotMeasured("the boot id did not change: the machine did not lose power (or the agent was only restarted)".into());
+    assert_eq!(judge(&same).validity, same_boot);
+    same.verified = Some((&broken, "b1"));
+    assert_eq!(judge(&same).validity, same_boot);
+    // No boot id at all on either side: the early boot alone says the runs had ended.
+    let unknown = pulling(1, 1, "");
+    let mut blank = facts(&unknown, Some((&pass, "")));
+    blank.verify_boot_at_ms = Some(50);
+    assert_eq!(judge(&blank).validity, ended);
     assert_eq!(
         judge(&facts(&p, Some((&pass, "")))).validity,
         Validity::NotMeasured(

@@ -38,6 +38,10 @@ pub struct RunLedger {
     /// How the run was chosen, in words (`given with --run`, or the newest run of
     /// the host by the listener's record); empty until the verifier sets it.
     pub chosen: String,
+    /// Why the witness stopped recording the run (a failed ledger append: its disk
+    /// is full), as the listener said when it sent the ledger; `None` when it did not
+    /// (the listener restarted since, or nothing failed).
+    pub witness_stopped: Option<String>,
 }
 
 /// Why a run's ledger cannot be judged (verify exits 2). The messages name the run.
@@ -174,6 +178,7 @@ impl RunLedger {
             device_error,
             acks_after_error,
             chosen: String::new(),
+            witness_stopped: None,
         })
     }
 }

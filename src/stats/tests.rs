@@ -76,7 +76,7 @@ fn nothing_measured_gives_no_bound_and_bad_input_is_refused() {
     );
     assert_eq!(
         failure_rate(0, 2, 1.0),
-        Err("the confidence level must be between 0 and 1 (or 0 % and 100 %), not 1".to_string())
+        Err("the confidence level must be above 0 and below 1 (or above 0 % and below 100 %), not 1".to_string())
     );
 }
 
@@ -120,7 +120,10 @@ fn the_planner_matches_the_published_values() {
     );
     assert_eq!(
         cuts_needed(0.0, 0.95),
-        Err("the failure rate must be between 0 and 1 (or 0 % and 100 %), not 0".to_string())
+        Err(
+            "the failure rate must be above 0 and below 1 (or above 0 % and below 100 %), not 0"
+                .to_string()
+        )
     );
     assert_eq!(
         rate_shown(0, 0.95),
@@ -222,7 +225,11 @@ fn fractions_and_plan_sentences() {
     );
     assert_eq!(
         parse_fraction("100%"),
-        Err("\"100%\" must be between 0 and 1 (or 0 % and 100 %)".to_string())
+        Err("\"100%\" must be above 0 and below 1 (or above 0 % and below 100 %)".to_string())
+    );
+    assert_eq!(
+        parse_fraction("0"),
+        Err("\"0\" must be above 0 and below 1 (or above 0 % and below 100 %)".to_string())
     );
     assert_eq!(
         plan_sentence(60, 0.95).unwrap(),

@@ -41,6 +41,9 @@ pub enum CutKind {
     /// The run ended without a word (the agent's host went down): the cut is the
     /// last time the listener heard from the agent.
     LastHeard,
+    /// The witness stopped recording the run (its ledger append failed: its disk is
+    /// full) and the writer stopped with it: no cut happened while it wrote.
+    WitnessStopped,
     /// The run ended by itself (its duration, its count, an interrupt): no cut
     /// happened while it wrote.
     #[default]
@@ -120,6 +123,30 @@ pub struct CutReport {
 }
 
 impl CutReport {
+    /// How the run ended, in a few words, for a report's head (`ended: …`): a
+    /// finished pgbench run that lost its server did not finish by itself.
+    pub fn ended(&self) -> &'static str {
+        match self.cut {
+            CutKind::Finished => "by itself (its duration or count, or an interrupt)",
+            CutKind::ServerLost => "the server was lost (see cut)",
+            CutKind::DeviceError => "a device error (see cut)",
+            CutKind::WitnessStopped => "the witness stopped recording it (see cut)",
+            CutKind::LastHeard => "no end recorded: cut short, or still running",
+        }
+    }
+
+    /// The note after a report's acknowledged count when the ledger holds no end
+    /// (`ended`: it holds a `Finished` or a device-error entry): why there is none.
+    pub fn no_end_note(&self, ended: bool) -> &'static str {
+        match (ended, self.cut) {
+            (true, _) => "",
+            (false, CutKind::WitnessStopped) => {
+                " (no end recorded: the witness stopped recording the run, and the writer stopped with it)"
+            }
+            (false, _) => " (no end recorded: the run was cut short, or is still running)",
+        }
+    }
+
     /// The report's lines for the human text, e.g. `cut: the device error at 4.210 s;
     /// 37 acknowledgements in the last 100 ms, 402 in the last 1 s (the last 0.002 s
     /// before it)` and `canary: …`.
@@ -128,6 +155,11 @@ impl CutReport {
         let moment = self.cut_ms.map(|c| c + self.moved_back_ms.unwrap_or(0));
         let cut = match (self.cut, moment) {
             (CutKind::Finished, _) => "none while the run wrote: it finished by itself".to_string(),
+            (CutKind::WitnessStopped, Some(ms)) => format!(
+                "none while the run wrote: the witness stopped recording it at {} into the run, and the writer stopped with it",
+                when(ms)
+            ),
+            (CutKind::WitnessStopped, None) => "none while the run wrote: the witness stopped recording it, and the writer stopped with it".to_string(),
             (CutKind::DeviceError, Some(ms)) => {
                 format!("the device error at {} into the run", when(ms))
             }
@@ -151,7 +183,8 @@ impl CutReport {
             _ => cut,
         };
         let mut out = vec![format!("cut: {cut}")];
-        if self.cut != CutKind::Finished && self.cut_ms.is_some() {
+        let no_cut = matches!(self.cut, CutKind::Finished | CutKind::WitnessStopped);
+        if !no_cut && self.cut_ms.is_some() {
             let last = match self.last_ack_before_cut_ms {
                 Some(ms) => format!("the last {} before it", when(ms)),
                 None => "none at all".to_string(),
@@ -179,7 +212,10 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
         }
     } else {
         let heard = l.batches.iter().map(|b| u64::from(b.sealed_ms)).max();
-        (CutKind::LastHeard, heard)
+        match l.witness_stopped {
+            Some(_) => (CutKind::WitnessStopped, heard),
+            None => (CutKind::LastHeard, heard),
+        }
     };
     // A write in flight since well before the moment (the newest batch sealed by
     // then says since when): the storage stopped answering at its issue at the latest.
@@ -223,7 +259,11 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
         .device_error
         .as_ref()
         .is_some_and(|d| errno_of(&d.error) == Some(ENOSPC));
-    let why = if full && r.canary.state == CanaryState::NotNeeded {
+    let why = if let Some(e) = &l.witness_stopped {
+        // The writer stops the run when the witness cannot record it: a later cut
+        // finds the run over.
+        Some(format!("the witness could not record the run's acknowledgements ({e}), so the writer stopped the run and no power was cut while it wrote: free space on the witness's ledger disk and run again"))
+    } else if full && r.canary.state == CanaryState::NotNeeded {
         // A full filesystem or thin pool ends a run with a device error, but nothing
         // lost power: the storage kept running.
         Some("the run ended because the storage filled up (ENOSPC): no power was cut".into())

@@ -136,6 +136,7 @@ mod tests {
             device_error: end,
             acks_after_error: 0,
             chosen: String::new(),
+            witness_stopped: None,
             lost_ms: None,
         }
     }

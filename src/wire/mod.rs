@@ -49,7 +49,7 @@ use crate::RunId;
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol, carried in `Hello` and `Challenge`.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// A message from the agent or verifier to the listener.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -170,6 +170,9 @@ pub enum Response {
         /// Torn tails the listener cut off this run's ledger when it restarted
         /// (complete on the last chunk; empty on the others).
         torn: Vec<TornTail>,
+        /// Why the listener stopped recording this run (an append failed: its disk
+        /// is full), while it still knows (until it restarts); on the last chunk.
+        witness_stopped: Option<String>,
     },
     /// Answer to a campaign request.
     Campaign(Box<CampaignResponse>),
@@ -318,6 +321,7 @@ mod tests {
         bytes: Vec<u8>,
         last: bool,
         torn: Vec<TornTail>,
+        witness_stopped: Option<String>,
     }
 
     fn chunk(bytes: &[u8]) -> Response {
@@ -326,6 +330,7 @@ mod tests {
             bytes: bytes.to_vec(),
             last: true,
             torn: Vec::new(),
+            witness_stopped: None,
         }
     }
 
@@ -335,6 +340,7 @@ mod tests {
             bytes: bytes.to_vec(),
             last: true,
             torn: Vec::new(),
+            witness_stopped: None,
         }
     }
 
@@ -343,7 +349,8 @@ mod tests {
         let bytes: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
         let now = postcard::to_allocvec(&chunk(&bytes)).unwrap();
         // `LedgerChunk` is `Response`'s sixth variant; then run (3 varint bytes), the
-        // length 300 (0xAC 0x02), the 300 bytes, last, the empty torn list.
+        // length 300 (0xAC 0x02), the 300 bytes, last, the empty torn list, no
+        // witness stop.
         assert_eq!(now[0], 5);
         assert_eq!(
             now[1..],
@@ -351,7 +358,7 @@ mod tests {
         );
         assert_eq!(&now[4..6], &[0xAC, 0x02]);
         assert_eq!(&now[6..306], &bytes[..]);
-        assert_eq!(&now[306..], &[1, 0]);
+        assert_eq!(&now[306..], &[1, 0, 0]);
         // An empty chunk (an empty ledger's) and a full 1 MiB one (a 3-byte length):
         // the same bytes both ways, and each side decodes the other's.
         for len in [0usize, 300, 1 << 20] {

@@ -65,4 +65,19 @@ fn no_page_for_a_hidden_or_help_subcommand() {
         "a help page: {names:?}"
     );
     assert!(names.len() > 10, "too few pages: {names:?}");
+    // No page lists one for `help` either (`plugpull-help(1)` is not installed).
+    for (page, listed) in [
+        ("plugpull.1", "probe(1)"),
+        ("plugpull-campaign.1", "run(1)"),
+    ] {
+        let text = std::fs::read_to_string(dir.path().join("man1").join(page)).unwrap();
+        assert!(
+            !text.contains("help(1)"),
+            "{page} lists a help page:\n{text}"
+        );
+        assert!(
+            text.contains(listed),
+            "{page} does not list {listed}:\n{text}"
+        );
+    }
 }

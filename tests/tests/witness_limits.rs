@@ -62,6 +62,31 @@ fn a_full_witness_disk_ends_the_run_with_a_named_error() {
     assert!(b.values().all(|&(times, _)| times == 1));
     assert_eq!(b.values().map(|&(_, a)| a).sum::<u64>(), lines(&ack_log));
     assert!(lines(&ack_log) > 0);
+    // Its verify says the witness stopped it: no cut, NOT MEASURED, with the error.
+    let v = plugpull(&["verify", "--listener", l.addr(), "--run", &run]);
+    let out = stdout(&v);
+    assert_eq!(v.status.code(), Some(2), "{out}{}", stderr(&v));
+    let full = format!(
+        "cannot append to ledger {}: No space left on device (os error 28)",
+        path.display()
+    );
+    assert!(
+        out.contains(&format!(
+            "acknowledged writes in ledger: {} (no end recorded: the witness stopped recording the run, and the writer stopped with it)\n",
+            lines(&ack_log)
+        )),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l
+            .starts_with("cut: none while the run wrote: the witness stopped recording it at ")
+            && l.ends_with(" s into the run, and the writer stopped with it")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("the witness could not record the run's acknowledgements ({full}), so the writer stopped the run and no power was cut while it wrote: free space on the witness's ledger disk and run again")),
+        "{out}"
+    );
     // A resume of the run (with its token, derived as the listener does from the key
     // in its data directory) is refused with the same error.
     let key = std::fs::read(data.join("token-key")).unwrap();

@@ -26,6 +26,18 @@ pub fn show(c: &Campaign, args: &ShowArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// The first line of `campaign run`: the campaign's shape and where this run starts
+/// (`recorded` cuts were judged before it; `done`: nothing is left to cut). The cuts
+/// this run makes are counted by the roll-up at its end, not here.
+pub fn run_heading(name: &str, hosts: usize, cuts: u32, recorded: usize, done: bool) -> String {
+    let start = match (recorded, done) {
+        (_, true) => format!("{recorded} cut(s) recorded, done"),
+        (0, false) => "no cut recorded yet, starting".to_string(),
+        (_, false) => format!("{recorded} cut(s) recorded, resuming"),
+    };
+    format!("campaign {name}: {hosts} host(s), {cuts} cuts each; {start}")
+}
+
 /// The header of the cut lines.
 pub const HEADER: &str =
     "  cut  host             time (UTC)           driver (kind)      delay  acknowledged  validity      verdict";
@@ -239,5 +251,26 @@ fn junit_status(k: &CutRecord) -> TestCaseStatus {
             s.set_message(format!("invalid: {r}"));
             s
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_heading_says_where_the_run_starts() {
+        assert_eq!(
+            run_heading("r", 1, 2, 0, false),
+            "campaign r: 1 host(s), 2 cuts each; no cut recorded yet, starting"
+        );
+        assert_eq!(
+            run_heading("k", 1, 5, 2, false),
+            "campaign k: 1 host(s), 5 cuts each; 2 cut(s) recorded, resuming"
+        );
+        assert_eq!(
+            run_heading("h", 1, 10, 10, true),
+            "campaign h: 1 host(s), 10 cuts each; 10 cut(s) recorded, done"
+        );
     }
 }

@@ -53,19 +53,12 @@ pub async fn run(listener: &str, secret: &Secret, args: &ShowArgs) -> Result<boo
         json: args.json,
     };
     let done = c.cuts();
-    w.say(&format!(
-        "campaign {}: {} host(s), {} cuts each; {} cut(s) recorded{}",
-        c.definition.name,
+    w.say(&print::run_heading(
+        &c.definition.name,
         c.definition.hosts.len(),
         c.definition.cuts,
         done.len(),
-        if c.done() {
-            ", done"
-        } else if done.is_empty() {
-            ""
-        } else {
-            ", resuming"
-        }
+        c.done(),
     ));
     w.say(print::HEADER);
     for cut in &done {

@@ -88,10 +88,16 @@ pub const MAX_JOBS: u32 = 1024;
 /// Validates the arguments and returns the number of blocks (durations are bounded
 /// by the parser, `plugpull::units::MAX_DURATION`).
 pub fn check_args(a: &WriteArgs) -> Result<u64, Error> {
-    if a.block_size == 0 || !a.block_size.is_multiple_of(SECTOR as u64) || a.block_size > (64 << 20)
-    {
+    if a.block_size < SECTOR as u64 || a.block_size > (64 << 20) {
         return Err(format!(
-            "--block-size {} is not a multiple of 512 bytes between 512 and 64 MiB",
+            "--block-size {} is out of range: it must be between 512 bytes and 64 MiB",
+            plugpull::units::human_bytes(a.block_size)
+        )
+        .into());
+    }
+    if !a.block_size.is_multiple_of(SECTOR as u64) {
+        return Err(format!(
+            "--block-size {} is not a multiple of 512 bytes (a sector)",
             a.block_size
         )
         .into());
@@ -282,13 +288,34 @@ mod tests {
     }
 
     #[test]
+    fn a_negative_duration_is_named_as_such() {
+        let e = Cli::try_parse_from(["write", "--target", "/tmp/x", "-T", "-1s"])
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert_eq!(
+            e.to_string().lines().next().unwrap(),
+            "error: invalid value '-1s' for '--duration <DURATION>': \"-1s\" is negative: a duration is 0 or more, e.g. 30s or 5m"
+        );
+    }
+
+    #[test]
     fn check_args_counts_whole_blocks_and_refuses_each_bad_argument_by_name() {
         assert_eq!(check_args(&args(&[])).unwrap(), 256);
         assert_eq!(check_args(&args(&["--block-size", "3072"])).unwrap(), 341);
         assert_eq!(
             refusal(&["--block-size", "1000"]),
-            "--block-size 1000 is not a multiple of 512 bytes between 512 and 64 MiB"
+            "--block-size 1000 is not a multiple of 512 bytes (a sector)"
         );
+        assert_eq!(
+            refusal(&["--block-size", "128MiB"]),
+            "--block-size 128 MiB is out of range: it must be between 512 bytes and 64 MiB"
+        );
+        assert_eq!(
+            refusal(&["--block-size", "256"]),
+            "--block-size 256 bytes is out of range: it must be between 512 bytes and 64 MiB"
+        );
+        assert_eq!(check_args(&args(&["--block-size", "512"])).unwrap(), 2048);
         assert_eq!(
             refusal(&["--block-size", "2MiB"]),
             "--size 1048576 is smaller than one block (2097152 bytes)"

@@ -106,6 +106,7 @@ mod tests {
             device_error: None,
             acks_after_error: 0,
             chosen: String::new(),
+            witness_stopped: None,
             lost_ms: None,
         };
         let Workload::File(mut fm) = me.workload else {

@@ -88,11 +88,7 @@ pub fn print_file_report(r: &FileReport, show: usize) {
     println!(
         "acknowledged writes in ledger: {}{}",
         r.acknowledged,
-        if r.finished || r.device_error.is_some() {
-            ""
-        } else {
-            " (no end recorded: the run was cut short, or is still running)"
-        }
+        r.cut.no_end_note(r.finished || r.device_error.is_some())
     );
     if r.run_chosen.is_empty() {
         println!(
@@ -129,7 +125,12 @@ pub fn print_file_report(r: &FileReport, show: usize) {
         ),
         _ => println!("read: nothing (the target is gone)"),
     }
-    println!("blocks checked: {}", r.blocks_checked);
+    // A block written but never acknowledged (in flight at the end) is checked too:
+    // more blocks than acknowledged writes is no error.
+    println!(
+        "blocks checked: {} (every block the run wrote, acknowledged or in flight)",
+        r.blocks_checked
+    );
     println!();
     for line in r.verdicts.table("blocks", |v| v.fails(r.atomic.is_some())) {
         println!("{line}");

@@ -201,6 +201,18 @@ pub fn direct_alignment(f: &File, block_device: bool) -> Option<(u64, &'static s
     None
 }
 
+/// Why target `path` could not be opened: a missing directory is named as such.
+fn open_failure(path: &Path, e: &std::io::Error) -> String {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) if e.kind() == std::io::ErrorKind::NotFound && !dir.is_dir() => format!(
+            "cannot open target {}: its directory {} does not exist (create it first)",
+            path.display(),
+            dir.display()
+        ),
+        _ => format!("cannot open target {}: {e}", path.display()),
+    }
+}
+
 /// The target of a run, locked (`flock`, exclusive; block devices also opened
 /// `O_EXCL`) against a second writer and against mounting until dropped.
 pub struct LockedTarget {
@@ -233,7 +245,7 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
             .create(created)
             .truncate(false)
             .open(path)
-            .map_err(|e| Error::Msg(format!("cannot open target {shown}: {e}")))?
+            .map_err(|e| Error::Msg(open_failure(path, &e)))?
     };
     let fail = |msg: String| {
         if created {
@@ -521,6 +533,28 @@ fn scan(f: &File, size: u64) -> Scan {
 mod tests {
     use super::*;
     use plugpull::record::Encoder;
+
+    #[test]
+    fn a_target_in_a_missing_directory_says_so() {
+        let gone = std::env::temp_dir().join(format!("plugpull-nodir-{}", std::process::id()));
+        let path = gone.join("x.dat");
+        assert_eq!(
+            prepare_target(&path, 1 << 20, false)
+                .err()
+                .unwrap()
+                .to_string(),
+            format!(
+                "cannot open target {}: its directory {} does not exist (create it first)",
+                path.display(),
+                gone.display()
+            )
+        );
+        let denied = std::io::Error::from_raw_os_error(13);
+        assert_eq!(
+            open_failure(Path::new("/x.dat"), &denied),
+            "cannot open target /x.dat: Permission denied (os error 13)"
+        );
+    }
 
     /// A file of `blocks` 4 KiB blocks in a fresh directory, each block written by `fill`.
     fn file_with(name: &str, blocks: usize, fill: impl Fn(usize, &mut [u8])) -> (File, u64) {

@@ -74,21 +74,18 @@ pub fn print_files_report(r: &FilesReport, show: usize) {
         } else {
             String::new()
         },
-        if r.finished || r.device_error.is_some() {
-            ""
-        } else {
-            " (no end recorded: the run was cut short, or is still running)"
-        }
+        r.cut.no_end_note(r.finished || r.device_error.is_some())
     );
-    println!(
-        "run chosen: {}; started {} (agent clock)",
-        if r.run_chosen.is_empty() {
-            "-"
-        } else {
-            &r.run_chosen
-        },
-        plugpull::units::utc(r.run_started_unix_ms)
-    );
+    // As `write file`'s report: no "run chosen" when nothing chose it (a local run).
+    let started = plugpull::units::utc(r.run_started_unix_ms);
+    if r.run_chosen.is_empty() {
+        println!("run started {started} (agent clock)");
+    } else {
+        println!(
+            "run chosen: {}; started {started} (agent clock)",
+            r.run_chosen
+        );
+    }
     println!(
         "names checked: {}; left by a step in flight at the cut: {}",
         r.names_checked, r.in_flight_survived

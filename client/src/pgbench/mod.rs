@@ -77,7 +77,7 @@ pub struct WriteArgs {
     /// How long to run, e.g. `60s` or `10m` (pgbench -T). The default when neither
     /// this nor --transactions is given: 30 s, as for every workload.
     #[arg(long, short = 'T', value_parser = plugpull::units::parse_duration,
-          conflicts_with = "transactions")]
+          conflicts_with = "transactions", allow_hyphen_values = true)]
     pub duration: Option<Duration>,
 
     /// Transactions per client, failed ones included (pgbench -t).

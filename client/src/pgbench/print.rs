@@ -134,8 +134,8 @@ fn print_run(r: &PgReport) {
     println!("run {} (pgbench) from host {}", r.run_id, r.host);
     println!("checked: {}", r.conninfo);
     println!(
-        "finished: {}   durability promised: {}   clients: {}",
-        yes(r.finished),
+        "ended: {}   durability promised: {}   clients: {}",
+        r.cut.ended(),
         yes(r.promised),
         r.clients
     );

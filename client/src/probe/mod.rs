@@ -24,9 +24,9 @@ use std::path::Path;
 /// The most `--seconds` may ask for: one hour.
 pub const MAX_SECONDS: f64 = 3600.0;
 
-/// `plugpull probe`'s arguments: at least one of `--target` and `--dsn`.
+/// `plugpull probe`'s arguments: `--target`, `--dsn` or both; with neither, a
+/// server named by libpq's environment ([`SERVER_ENV`]) as `--dsn ''` would.
 #[derive(clap::Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["target", "dsn"])))]
 pub struct ProbeArgs {
     /// The file (or block device) whose storage stack to probe; a file need not
     /// exist yet if its directory does. Without it, `--dsn`'s data directory is the
@@ -35,7 +35,8 @@ pub struct ProbeArgs {
     pub target: Option<std::path::PathBuf>,
     /// Also probe this PostgreSQL server (conninfo or URL, plus the `PG*`
     /// environment): its durability settings, its data directory's stack, and
-    /// libeatmydata in its backend.
+    /// libeatmydata in its backend. Without --target and --dsn, PGSERVICE, PGHOST,
+    /// PGHOSTADDR, PGPORT or PGDATABASE in the environment name the server.
     #[arg(long)]
     pub dsn: Option<String>,
     /// Also run a timed single-job `pwrite` + `fdatasync` loop on a scratch file
@@ -98,6 +99,20 @@ pub async fn command(args: &ProbeArgs) -> Result<bool, Error> {
     }
 }
 
+/// libpq's environment variables that name a server: with one set, `probe` without
+/// `--target` and `--dsn` probes that server (as `psql` would connect to it).
+pub const SERVER_ENV: [&str; 5] = ["PGSERVICE", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE"];
+
+/// The error of a probe given nothing to probe.
+pub const NOTHING_TO_PROBE: &str = "probe: nothing to probe: give --target FILE, --dsn CONNINFO or both (or set PGSERVICE or PGHOST to probe that PostgreSQL server)";
+
+/// The first of [`SERVER_ENV`] that `var` has a non-empty value for.
+pub fn server_env(var: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
+    SERVER_ENV
+        .into_iter()
+        .find(|k| var(k).is_some_and(|v| !v.is_empty()))
+}
+
 /// The probe `args` ask for, and why `--seconds` could not run, if it could not.
 ///
 /// The walk, the tools it runs (up to 5 s each) and the timed loop block: they run
@@ -111,7 +126,10 @@ async fn run(args: &ProbeArgs) -> Result<(Probe, Option<Error>), Error> {
             pg::beside(own, pg::probe_dsn(dsn).await?)
         }
         (None, Some(dsn)) => pg::probe_dsn(dsn).await?,
-        (None, None) => return Err(Error::Msg("probe: give --target, --dsn or both".into())),
+        (None, None) => match server_env(|k| std::env::var(k).ok()) {
+            Some(_) => pg::probe_dsn("").await?,
+            None => return Err(Error::Msg(NOTHING_TO_PROBE.into())),
+        },
     };
     if let Some(t) = &args.target {
         p.notes.extend(held_note(t));
@@ -361,4 +379,26 @@ pub fn mount_of(path: &Path, dev: u64) -> Result<mountinfo::MountInfo, Error> {
     mountinfo::mount_of(&all, &canon, libc::major(dev), libc::minor(dev))
         .cloned()
         .ok_or_else(|| Error::Msg(format!("no mount holds {}", canon.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_is_named_by_the_first_set_libpq_variable() {
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                set.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(server_env(env(&[])), None);
+        assert_eq!(server_env(env(&[("PGUSER", "x"), ("PGHOST", "")])), None);
+        assert_eq!(
+            server_env(env(&[("PGPORT", "5433"), ("PGSERVICE", "bench")])),
+            Some("PGSERVICE")
+        );
+    }
 }

@@ -203,40 +203,24 @@ impl AckSink {
     }
 
     /// Blocks the calling thread while [`AckSink::paused`], saying so on stderr (at
-    /// most once every 10 s, with the matching "resumed"). Returns early when `stop`
-    /// is set or at `deadline` (the run's `-T`: a silent witness does not stretch
-    /// the run; its end then waits at most [`super::FINISH_DEADLINE`] for it).
+    /// most once every 10 s, with the matching "resumed"; a pause at the count bound
+    /// only once it lasted [`QUIET_PAUSE`]). Returns early when `stop` is set or at
+    /// `deadline` (the run's `-T`: a silent witness does not stretch the run; its end
+    /// then waits at most [`super::FINISH_DEADLINE`] for it).
     pub fn wait_while_paused(&self, stop: &AtomicBool, deadline: Option<Instant>) {
-        if !self.paused() {
+        if !self.paused() || self.failed() {
             return;
         }
-        let say = {
-            let mut last = self.shared.last_pause_said.lock().unwrap();
-            let say = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-            if say {
-                *last = Some(Instant::now());
-            }
-            say
-        };
-        if self.failed() {
-            return;
-        }
-        if say && !self.shared.paused.swap(true, Ordering::Relaxed) {
-            if self.count_bound() {
-                eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
-            } else {
-                eprintln!(
-                    "paused: the witness has not confirmed for {:.1} s, {} acknowledgements waiting; waiting for it",
-                    self.shared.stalled().as_secs_f64(),
-                    self.shared.waiting()
-                );
-            }
-        }
+        let since = Instant::now();
         while self.paused()
             && !stop.load(Ordering::Relaxed)
             && !self.failed()
             && deadline.is_none_or(|d| Instant::now() < d)
         {
+            let count = self.count_bound();
+            if !self.shared.paused.load(Ordering::Relaxed) && tell_pause(count, since.elapsed()) {
+                self.announce(count);
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         if self.shared.paused.swap(false, Ordering::Relaxed) {
@@ -249,5 +233,53 @@ impl AckSink {
                 );
             }
         }
+    }
+
+    /// Says on stderr why writers pause (`count`: at the count bound), unless it was
+    /// said less than 10 s ago or another writer is saying it.
+    fn announce(&self, count: bool) {
+        let say = {
+            let mut last = self.shared.last_pause_said.lock().unwrap();
+            let say = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+            if say {
+                *last = Some(Instant::now());
+            }
+            say
+        };
+        if !say || self.shared.paused.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if count {
+            eprintln!("paused: more than {} acknowledgements are not yet confirmed by the listener; waiting for it", self.shared.max_unconfirmed);
+        } else {
+            eprintln!(
+                "paused: the witness has not confirmed for {:.1} s, {} acknowledgements waiting; waiting for it",
+                self.shared.stalled().as_secs_f64(),
+                self.shared.waiting()
+            );
+        }
+    }
+}
+
+/// How long a pause at the count bound lasts before it is told: `write files` meets
+/// its small bound (16) at every burst of steps, for milliseconds, as flow control.
+pub const QUIET_PAUSE: Duration = Duration::from_secs(1);
+
+/// Whether a pause that has lasted `paused_for` is told now: a stalled witness at
+/// once, a pause at the count bound (`count`) once it lasted [`QUIET_PAUSE`].
+fn tell_pause(count: bool, paused_for: Duration) -> bool {
+    !count || paused_for >= QUIET_PAUSE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_at_the_count_bound_is_told_only_once_it_lasts() {
+        assert!(!tell_pause(true, Duration::ZERO));
+        assert!(!tell_pause(true, Duration::from_millis(999)));
+        assert!(tell_pause(true, Duration::from_secs(1)));
+        assert!(tell_pause(false, Duration::ZERO));
     }
 }

@@ -15,7 +15,7 @@ pub const DEFAULT_DURATION: Duration = Duration::from_secs(30);
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// How long to run, e.g. 30s or 5m (default 30s).
-    #[arg(long, short = 'T', value_parser = parse_duration)]
+    #[arg(long, short = 'T', value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Print a progress line every SECONDS.
     #[arg(short = 'P', long = "progress", value_parser = parse_duration)]

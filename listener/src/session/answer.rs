@@ -24,8 +24,14 @@ pub(super) enum Pending {
         resume: bool,
         batch: u64,
     },
-    /// A ledger, sent as `LedgerChunk`s with its torn tails on the last one.
-    Ledger(RunId, Vec<u8>, Vec<plugpull::ledger::TornTail>),
+    /// A ledger, sent as `LedgerChunk`s with its torn tails and why the witness
+    /// stopped recording it (if it did) on the last one.
+    Ledger(
+        RunId,
+        Vec<u8>,
+        Vec<plugpull::ledger::TornTail>,
+        Option<String>,
+    ),
 }
 
 /// The writing half: sends each answer in order, sealed, once it is ready.
@@ -43,8 +49,8 @@ pub(super) async fn answer_in_order<W: AsyncWrite + Unpin>(
                 resume,
                 batch,
             } => confirmation(run, rx.await, resume, batch),
-            Pending::Ledger(run, bytes, torn) => {
-                send_ledger(&mut wr, &mut seal, run, &bytes, torn).await?;
+            Pending::Ledger(run, bytes, torn, stopped) => {
+                send_ledger(&mut wr, &mut seal, run, &bytes, (torn, stopped)).await?;
                 continue;
             }
         };
@@ -100,14 +106,16 @@ fn confirmation(
 }
 
 /// Sends `run`'s ledger `bytes` as sealed `LedgerChunk`s of at most 1 MiB (one empty
-/// chunk for an empty ledger), `torn` on the last one, then flushes.
+/// chunk for an empty ledger), `end` (its torn tails, why the witness stopped
+/// recording it) on the last one, then flushes.
 async fn send_ledger<W: AsyncWrite + Unpin>(
     wr: &mut W,
     seal: &mut Direction,
     run: RunId,
     bytes: &[u8],
-    mut torn: Vec<plugpull::ledger::TornTail>,
+    end: (Vec<plugpull::ledger::TornTail>, Option<String>),
 ) -> Result<(), String> {
+    let (mut torn, mut stopped) = end;
     const CHUNK: usize = 1 << 20;
     let n = bytes.len().div_ceil(CHUNK).max(1);
     for (i, c) in bytes
@@ -126,6 +134,7 @@ async fn send_ledger<W: AsyncWrite + Unpin>(
                 } else {
                     Vec::new()
                 },
+                witness_stopped: if last { stopped.take() } else { None },
             },
             seal,
         );

@@ -470,7 +470,8 @@ impl Requests<'_> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let (bytes, torn) = store.read(run)?;
-        let _ = self.out.send(Pending::Ledger(run, bytes, torn));
+        let stopped = store.failure(run);
+        let _ = self.out.send(Pending::Ledger(run, bytes, torn, stopped));
         Ok(())
     }
 }

@@ -397,6 +397,13 @@ impl Store {
         }
     }
 
+    /// Why `run`'s ledger takes no more appends (an append failed since this
+    /// listener started), if it does not.
+    pub fn failure(&self, run: RunId) -> Option<String> {
+        let runs = self.runs.lock().unwrap();
+        runs.get(&run)?.failed.clone()
+    }
+
     /// Marks `run` failed by `error` and unregisters its writer.
     fn fail(&self, run: RunId, error: &StoreError) {
         if let Some(r) = self.runs.lock().unwrap().get_mut(&run) {

@@ -20,6 +20,7 @@ fn ledger(batches: Vec<AckBatch>) -> RunLedger {
         device_error: None,
         acks_after_error: 0,
         chosen: String::new(),
+        witness_stopped: None,
     }
 }
 
@@ -43,6 +44,32 @@ fn batch(n: u64, ms: &[u32], sealed: u32, canary: u64) -> AckBatch {
         canary,
         oldest_in_flight_ms: None,
     }
+}
+
+#[test]
+fn a_run_the_witness_stopped_recording_was_not_cut() {
+    let mut l = ledger(vec![
+        batch(1, &[100, 1000, 1050], 1060, 190),
+        batch(2, &[], 1070, 195),
+    ]);
+    l.witness_stopped =
+        Some("cannot append to ledger /w/r.ledger: No space left on device (os error 28)".into());
+    // Even a lost canary (the host lost power later) does not make it a cut: the
+    // writer had stopped.
+    let r = judge_cut(&l, Some(false), found(160));
+    assert_eq!((r.cut, r.cut_ms), (CutKind::WitnessStopped, Some(1070)));
+    assert!(!r.measured);
+    assert_eq!(r.not_measured, "the witness could not record the run's acknowledgements (cannot append to ledger /w/r.ledger: No space left on device (os error 28)), so the writer stopped the run and no power was cut while it wrote: free space on the witness's ledger disk and run again");
+    assert_eq!(
+        r.lines()[0],
+        "cut: none while the run wrote: the witness stopped recording it at 1.070 s into the run, and the writer stopped with it"
+    );
+    assert_eq!(r.lines().len(), 2, "no exposure line: {:?}", r.lines());
+    assert_eq!(r.ended(), "the witness stopped recording it (see cut)");
+    assert_eq!(
+        r.no_end_note(false),
+        " (no end recorded: the witness stopped recording the run, and the writer stopped with it)"
+    );
 }
 
 #[test]
@@ -185,6 +212,8 @@ fn a_pgbench_server_loss_is_the_cut_and_counts_commits_of_a_range() {
     l.lost_ms = Some(1500);
     let r = judge_cut(&l, Some(false), found(20));
     assert_eq!((r.cut, r.cut_ms), (CutKind::ServerLost, Some(1500)));
+    assert_eq!(r.ended(), "the server was lost (see cut)");
+    assert_eq!(r.no_end_note(true), "");
     assert_eq!(
         (r.acks_last_100ms, r.acks_last_1s, r.last_ack_before_cut_ms),
         (7, 47, Some(50))
@@ -354,5 +383,61 @@ fn a_finished_run_has_no_exposure_line() {
             "cut: none while the run wrote: it finished by itself".to_string(),
             "canary: survived: records 35..=50, the newest the agent reported written with no durability call, are all on the medium (the newest there is 50), as after a clean shutdown or a sync".to_string(),
         ]
+    );
+}
+
+#[test]
+fn each_way_a_run_ended_has_its_words() {
+    let words = |cut| {
+        let r = CutReport {
+            cut,
+            ..CutReport::default()
+        };
+        (r.ended(), r.no_end_note(false), r.no_end_note(true))
+    };
+    let cut_short = " (no end recorded: the run was cut short, or is still running)";
+    assert_eq!(
+        words(CutKind::Finished),
+        (
+            "by itself (its duration or count, or an interrupt)",
+            cut_short,
+            ""
+        )
+    );
+    assert_eq!(
+        words(CutKind::DeviceError),
+        ("a device error (see cut)", cut_short, "")
+    );
+    assert_eq!(
+        words(CutKind::ServerLost),
+        ("the server was lost (see cut)", cut_short, "")
+    );
+    assert_eq!(
+        words(CutKind::LastHeard),
+        (
+            "no end recorded: cut short, or still running",
+            cut_short,
+            ""
+        )
+    );
+    assert_eq!(
+        words(CutKind::WitnessStopped),
+        (
+            "the witness stopped recording it (see cut)",
+            " (no end recorded: the witness stopped recording the run, and the writer stopped with it)",
+            ""
+        )
+    );
+}
+
+#[test]
+fn a_run_the_witness_stopped_before_any_batch_names_no_moment() {
+    let mut l = ledger(Vec::new());
+    l.witness_stopped = Some("disk full".into());
+    let r = judge_cut(&l, None, CanaryRead::Missing("no canary".into()));
+    assert_eq!((r.cut, r.cut_ms), (CutKind::WitnessStopped, None));
+    assert_eq!(
+        r.lines()[0],
+        "cut: none while the run wrote: the witness stopped recording it, and the writer stopped with it"
     );
 }

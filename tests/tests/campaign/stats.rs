@@ -32,7 +32,7 @@ fn plan_prints_the_cuts_a_rate_needs_and_what_clean_cuts_show() {
     let o = plugpull(&["campaign", "plan", "--rate", "150%"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("\"150%\" must be between 0 and 1 (or 0 % and 100 %)"),
+        stderr(&o).contains("\"150%\" must be above 0 and below 1 (or above 0 % and below 100 %)"),
         "{}",
         stderr(&o)
     );

@@ -43,6 +43,13 @@ fn finished(extra: &[&str]) -> Finished {
     args.extend_from_slice(extra);
     let o = write_files(&l, &dir, &args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Its bound of 16 unconfirmed steps holds the workers for milliseconds: no news.
+    let err = stderr(&o);
+    let paused: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("paused:") || l.starts_with("resumed:"))
+        .collect();
+    assert_eq!(paused, Vec::<&str>::new(), "{err}");
     let run = run_id(&o);
     let mut present: Vec<(String, u64)> = std::fs::read_dir(&dir)
         .unwrap()

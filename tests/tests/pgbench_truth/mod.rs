@@ -79,19 +79,28 @@ fn amcheck_a_role_may_not_call_is_a_note_not_corruption() {
             "corruptions": 0,
             "relations_checked": 0,
             "note": "amcheck could not run: \
-                verify_heapam(pgbench_history): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                verify_heapam(pgbench_tellers): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                verify_heapam(pgbench_accounts): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                verify_heapam(pgbench_branches): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
-                bt_index_check(pgbench_accounts_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501); \
-                bt_index_check(pgbench_branches_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501); \
-                bt_index_check(pgbench_tellers_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501)"
+                verify_heapam(pgbench_history, pgbench_tellers, pgbench_accounts, pgbench_branches): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
+                bt_index_check(pgbench_accounts_pkey, pgbench_branches_pkey, pgbench_tellers_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501): \
+                verify as a superuser, or have one run GRANT EXECUTE ON FUNCTION \
+                verify_heapam(regclass, boolean, boolean, text, bigint, bigint), bt_index_check(regclass, boolean) TO plain"
         }),
         "{v:#}"
     );
     assert_eq!(v["findings"], json!([]), "{v:#}");
     assert_eq!(v["acknowledged_commits"], json!(100));
     assert!(v["summary"].as_str().unwrap().starts_with("PASS"), "{v:#}");
+    // The grant the note names is enough: amcheck then checks every relation.
+    pg.psql_in(
+        "bench",
+        "GRANT EXECUTE ON FUNCTION verify_heapam(regclass, boolean, boolean, text, bigint, bigint), bt_index_check(regclass, boolean) TO plain",
+    );
+    let (code, v, err) = verify(&l, &run, &dsn, &[]);
+    assert_eq!(code, 0, "{err}\n{v:#}");
+    assert_eq!(
+        (&v["amcheck"]["ran"], &v["amcheck"]["relations_checked"]),
+        (&json!(true), &json!(7)),
+        "{v:#}"
+    );
 
     // A --dsn that reaches something that is not PostgreSQL: exit 2, not a finding.
     let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -225,11 +225,70 @@ fn unsafe_settings_and_eatmydata_in_the_server_warn_in_order() {
 
 #[test]
 fn probe_without_target_or_dsn_exits_2_naming_both() {
-    let o = plugpull_tests::plugpull(&["probe", "--json"]);
+    let mut cmd = Command::new(plugpull_tests::bin("plugpull"));
+    cmd.args(["probe", "--json"]);
+    for k in ["PGSERVICE", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE"] {
+        cmd.env_remove(k);
+    }
+    let o = cmd.output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+    let why = "probe: nothing to probe: give --target FILE, --dsn CONNINFO or both (or set PGSERVICE or PGHOST to probe that PostgreSQL server)";
     assert_eq!(
         String::from_utf8_lossy(&o.stderr),
-        "error: the following required arguments were not provided:\n  <--target <TARGET>|--dsn <DSN>>\n\nUsage: plugpull probe --json <--target <TARGET>|--dsn <DSN>>\n\nFor more information, try '--help'.\n"
+        format!("plugpull: {why}\n")
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&o.stdout).unwrap(),
+        serde_json::json!({"ok": false, "error": why})
+    );
+}
+
+/// libpq's rule, as `write pgbench` follows it: `PGSERVICE` alone names the server,
+/// without `--dsn`.
+#[test]
+fn pgservice_alone_names_the_server_to_probe() {
+    let test = "pgservice_alone_names_the_server_to_probe";
+    if PgCluster::skip(test) {
+        return;
+    }
+    let c = PgCluster::start_new();
+    let dir = tempfile::tempdir().unwrap();
+    let services = dir.path().join("pg_service.conf");
+    std::fs::write(
+        &services,
+        format!(
+            "[benchsvc]\nhost={}\nport={}\nuser=postgres\ndbname=postgres\n",
+            c.sock.display(),
+            c.port
+        ),
+    )
+    .unwrap();
+    let o = Command::new(plugpull_tests::bin("plugpull"))
+        .args(["probe", "--json"])
+        .env("PGSERVICE", "benchsvc")
+        .env("PGSERVICEFILE", &services)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["postgres"]["conninfo"],
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            c.sock.display(),
+            c.port
+        ),
+        "{v:#}"
+    );
+    assert_eq!(
+        v["postgres"]["settings"]["data_directory"],
+        c.data.to_str().unwrap(),
+        "{v:#}"
     );
 }
 

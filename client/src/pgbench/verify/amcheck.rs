@@ -27,7 +27,7 @@ pub async fn amcheck(
         .await
     {
         am.note = Some(format!(
-            "amcheck could not run: {} (needs the extension and the right to create it)",
+            "amcheck could not run: {} (it needs the extension: have a superuser run CREATE EXTENSION amcheck in this database, or verify as a superuser)",
             describe(&e)
         ));
         return Ok(am);
@@ -41,9 +41,79 @@ pub async fn amcheck(
     heaps(client, &tables, &mut am, &mut notes, findings, pages).await?;
     indexes(client, &tables, &mut am, &mut notes, findings, pages).await?;
     if !notes.is_empty() {
-        am.note = Some(format!("amcheck could not run: {}", notes.join("; ")));
+        let role = if notes.iter().any(|n| n.denied) {
+            client
+                .query_one("SELECT current_user::text", &[])
+                .await
+                .map(|r| r.get::<_, String>(0))
+                .unwrap_or_else(|_| "ROLE".into())
+        } else {
+            String::new()
+        };
+        am.note = Some(note(&notes, &role));
     }
     Ok(am)
+}
+
+/// One relation amcheck could not check, and why.
+struct Skipped {
+    /// `verify_heapam` or `bt_index_check`.
+    func: &'static str,
+    /// The table or index.
+    relation: String,
+    /// The error, described.
+    error: String,
+    /// The role may not call `func` (SQLSTATE 42501).
+    denied: bool,
+}
+
+impl Skipped {
+    fn new(func: &'static str, relation: &str, e: &tokio_postgres::Error) -> Skipped {
+        Skipped {
+            func,
+            relation: relation.to_string(),
+            error: describe(e),
+            denied: e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        }
+    }
+}
+
+/// The amcheck note: each function and error once, with the relations it hit; when
+/// `role` may not call a function, how to let it (amcheck's functions are revoked
+/// from PUBLIC).
+fn note(skipped: &[Skipped], role: &str) -> String {
+    let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    for s in skipped {
+        match groups
+            .iter_mut()
+            .find(|(f, e, _)| *f == s.func && *e == s.error)
+        {
+            Some((_, _, rels)) => rels.push(&s.relation),
+            None => groups.push((s.func, &s.error, vec![&s.relation])),
+        }
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(f, e, rels)| format!("{f}({}): {e}", rels.join(", ")))
+        .collect();
+    let mut text = format!("amcheck could not run: {}", parts.join("; "));
+    let mut denied: Vec<&str> = Vec::new();
+    for s in skipped.iter().filter(|s| s.denied) {
+        let sig = match s.func {
+            "verify_heapam" => "verify_heapam(regclass, boolean, boolean, text, bigint, bigint)",
+            _ => "bt_index_check(regclass, boolean)",
+        };
+        if !denied.contains(&sig) {
+            denied.push(sig);
+        }
+    }
+    if !denied.is_empty() {
+        text.push_str(&format!(
+            ": verify as a superuser, or have one run GRANT EXECUTE ON FUNCTION {} TO {role}",
+            denied.join(", ")
+        ));
+    }
+    text
 }
 
 /// `verify_heapam` on each table: its rows are corruptions (naming the page).
@@ -51,7 +121,7 @@ async fn heaps(
     client: &Client,
     tables: &[&str],
     am: &mut Amcheck,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Skipped>,
     findings: &mut Vec<PgFinding>,
     pages: &mut Vec<damage::Page>,
 ) -> Result<(), Error> {
@@ -101,7 +171,7 @@ async fn heaps(
             }
             Err(e) if e.code().is_some() && !pg::is_connection_error(&e) => {
                 // verify_heapam may be missing (amcheck < 1.3), or not ours to call.
-                notes.push(format!("verify_heapam({t}): {}", describe(&e)));
+                notes.push(Skipped::new("verify_heapam", t, &e));
             }
             Err(e) => return Err(Error::Msg(format!("amcheck: {}", describe(&e)))),
         }
@@ -114,7 +184,7 @@ async fn indexes(
     client: &Client,
     tables: &[&str],
     am: &mut Amcheck,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Skipped>,
     findings: &mut Vec<PgFinding>,
     pages: &mut Vec<damage::Page>,
 ) -> Result<(), Error> {
@@ -163,7 +233,7 @@ async fn indexes(
                     }
                 }
             }
-            Err(e) => notes.push(format!("bt_index_check({ix}): {}", describe(&e))),
+            Err(e) => notes.push(Skipped::new("bt_index_check", &ix, &e)),
         }
     }
     Ok(())
@@ -177,5 +247,47 @@ fn am_finding(detail: String) -> PgFinding {
         seq: None,
         detail,
         page: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skipped(func: &'static str, relation: &str, error: &str, denied: bool) -> Skipped {
+        Skipped {
+            func,
+            relation: relation.into(),
+            error: error.into(),
+            denied,
+        }
+    }
+
+    #[test]
+    fn the_note_names_each_error_once_and_how_to_grant_what_was_denied() {
+        let heap = "ERROR: permission denied for function verify_heapam (SQLSTATE 42501)";
+        let bt = "ERROR: permission denied for function bt_index_check (SQLSTATE 42501)";
+        let s = [
+            skipped("verify_heapam", "pgbench_history", heap, true),
+            skipped("verify_heapam", "pgbench_tellers", heap, true),
+            skipped("bt_index_check", "pgbench_accounts_pkey", bt, true),
+            skipped("bt_index_check", "pgbench_tellers_pkey", bt, true),
+        ];
+        assert_eq!(
+            note(&s, "plain"),
+            "amcheck could not run: \
+             verify_heapam(pgbench_history, pgbench_tellers): ERROR: permission denied for function verify_heapam (SQLSTATE 42501); \
+             bt_index_check(pgbench_accounts_pkey, pgbench_tellers_pkey): ERROR: permission denied for function bt_index_check (SQLSTATE 42501): \
+             verify as a superuser, or have one run GRANT EXECUTE ON FUNCTION \
+             verify_heapam(regclass, boolean, boolean, text, bigint, bigint), bt_index_check(regclass, boolean) TO plain"
+        );
+        let missing = "ERROR: function verify_heapam(regclass) does not exist (SQLSTATE 42883)";
+        assert_eq!(
+            note(
+                &[skipped("verify_heapam", "pgbench_history", missing, false)],
+                ""
+            ),
+            format!("amcheck could not run: verify_heapam(pgbench_history): {missing}")
+        );
     }
 }
