@@ -6,6 +6,7 @@
 use plugpull_client::rig::vm;
 
 mod boot;
+mod power;
 
 /// Returns true (after a loud SKIPPED line) when a guest cannot run here; panics
 /// instead when `PLUGPULL_REQUIRE_VM` is set to a non-empty value other than `0`.

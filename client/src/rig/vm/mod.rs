@@ -14,6 +14,7 @@
 
 pub mod bundle;
 pub mod cpio;
+pub mod machine;
 pub mod qemu;
 
 use crate::rig::proc;
@@ -89,7 +90,7 @@ pub fn default_bundle(me: &Path) -> Result<bundle::Bundle, Error> {
 }
 
 /// Creates the raw image `path` of `mib` MiB (sparse) holding an empty ext4
-/// filesystem made on the host (`mkfs.ext4`). Errors: the file or mkfs, named.
+/// filesystem of 4 KiB blocks made on the host (`mkfs.ext4`). Errors: the file or mkfs, named.
 pub fn make_image(path: &Path, mib: u64) -> Result<(), Error> {
     let f = std::fs::File::create(path)
         .and_then(|f| f.set_len(mib << 20).map(|()| f))
@@ -97,7 +98,7 @@ pub fn make_image(path: &Path, mib: u64) -> Result<(), Error> {
     f.sync_all()
         .map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
     let mut c = Command::new("mkfs.ext4");
-    c.args(["-q", "-F", "-m", "0"]).arg(path);
+    c.args(["-q", "-F", "-m", "0", "-b", "4096"]).arg(path);
     let o = proc::output(c, "mkfs.ext4")?;
     if !o.status.success() {
         return Err(Error::Msg(format!(
