@@ -1,7 +1,7 @@
 //! The file workload inside a guest with ext4 on its virtio disk, the whole machine
 //! cut (QEMU SIGKILLed), the image's filesystem then mounted on the host (loop:
 //! ext4 replays its journal as at the next boot) and verified there against the
-//! listener's ledger.
+//! listener's ledger: an honest disk, a lying one, and a clean shutdown.
 
 use super::{bundle, skip_without_vm};
 use crate::power::ok;
@@ -15,8 +15,9 @@ use std::time::Duration;
 /// The guest's load: 256 blocks of 4 KiB.
 const LOAD: &str = "--size 1MiB --block-size 4KiB";
 
-/// The guest for `image` running the file workload against `l`.
-fn spec(image: PathBuf, l: &Listener) -> qemu::Spec {
+/// The guest for `image` running the file workload against `l`, shut down cleanly
+/// `shutdown_s` seconds after the workload started, when given.
+fn spec(image: PathBuf, l: &Listener, shutdown_s: Option<u32>) -> qemu::Spec {
     let b = bundle();
     let port = l.addr().rsplit_once(':').unwrap().1.parse().unwrap();
     qemu::Spec {
@@ -24,7 +25,11 @@ fn spec(image: PathBuf, l: &Listener) -> qemu::Spec {
         initrd: b.initrd,
         image,
         cache: "writeback".into(),
-        settings: vm::settings(&vm::write_settings(port, "target", LOAD), "hang", None),
+        settings: vm::settings(
+            &vm::write_settings(port, "target", LOAD),
+            "hang",
+            shutdown_s,
+        ),
         mem_mib: 512,
         cpus: 1,
     }
@@ -97,6 +102,22 @@ fn extent_map(file: &Path) -> Vec<u64> {
     map
 }
 
+/// A machine in `tmp/vm` whose image sits on a lying simfs mount (destage after
+/// 1 s), its guest running the file workload against `l`; its directory and URI.
+fn lying_machine(tmp: &Path, l: &Listener, shutdown_s: Option<u32>) -> (PathBuf, String) {
+    let sd = machine::SimDisk {
+        bin: bin("plugpull-simfs"),
+        mode: "lying".into(),
+        seed: 3,
+        args: vec!["--destage-delay-ms".into(), "1000".into()],
+    };
+    let image = tmp.join("vm/disk/disk.img");
+    let dir = machine::create(&tmp.join("vm"), &spec(image, l, shutdown_s), Some(sd)).unwrap();
+    vm::make_image(&dir.join("backing/disk.img"), 32).unwrap();
+    let uri = format!("qemu://{}", dir.display());
+    (dir, uri)
+}
+
 /// A plain image keeps every write QEMU completed (the host's page cache survives
 /// the kill): an honest disk under a real filesystem, so nothing acknowledged is
 /// lost: exit 0, `ok`, no finding.
@@ -109,7 +130,7 @@ fn honest_image_loses_nothing_acknowledged() {
     let l = Listener::start(tmp.path());
     let image = tmp.path().join("disk.img");
     vm::make_image(&image, 32).unwrap();
-    let mut g = qemu::Vm::start(&spec(image.clone(), &l), tmp.path()).unwrap();
+    let mut g = qemu::Vm::start(&spec(image.clone(), &l, None), tmp.path()).unwrap();
     let run = acked_run(&g.console, &l, 200);
     g.kill();
     let (code, report, _) = verify_image(&image, &tmp.path().join("host"), &l, &run);
@@ -134,16 +155,7 @@ fn lying_image_loses_acknowledged_writes() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
-    let sd = machine::SimDisk {
-        bin: bin("plugpull-simfs"),
-        mode: "lying".into(),
-        seed: 3,
-        args: vec!["--destage-delay-ms".into(), "1000".into()],
-    };
-    let image = tmp.path().join("vm/disk/disk.img");
-    let dir = machine::create(&tmp.path().join("vm"), &spec(image, &l), Some(sd)).unwrap();
-    vm::make_image(&dir.join("backing/disk.img"), 32).unwrap();
-    let uri = format!("qemu://{}", dir.display());
+    let (dir, uri) = lying_machine(tmp.path(), &l, None);
     assert_eq!(ok(&uri, "on"), format!("on: done ({uri}, vm)\n"));
     let run = acked_run(&dir.join("console.log"), &l, 400);
     assert_eq!(ok(&uri, "off"), format!("off: done ({uri}, vm)\n"));
@@ -177,4 +189,38 @@ fn lying_image_loses_acknowledged_writes() {
             "lost block {f} (image bytes {at}..) was not dropped by simfs"
         );
     }
+}
+
+/// The lying machine shut down cleanly (the workload killed 4 s after it started,
+/// `sync`, unmount, power off; then `off` unmounts simfs cleanly, destaging its
+/// cache): the volatile canary beside the target survives, so verify cannot tell a
+/// power loss from this shutdown: NOT MEASURED (exit 2), no finding.
+#[test]
+fn clean_shutdown_is_not_measured() {
+    let test = "vm::files::clean_shutdown_is_not_measured";
+    if skip_without_vm(test) || skip_without_fuse(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let l = Listener::start(tmp.path());
+    let (dir, uri) = lying_machine(tmp.path(), &l, Some(4));
+    assert_eq!(ok(&uri, "on"), format!("on: done ({uri}, vm)\n"));
+    let run = acked_run(&dir.join("console.log"), &l, 1);
+    let down = wait_for(Duration::from_secs(90), || ok(&uri, "status") == "off\n");
+    let console = std::fs::read_to_string(dir.join("console.log")).unwrap();
+    assert!(down, "the guest did not power off:\n{console}");
+    assert!(console.contains("plugpull-vm: unmounted /mnt"), "{console}");
+    assert_eq!(ok(&uri, "off"), format!("off: done ({uri}, vm)\n"));
+    let image = dir.join("backing/disk.img");
+    let (code, report, _) = verify_image(&image, &tmp.path().join("host"), &l, &run);
+    assert_eq!(code, 2, "{report}");
+    let canary = &report["cut"]["canary"];
+    assert_eq!(
+        (&report["not_measured"], &report["ok"], &canary["state"]),
+        (&json!(true), &json!(false), &json!("survived")),
+        "{report}"
+    );
+    assert_eq!(canary["on_medium"], canary["issued"], "{report}");
+    assert_eq!(report["findings"], json!([]));
+    assert_eq!(report["verdicts"]["lost_write"], json!(0));
 }

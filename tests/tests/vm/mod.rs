@@ -1,10 +1,10 @@
 //! Whole-machine rehearsal on a QEMU guest with Debian's stock kernel (docs/vm.md):
 //! the guest bundle boots and runs `plugpull` (`boot.rs`); the `qemu://` power
 //! driver turns a guest on, reads and cuts it (`power.rs`); the file workload in a
-//! guest, cut, verified on the host: an honest and a lying disk (`files.rs`). Each
-//! test skips loudly where QEMU, busybox or the kernel package is missing
-//! (`scripts/deps` installs them), and fails instead when `PLUGPULL_REQUIRE_VM` is
-//! set (CI).
+//! guest, cut, verified on the host: an honest and a lying disk, and a clean
+//! shutdown (`files.rs`). Each test skips loudly where QEMU, busybox or the kernel
+//! package is missing (`scripts/deps` installs them), and fails instead when
+//! `PLUGPULL_REQUIRE_VM` is set (CI).
 
 use plugpull_client::rig::vm;
 
