@@ -12,6 +12,7 @@
 //! * `tasmota://HOST[:PORT][/RELAY]` — port 80.
 //! * `shelly://HOST[:PORT][/ID]` — port 80, switch 0.
 //! * `simfs://MOUNTPOINT` — the simulated machine.
+//! * `qemu://DIR` — a QEMU virtual machine whose files live in DIR.
 //!
 //! Secrets (passwords, SNMP communities) come only from files: a URI carrying one
 //! (`user:password@`, `community@`) is refused before anything else is split (the
@@ -39,6 +40,9 @@ pub enum CutKind {
     Device,
     /// The simulated machine (simfs).
     Simulated,
+    /// A virtual machine (QEMU killed: the guest's memory is lost; its disk image
+    /// keeps what the host holds, or what simfs destaged when it sits on simfs).
+    Vm,
 }
 
 impl fmt::Display for CutKind {
@@ -48,6 +52,7 @@ impl fmt::Display for CutKind {
             CutKind::Dc => "dc",
             CutKind::Device => "device",
             CutKind::Simulated => "simulated",
+            CutKind::Vm => "vm",
         })
     }
 }
@@ -154,6 +159,11 @@ pub enum PowerUri {
         /// Where the simulated machine's simfs is mounted.
         mountpoint: PathBuf,
     },
+    /// `qemu://DIR`.
+    Qemu {
+        /// The virtual machine's directory (`vm.json`, its state, QMP socket, logs).
+        dir: PathBuf,
+    },
 }
 
 /// APC PowerNet MIB `rPDUOutletControlOutletCommand` (write 1 immediateOn, 2 immediateOff), indexed by outlet.
@@ -185,7 +195,7 @@ impl PowerUri {
         }
         let (scheme, rest) = uri.split_once("://").ok_or_else(|| {
             "not a power URI: expected exec:CMD or SCHEME://... with SCHEME one of ipmi, \
-             redfish, redfish+http, apc-snmp, tasmota, shelly, simfs"
+             redfish, redfish+http, apc-snmp, tasmota, shelly, simfs, qemu"
                 .to_string()
         })?;
         // The user (and any secret wrongly put there) first: it may hold `/?#@`.
@@ -225,7 +235,14 @@ impl PowerUri {
                     mountpoint: mp.into(),
                 }
             }
-            other => return Err(format!("unknown power scheme `{other}`: expected exec, ipmi, redfish, redfish+http, apc-snmp, tasmota, shelly or simfs")),
+            "qemu" => {
+                let dir = format!("{authority}{path}");
+                if dir.is_empty() {
+                    return Err("qemu: needs the machine's directory: qemu:///var/lib/vm1".into());
+                }
+                PowerUri::Qemu { dir: dir.into() }
+            }
+            other => return Err(format!("unknown power scheme `{other}`: expected exec, ipmi, redfish, redfish+http, apc-snmp, tasmota, shelly, simfs or qemu")),
         };
         query.finish(scheme)?;
         Ok(uri)
@@ -240,6 +257,7 @@ impl PowerUri {
             PowerUri::Tasmota { .. } | PowerUri::Shelly { .. } => CutKind::Ac,
             PowerUri::Ipmi { .. } | PowerUri::Redfish { .. } => CutKind::Dc,
             PowerUri::Simfs { .. } => CutKind::Simulated,
+            PowerUri::Qemu { .. } => CutKind::Vm,
         }
     }
 
@@ -256,6 +274,7 @@ impl PowerUri {
             PowerUri::Tasmota { .. } => "tasmota",
             PowerUri::Shelly { .. } => "shelly",
             PowerUri::Simfs { .. } => "simfs",
+            PowerUri::Qemu { .. } => "qemu",
         }
     }
 }
@@ -326,6 +345,7 @@ impl fmt::Display for PowerUri {
                 write!(f, "{s}://{}:{port}/{id}", bracket(host))
             }
             PowerUri::Simfs { mountpoint } => write!(f, "{s}://{}", mountpoint.display()),
+            PowerUri::Qemu { dir } => write!(f, "{s}://{}", dir.display()),
         }
     }
 }

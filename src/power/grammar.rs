@@ -22,6 +22,10 @@ pub(super) fn number(
         .map_err(|_| format!("{scheme}: the {what} must be a number, not `{p}`"))
 }
 
+/// The schemes whose URI names a local path (`simfs://MOUNTPOINT`, `qemu://DIR`),
+/// not a user, host and port: an `@` or `:` in them is part of the path.
+const PATH_SCHEMES: [&str; 2] = ["simfs", "qemu"];
+
 /// Splits `USER@` off the front of what follows `://`, before anything else is
 /// split, so a secret holding `/`, `?`, `#` or `@` is never taken for a host, port,
 /// path or query. The user part runs to the first `@`, unless that `@` lies in a
@@ -36,7 +40,7 @@ pub(super) fn userinfo<'a>(
         return Ok((None, rest));
     };
     let user = &rest[..i];
-    if scheme == "simfs" || user.contains("-file=") {
+    if PATH_SCHEMES.contains(&scheme) || user.contains("-file=") {
         return Ok((None, rest));
     }
     match scheme {
@@ -64,7 +68,7 @@ pub(super) struct Authority {
 
 impl Authority {
     pub(super) fn parse(scheme: &str, user: Option<String>, a: &str) -> Result<Authority, String> {
-        if scheme == "simfs" {
+        if PATH_SCHEMES.contains(&scheme) {
             return Ok(Authority {
                 user: None,
                 host: String::new(),

@@ -128,6 +128,28 @@ fn plugs_and_simfs() {
             mountpoint: "/mnt/sim".into()
         }
     );
+    let q = PowerUri::parse("qemu:///var/lib/vm1").unwrap();
+    assert_eq!(
+        q,
+        PowerUri::Qemu {
+            dir: "/var/lib/vm1".into()
+        }
+    );
+    assert_eq!(
+        (q.kind().to_string(), q.to_string()),
+        ("vm".into(), "qemu:///var/lib/vm1".into())
+    );
+    // A path, not a host: an `@` or `:` in it is part of the directory.
+    assert_eq!(
+        PowerUri::parse("qemu:///srv/vm@1:a").unwrap(),
+        PowerUri::Qemu {
+            dir: "/srv/vm@1:a".into()
+        }
+    );
+    assert_eq!(
+        err("qemu://"),
+        "qemu: needs the machine's directory: qemu:///var/lib/vm1"
+    );
     assert_eq!(
         err("tasmota://plug/x"),
         "tasmota: the relay must be a number, not `x`"

@@ -28,6 +28,7 @@ mod verify_evidence;
 mod verify_history;
 mod verify_live;
 mod verify_truth;
+mod vm;
 mod witness;
 mod witness_limits;
 mod witness_truth;

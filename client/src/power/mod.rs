@@ -11,6 +11,7 @@ mod exec;
 mod http;
 mod ipmi;
 mod plug;
+mod qemu;
 mod redfish;
 mod sim;
 mod snmp;
@@ -107,6 +108,7 @@ pub fn open(uri: &PowerUri) -> Result<Box<dyn Driver>, Error> {
         }
         PowerUri::Shelly { host, port, id } => Box::new(plug::Shelly::new(host, *port, *id)),
         PowerUri::Simfs { mountpoint } => Box::new(sim::Sim::new(mountpoint)?),
+        PowerUri::Qemu { dir } => Box::new(qemu::Qemu::new(dir)?),
     })
 }
 
@@ -151,7 +153,7 @@ fn warn_if_shared(path: &Path, mode: u32, what: &str) {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PowerArgs {
     /// The power-control URI (docs/power.md): exec:CMD, ipmi://, redfish://,
-    /// redfish+http://, apc-snmp://, tasmota://, shelly://, simfs://.
+    /// redfish+http://, apc-snmp://, tasmota://, shelly://, simfs://, qemu://.
     #[arg(long, value_name = "URI")]
     pub power: String,
     /// What to do.

@@ -23,7 +23,7 @@
 use super::{Driver, Status};
 use crate::rig::machine::{self, Lock, MachineSpec, State};
 use crate::rig::proc;
-use crate::rig::simfs::{force_down, is_mountpoint, tail, MountCmd};
+use crate::rig::simfs::{cut_at, force_down, is_mountpoint, tail, unmount_or_force, MountCmd};
 use crate::Error;
 use plugpull::power::{CutKind, PowerState};
 use std::path::{Path, PathBuf};
@@ -31,10 +31,6 @@ use std::time::Duration;
 
 /// How long the boot tree may take to die after SIGKILL.
 const KILL_LIMIT: Duration = Duration::from_secs(10);
-/// How long `plugpull-simfs cut` may take.
-const CUT_LIMIT: Duration = Duration::from_secs(60);
-/// How long `plugpull-simfs umount` may take before the mount is forced down.
-const UMOUNT_SECS: u64 = 20;
 
 /// The `simfs://` driver.
 pub struct Sim {
@@ -182,51 +178,17 @@ impl Sim {
                 truth.display()
             )));
         }
-        let mut c = std::process::Command::new(&self.spec.simfs);
-        c.arg("cut").arg("--mountpoint").arg(&self.mnt);
-        let o = proc::output_within(c, "plugpull-simfs cut", CUT_LIMIT)?;
-        if !o.status.success() {
-            return Err(Error::Msg(format!(
-                "simfs: off: plugpull-simfs cut failed ({}), so {} may be missing; the \
-                 machine is off now",
-                String::from_utf8_lossy(&o.stderr).trim(),
+        cut_at(&self.spec.simfs, &self.mnt).map_err(|e| {
+            Error::Msg(format!(
+                "simfs: off: {e}, so {} may be missing; the machine is off now",
                 truth.display()
-            )));
-        }
-        Ok(())
+            ))
+        })
     }
 
-    /// Unmounts (`plugpull-simfs umount`), forcing the mount down when that fails or
-    /// takes over [`UMOUNT_SECS`]. `Err` only when the mountpoint stays mounted.
+    /// Unmounts ([`unmount_or_force`]). `Err` only when the mountpoint stays mounted.
     fn unmount(&self, st: &State) -> Result<(), Error> {
-        let pid = st.simfs_pid.filter(|&p| proc::alive(p));
-        if pid.is_none() && !is_mountpoint(&self.mnt) {
-            return Ok(());
-        }
-        let mut c = std::process::Command::new(&self.spec.simfs);
-        c.arg("umount")
-            .arg("--mountpoint")
-            .arg(&self.mnt)
-            .args(["--timeout-secs", &UMOUNT_SECS.to_string()]);
-        let limit = Duration::from_secs(UMOUNT_SECS + 10);
-        let clean = proc::output_within(c, "plugpull-simfs umount", limit)
-            .is_ok_and(|o| o.status.success());
-        if !clean || pid.is_some_and(proc::alive) || is_mountpoint(&self.mnt) {
-            eprintln!(
-                "plugpull: simfs: off: plugpull-simfs umount did not finish; forcing {} down",
-                self.mnt.display()
-            );
-            force_down(&self.spec.simfs, &self.mnt, None, pid);
-        }
-        // A controller that turned the machine on is the mount process's parent.
-        pid.into_iter().for_each(proc::reap);
-        if is_mountpoint(&self.mnt) {
-            return Err(Error::Msg(format!(
-                "simfs: off: {} is still mounted after a forced unmount",
-                self.mnt.display()
-            )));
-        }
-        Ok(())
+        unmount_or_force("simfs", &self.spec.simfs, &self.mnt, st.simfs_pid)
     }
 }
 

@@ -153,7 +153,7 @@ pub fn new_boot_id() -> String {
 
 /// Writes `path` whole through a temporary file beside it: fsynced, renamed over
 /// `path`, and the directory fsynced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let err = |e: std::io::Error| Error::Msg(format!("cannot write {}: {e}", path.display()));
     let tmp = path.with_extension("json.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(err)?;

@@ -3,7 +3,8 @@
 //! killing and reaping), [`listener`] (a `plugpull-listener` on a free port),
 //! [`simfs`] (a `plugpull-simfs` mount: cut, umount, remount), [`machine`] (the
 //! simulated machine's files, which the `simfs://` power driver boots and cuts), [`postgres`] (a
-//! throwaway cluster: initdb, start, stop, kill) and [`writer`] (a `plugpull write`
+//! throwaway cluster: initdb, start, stop, kill), [`vm`] (a QEMU guest with a real
+//! kernel, its bundle and image) and [`writer`] (a `plugpull write`
 //! child: run id, acknowledged count).
 //!
 //! All of it is synchronous and returns [`crate::Error`]; the tests wrap it in
@@ -17,6 +18,7 @@ pub mod postgres;
 pub mod proc;
 pub mod simfs;
 pub mod tree;
+pub mod vm;
 pub mod writer;
 
 use crate::Error;

@@ -360,6 +360,64 @@ pub fn is_mountpoint(path: &Path) -> bool {
         .any(|m| m.mountpoint == want)
 }
 
+/// How long `plugpull-simfs umount` may take before the mount is forced down.
+const UMOUNT_SECS: u64 = 20;
+
+/// Unmounts the simfs mount at `mnt` (its process `pid`, when known) with
+/// `plugpull-simfs umount` (`bin`; a clean unmount destages the cache), forcing it
+/// down ([`force_down`]) when that fails or takes over 20 s; reaps `pid` when it is
+/// our child. `who` (`simfs`, `qemu`) names the power driver in messages. `Err` only
+/// when the mountpoint stays mounted.
+pub fn unmount_or_force(who: &str, bin: &Path, mnt: &Path, pid: Option<u32>) -> Result<(), Error> {
+    let pid = pid.filter(|&p| proc::alive(p));
+    if pid.is_none() && !is_mountpoint(mnt) {
+        return Ok(());
+    }
+    let mut c = Command::new(bin);
+    c.arg("umount")
+        .arg("--mountpoint")
+        .arg(mnt)
+        .args(["--timeout-secs", &UMOUNT_SECS.to_string()]);
+    let limit = Duration::from_secs(UMOUNT_SECS + 10);
+    let clean =
+        proc::output_within(c, "plugpull-simfs umount", limit).is_ok_and(|o| o.status.success());
+    if !clean || pid.is_some_and(proc::alive) || is_mountpoint(mnt) {
+        eprintln!(
+            "plugpull: {who}: off: plugpull-simfs umount did not finish; forcing {} down",
+            mnt.display()
+        );
+        force_down(bin, mnt, None, pid);
+    }
+    // A controller that turned the machine on is the mount process's parent.
+    pid.into_iter().for_each(proc::reap);
+    if is_mountpoint(mnt) {
+        return Err(Error::Msg(format!(
+            "{who}: off: {} is still mounted after a forced unmount",
+            mnt.display()
+        )));
+    }
+    Ok(())
+}
+
+/// How long `plugpull-simfs cut` may take.
+const CUT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Cuts the simfs mount at `mnt` (`plugpull-simfs cut`, binary `bin`): its cache is
+/// dropped and its ground truth written when this returns `Ok`. `Err` says why not
+/// (`plugpull-simfs cut failed (STDERR)`, or no answer within 60 s).
+pub fn cut_at(bin: &Path, mnt: &Path) -> Result<(), String> {
+    let mut c = Command::new(bin);
+    c.arg("cut").arg("--mountpoint").arg(mnt);
+    let o = proc::output_within(c, "plugpull-simfs cut", CUT_LIMIT).map_err(|e| e.to_string())?;
+    if !o.status.success() {
+        return Err(format!(
+            "plugpull-simfs cut failed ({})",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,7 +146,7 @@ fn bad_uris_exact_errors() {
         ),
         (
             "gopher://x",
-            "unknown power scheme `gopher`: expected exec, ipmi, redfish, redfish+http, apc-snmp, tasmota, shelly or simfs",
+            "unknown power scheme `gopher`: expected exec, ipmi, redfish, redfish+http, apc-snmp, tasmota, shelly, simfs or qemu",
         ),
         (
             "simfs:///nonexistent/sim",

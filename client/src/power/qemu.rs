@@ -1,0 +1,242 @@
+//! `qemu://DIR`: a QEMU virtual machine's power driver (kind `vm`). The machine
+//! lives in `DIR` (files in `crate::rig::vm::machine`): `DIR/vm.json` records QEMU's
+//! command line and, when the disk image sits on simfs, that mount; `DIR/vm-state.json`
+//! says whether it is on, so one process may turn it on and another one off.
+//!
+//! * `on` (nothing when on): with a simfs disk, boot N = boots + 1 mounts simfs over
+//!   `DIR/backing` at `DIR/disk` (seed `seed + N`, ground truth `DIR/truth-N.jsonl`)
+//!   and waits for it (30 s); then QEMU starts with the recorded command line, in a
+//!   session of its own (it outlives the caller), its output appended to
+//!   `DIR/qemu.log`, and `on` returns once QEMU answers on its QMP socket (30 s).
+//!   A simfs mount left by a guest that powered itself off is unmounted cleanly
+//!   (its cache destaged) before the new mount.
+//! * `off` (nothing when off): a power cut. QEMU is SIGKILLed (the guest's memory,
+//!   page cache and unwritten journal are gone) and waited for (10 s); then, with a
+//!   simfs disk, at once, `plugpull-simfs cut` (what simfs still cached is lost, the
+//!   ground truth is written: simfs would go on destaging after the kill) and the
+//!   mount is taken down, so the backing image holds exactly what survived. When
+//!   QEMU had already exited (the guest powered itself off: a clean shutdown) there
+//!   is nothing to cut: the simfs mount is unmounted cleanly (its cache destaged).
+//! * `status`: QMP `query-status` while QEMU runs (`running` is on; any other
+//!   run state is reported as the unknown answer); off when QEMU is gone (cut, or
+//!   the guest powered itself off).
+
+use super::{Driver, Status};
+use crate::rig::machine::{truth_path, Lock};
+use crate::rig::proc;
+use crate::rig::simfs::{cut_at, force_down, is_mountpoint, tail, unmount_or_force, MountCmd};
+use crate::rig::vm::machine::{self, VmSpec, VmState};
+use crate::rig::vm::qemu::{qmp, QEMU};
+use crate::Error;
+use plugpull::power::{CutKind, PowerState};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long QEMU may take to die after SIGKILL.
+const KILL_LIMIT: Duration = Duration::from_secs(10);
+/// How long a started QEMU may take to answer on its QMP socket.
+const QMP_LIMIT: Duration = Duration::from_secs(30);
+
+/// The `qemu://` driver.
+pub struct Qemu {
+    dir: PathBuf,
+    spec: VmSpec,
+}
+
+impl Qemu {
+    /// The machine in `dir`. Errors: no `DIR/vm.json`, or a bad one.
+    pub fn new(dir: &Path) -> Result<Qemu, Error> {
+        let dir = std::path::absolute(dir)
+            .map_err(|e| Error::Msg(format!("qemu: {}: {e}", dir.display())))?;
+        let spec = machine::spec(&dir).map_err(|e| Error::Msg(format!("qemu: {e}")))?;
+        Ok(Qemu { dir, spec })
+    }
+
+    fn disk(&self) -> PathBuf {
+        self.dir.join("disk")
+    }
+
+    /// QEMU's process id when `pid` is this machine's QEMU (alive, and its command
+    /// line names this machine's QMP socket: a reused pid is never touched).
+    fn ours(&self, pid: Option<u32>) -> Option<u32> {
+        let sock = self.dir.join("qmp.sock").display().to_string();
+        pid.filter(|&p| {
+            proc::alive(p)
+                && std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&sock))
+        })
+    }
+
+    /// Mounts the simfs disk for boot `boot`; its process id.
+    fn mount(&self, boot: u32) -> Result<Option<u32>, Error> {
+        let Some(sd) = &self.spec.simfs else {
+            return Ok(None);
+        };
+        let mnt = self.disk();
+        if is_mountpoint(&mnt) {
+            force_down(&sd.bin, &mnt, None, None);
+        }
+        let truth = truth_path(&self.dir, boot);
+        let (child, _stdout) = MountCmd {
+            bin: &sd.bin,
+            backing: &self.dir.join("backing"),
+            mnt: &mnt,
+            mode: &sd.mode,
+            seed: sd.seed.wrapping_add(u64::from(boot)),
+            truth: Some(&truth),
+            extra: &sd.args,
+            log: &self.dir.join("simfs.log"),
+        }
+        .start(proc::session_command(&sd.bin))
+        .map_err(|e| Error::Msg(format!("qemu: the disk's simfs: {e}")))?;
+        Ok(Some(child.id()))
+    }
+
+    fn start_qemu(&self) -> Result<u32, Error> {
+        let path = self.dir.join("qemu.log");
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| Error::Msg(format!("qemu: {}: {e}", path.display())))
+        };
+        let _ = std::fs::remove_file(self.dir.join("qmp.sock"));
+        let mut cmd = proc::session_command(QEMU);
+        cmd.args(&self.spec.qemu)
+            .current_dir(&self.dir)
+            .stdout(open()?)
+            .stderr(open()?);
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::Msg(format!("qemu: cannot start {QEMU}: {e}")))?;
+        Ok(child.id())
+    }
+
+    /// Waits up to [`QMP_LIMIT`] for the QEMU `pid` to answer `query-status` on its
+    /// QMP socket. Errors: QEMU exited or stayed silent, with `qemu.log`'s tail.
+    fn wait_qmp(&self, pid: u32) -> Result<(), Error> {
+        let (sock, log) = (self.dir.join("qmp.sock"), self.dir.join("qemu.log"));
+        let end = Instant::now() + QMP_LIMIT;
+        loop {
+            let why = match qmp(&sock, "query-status") {
+                Ok(_) => return Ok(()),
+                Err(_) if !proc::alive(pid) => "exited at once".to_string(),
+                Err(e) if Instant::now() >= end => format!(
+                    "gave no answer on its QMP socket within {} s ({e})",
+                    QMP_LIMIT.as_secs()
+                ),
+                Err(_) => {
+                    proc::sleep(Duration::from_millis(50))?;
+                    continue;
+                }
+            };
+            return Err(Error::Msg(format!(
+                "qemu: on: QEMU {why}; {} ends:\n{}",
+                log.display(),
+                tail(&log, 10)
+            )));
+        }
+    }
+}
+
+impl Driver for Qemu {
+    fn on(&self) -> Result<(), Error> {
+        let _lock = Lock::take(&self.dir)?;
+        let mut st = machine::state(&self.dir)?;
+        if st.on && self.ours(st.qemu_pid).is_some() {
+            return Ok(());
+        }
+        // The guest powered itself off (QEMU exited): its disk is unmounted cleanly
+        // before the next boot mounts it afresh.
+        if let Some(sd) = &self.spec.simfs {
+            unmount_or_force("qemu", &sd.bin, &self.disk(), st.simfs_pid)?;
+        }
+        let boot = st.boots + 1;
+        st = VmState {
+            on: true,
+            boots: boot,
+            qemu_pid: None,
+            simfs_pid: self.mount(boot)?,
+        };
+        machine::save_state(&self.dir, &st)?;
+        let pid = self.start_qemu()?;
+        st.qemu_pid = Some(pid);
+        machine::save_state(&self.dir, &st)?;
+        self.wait_qmp(pid)
+    }
+
+    fn off(&self) -> Result<(), Error> {
+        let _lock = Lock::take(&self.dir)?;
+        let mut st = machine::state(&self.dir)?;
+        if !st.on {
+            return Ok(());
+        }
+        let running = self.ours(st.qemu_pid);
+        let killed = match running {
+            Some(pid) => {
+                let k = proc::kill_group(None, None, &[pid], KILL_LIMIT);
+                // A caller that turned the machine on is QEMU's parent.
+                proc::reap(pid);
+                k
+            }
+            None => Ok(()),
+        };
+        let mut cut = Ok(());
+        if let Some(sd) = &self.spec.simfs.as_ref().filter(|_| running.is_some()) {
+            let truth = truth_path(&self.dir, st.boots);
+            cut = cut_at(&sd.bin, &self.disk()).map_err(|e| {
+                Error::Msg(format!(
+                    "qemu: off: {e}, so {} may be missing; the machine is off now",
+                    truth.display()
+                ))
+            });
+        }
+        if let Some(sd) = &self.spec.simfs {
+            let down = unmount_or_force("qemu", &sd.bin, &self.disk(), st.simfs_pid);
+            cut = cut.and(down);
+        }
+        st.on = false;
+        st.qemu_pid = None;
+        st.simfs_pid = None;
+        machine::save_state(&self.dir, &st)?;
+        if let Err(left) = killed {
+            return Err(Error::Msg(format!(
+                "qemu: off: QEMU {left:?} still runs {} s after SIGKILL",
+                KILL_LIMIT.as_secs()
+            )));
+        }
+        cut
+    }
+
+    fn status(&self) -> Result<Status, Error> {
+        let _lock = Lock::take(&self.dir)?;
+        let st = machine::state(&self.dir)?;
+        let state = match self.ours(st.qemu_pid).filter(|_| st.on) {
+            None => PowerState::Off,
+            Some(_) => {
+                let sock = self.dir.join("qmp.sock");
+                let v = qmp(&sock, "query-status").map_err(|e| {
+                    Error::Msg(format!(
+                        "qemu: QEMU runs but does not answer on {}: {e}; {} ends:\n{}",
+                        sock.display(),
+                        self.dir.join("qemu.log").display(),
+                        tail(&self.dir.join("qemu.log"), 10)
+                    ))
+                })?;
+                match v["status"].as_str() {
+                    Some("running") => PowerState::On,
+                    other => PowerState::Unknown(other.unwrap_or("?").to_string()),
+                }
+            }
+        };
+        Ok(Status {
+            state,
+            load_w: None,
+        })
+    }
+
+    fn kind(&self) -> CutKind {
+        CutKind::Vm
+    }
+}

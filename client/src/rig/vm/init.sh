@@ -1,0 +1,59 @@
+#!/bin/busybox sh
+# The guest's /init (built into the initramfs by rig::vm::bundle): mounts the kernel's
+# filesystems, loads the modules listed in /modules/order, brings up user-mode
+# networking (10.0.2.15, the host as 10.0.2.2), mounts /dev/vda (ext4) at /mnt and
+# runs `plugpull` with the kernel command line's settings:
+#   plugpull.args=A,B,C      the arguments, commas for spaces (no command: just boot)
+#   plugpull.end=hang        after the command: wait for the power cut (default)
+#   plugpull.end=poweroff    after the command: unmount /mnt and power off
+#   plugpull.shutdown=SECS   a clean shutdown SECS after the command started: SIGKILL
+#                            it (as a shutdown's last kill), sync, unmount, power off
+# Every step prints one `plugpull-vm: ...` line on the console (ttyS0).
+/bin/busybox mkdir -p /proc /sys /dev /tmp /mnt /bin /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+echo "plugpull-vm: kernel up after $(cut -d' ' -f1 /proc/uptime) s"
+for m in $(cat /modules/order); do
+    insmod "/modules/$m.ko" || echo "plugpull-vm: insmod $m failed"
+done
+args=""; end=hang; shutdown=""
+for w in $(cat /proc/cmdline); do
+    case "$w" in
+        plugpull.args=*) args=$(echo "${w#plugpull.args=}" | tr , ' ');;
+        plugpull.end=*) end="${w#plugpull.end=}";;
+        plugpull.shutdown=*) shutdown="${w#plugpull.shutdown=}";;
+    esac
+done
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+mount -t ext4 /dev/vda /mnt || { echo "plugpull-vm: cannot mount /dev/vda"; poweroff -f; }
+echo "plugpull-vm: booted in $(cut -d' ' -f1 /proc/uptime) s"
+finish() {
+    sync
+    umount /mnt && echo "plugpull-vm: unmounted /mnt"
+    echo "plugpull-vm: power off"
+    poweroff -f
+}
+if [ -n "$args" ]; then
+    /bin/plugpull $args &
+    pid=$!
+    if [ -n "$shutdown" ]; then
+        sleep "$shutdown"
+        echo "plugpull-vm: clean shutdown"
+        kill -9 "$pid"
+        wait "$pid"
+        finish
+    fi
+    wait "$pid"
+    echo "plugpull-vm: plugpull exited with status $?"
+fi
+if [ "$end" = poweroff ]; then
+    finish
+fi
+echo "plugpull-vm: waiting for the power cut"
+while true; do sleep 3600; done

@@ -1,0 +1,33 @@
+//! Whole-machine rehearsal on a QEMU guest with Debian's stock kernel (docs/vm.md):
+//! the guest bundle boots and runs `plugpull` (`boot.rs`); the `qemu://` power
+//! driver turns a guest on, reads and cuts it (`power.rs`); the file workload in a
+//! guest, cut, verified on the host: an honest and a lying disk, and a clean
+//! shutdown (`files.rs`). Each test skips loudly where QEMU, busybox or the kernel
+//! package is missing (`scripts/deps` installs them), and fails instead when
+//! `PLUGPULL_REQUIRE_VM` is set (CI).
+
+use plugpull_client::rig::vm;
+
+mod boot;
+mod files;
+mod power;
+
+/// Returns true (after a loud SKIPPED line) when a guest cannot run here; panics
+/// instead when `PLUGPULL_REQUIRE_VM` is set to a non-empty value other than `0`.
+pub fn skip_without_vm(test: &str) -> bool {
+    let Some(why) = vm::unavailable() else {
+        return false;
+    };
+    let required = std::env::var("PLUGPULL_REQUIRE_VM").is_ok_and(|v| !v.is_empty() && v != "0");
+    assert!(
+        !required,
+        "{test}: PLUGPULL_REQUIRE_VM is set but a guest cannot run here: {why}"
+    );
+    plugpull_tests::skipped(test, &format!("no QEMU guest: {why}"));
+    true
+}
+
+/// The guest bundle running the `plugpull` built beside the tests.
+pub fn bundle() -> vm::bundle::Bundle {
+    vm::default_bundle(&plugpull_tests::bin("plugpull")).expect("guest bundle")
+}
