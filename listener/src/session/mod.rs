@@ -469,8 +469,8 @@ impl Requests<'_> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let (bytes, torn) = store.read(run)?;
-        let _ = self.out.send(Pending::Ledger(run, bytes, torn));
+        let (ledger, torn) = store.open_ledger(run)?;
+        let _ = self.out.send(Pending::Ledger(run, ledger, torn));
         Ok(())
     }
 }
