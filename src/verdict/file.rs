@@ -454,6 +454,32 @@ impl Tally {
         }
     }
 
+    /// Adds `later`, the tally of blocks that all come after this tally's blocks (the
+    /// next range of the target, checked apart, on another thread): the result is the
+    /// tally of every block of both added in block order, so ranges checked apart and
+    /// merged in order finish exactly as one pass over the target. The proof of an
+    /// unserializable write stays the first block carrying the highest watermark.
+    pub fn merge(&mut self, later: Tally) {
+        for v in Verdict::ALL {
+            *self.counts.get_mut(v) += later.counts.get(v);
+        }
+        self.checked += later.checked;
+        self.in_flight_seqs.extend(later.in_flight_seqs);
+        if later.max_watermark > self.max_watermark {
+            self.max_watermark = later.max_watermark;
+            self.witness = later.witness;
+        }
+        self.run_data_blocks += later.run_data_blocks;
+        self.other_run_blocks += later.other_run_blocks;
+        for r in later.other_runs {
+            if !self.other_runs.contains(&r) {
+                self.other_runs.push(r);
+            }
+        }
+        self.strays.extend(later.strays);
+        self.findings.extend(later.findings);
+    }
+
     /// The other runs whose records were found so far, in the order first seen.
     pub fn other_runs(&self) -> &[RunId] {
         &self.other_runs

@@ -5,6 +5,7 @@ use super::*;
 use crate::record::Encoder;
 use crate::verdict::describe_spans;
 
+mod merge;
 mod sectors;
 
 const B: usize = 4096;
