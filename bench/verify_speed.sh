@@ -40,7 +40,7 @@ timed() {
     python3 -c "print(f'{$mib / $wall:.1f} {($user + $sys) * 1024 / $mib:.4f}')" >>"$work/$side"
 }
 pp_run() { # $1: the binary, $2: the side's name
-    timed "$2" "$1" verify --listener "$addr" --run "$run" --json
+    timed "$2" "$1" verify --listener "$addr" --run "$run" --read-back --json
     python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); print(v["read_mode"], v["blocks_checked"], v["ok"])' \
         "$work/out" >>"$work/modes"
 }
