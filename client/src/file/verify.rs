@@ -117,9 +117,7 @@ fn read_file_target(
                 ),
             });
             for b in 0..blocks {
-                if let Some(c) =
-                    classify_block(l.run, b, bs, acks.seq[b as usize], &[], fm.prior_foreign)
-                {
+                if let Some(c) = classify_block(l.run, b, bs, acks.seq(b), &[], fm.prior_foreign) {
                     tally.add(b, c, &acks);
                 }
             }
@@ -324,9 +322,7 @@ fn read_blocks(
         for i in 0..c.want / bs {
             let b = first + i as u64;
             let data = &c.bytes[(i * bs).min(c.bytes.len())..((i + 1) * bs).min(c.bytes.len())];
-            if let Some(c) =
-                classify_block(l.run, b, bs, acks.seq[b as usize], data, fm.prior_foreign)
-            {
+            if let Some(c) = classify_block(l.run, b, bs, acks.seq(b), data, fm.prior_foreign) {
                 t.add(b, c, acks);
             }
         }
