@@ -1,4 +1,4 @@
-# Sourced by the bench scripts (`. bench/lib.sh`); defines three functions.
+# Sourced by the bench scripts (`. bench/lib.sh`); defines four functions.
 #
 # start_listener LEDGER_DIR LOG_DIR: starts a listener (LISTENER, default
 # target/release/plugpull-listener) on a free loopback port with its ledger in
@@ -9,6 +9,10 @@
 # directory (`shm`) and a listener with its ledger in `shm`, so its own fdatasyncs do
 # not queue on the disk under test (on real hardware the witness is another host);
 # removes it all on exit.
+#
+# disk_setup NAME: a work directory (`work`, target/bench-NAME.XXXX) and a listener
+# with its ledger in it, on the repository's disk (the listener's own fdatasyncs, or
+# its ledger's size, are what is measured); removes it all on exit.
 # median: the median of the numbers on stdin, one per line (of an even count, the
 # mean of the two middle ones).
 median() { sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
@@ -28,4 +32,11 @@ bench_setup() {
     lpid=""
     trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true; rm -rf "$work" "$shm"' EXIT
     start_listener "$shm/ledger" "$work"
+}
+
+disk_setup() {
+    work=$(mktemp -d "$PWD/target/bench-$1.XXXX")
+    lpid=""
+    trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true; rm -rf "$work"' EXIT
+    start_listener "$work/ledger" "$work"
 }

@@ -8,11 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-10}; agents=${2:-16}
 cargo build --release --workspace -q
 . bench/lib.sh
-work=$(mktemp -d "$PWD/target/bench-listener.XXXX")
-lpid=""
-trap '[ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true; rm -rf "$work"' EXIT
-# The ledger is on the disk here: the listener's own fdatasyncs are what is measured.
-start_listener "$work/ledger" "$work"
+disk_setup listener
 out=$(target/release/listener-load --listener "$addr" --agents "$agents" --seconds "$secs")
 echo "$out" | grep -v '^runs'
 acks=$(echo "$out" | sed -n 's/.*acks confirmed = \([0-9]*\).*/\1/p')

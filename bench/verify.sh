@@ -36,7 +36,7 @@ dd_run() { # $1: dd's block size
 pp_run() {
     sync; echo 3 >/proc/sys/vm/drop_caches
     local s e; s=$(date +%s.%N)
-    target/release/plugpull verify --listener "$addr" --run "$run" --json >"$work/verify.json" || {
+    target/release/plugpull verify --listener "$addr" --run "$run" --read-back --json >"$work/verify.json" || {
         echo "verify did not pass:" >&2; cat "$work/verify.json" >&2; exit 1; }
     e=$(date +%s.%N); rate "$s" "$e" >>"$work/pp"
     python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); print(v["read_mode"], v["blocks_checked"], v["ok"])' \

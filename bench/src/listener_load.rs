@@ -2,7 +2,8 @@
 //! sending file-ack batches as fast as the listener confirms them (a window of
 //! `--window` batches in flight per agent, `--batch` acks each), against a listener
 //! whose ledger is durable (group commit + fdatasync). Prints acks/s confirmed and
-//! ledger bytes per ack. Used by bench/listener.sh.
+//! ledger bytes per ack. Used by bench/listener.sh, and by bench/ledger_memory.sh to
+//! make a big ledger (`--acks`).
 
 use clap::Parser;
 use plugpull::auth::Secret;
@@ -28,6 +29,11 @@ struct Args {
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// Stop each agent after this many acks (rounded up to whole batches), before
+    /// `--seconds` if it comes first: a ledger of a given size for
+    /// bench/ledger_memory.sh.
+    #[arg(long, default_value_t = u64::MAX)]
+    acks: u64,
 }
 
 async fn agent(
@@ -36,6 +42,7 @@ async fn agent(
     batch: usize,
     window: usize,
     end: Instant,
+    most: u64,
 ) -> (u64, String) {
     let (mut r, mut w) = net::connect(&addr, &Secret::default())
         .await
@@ -74,7 +81,10 @@ async fn agent(
     let blocks = (1u64 << 30) / 4096;
     let (mut sent, mut confirmed, mut seq) = (0u64, 0u64, 0u64);
     loop {
-        while sent < confirmed + window as u64 && Instant::now() < end {
+        while sent < confirmed + window as u64
+            && Instant::now() < end
+            && sent.saturating_mul(batch as u64) < most
+        {
             sent += 1;
             let acks = (0..batch)
                 .map(|i| {
@@ -119,7 +129,7 @@ async fn main() {
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.seconds);
     let tasks: Vec<_> = (0..a.agents)
-        .map(|i| tokio::spawn(agent(a.listener.clone(), i, a.batch, a.window, end)))
+        .map(|i| tokio::spawn(agent(a.listener.clone(), i, a.batch, a.window, end, a.acks)))
         .collect();
     let mut total = 0;
     let mut runs = Vec::new();

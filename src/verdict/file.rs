@@ -46,6 +46,9 @@ use super::{Classification, Content, Finding, LaterWrite, SectorSpan, Verdict, V
 use crate::record::{decode_sector, Encoder, InvalidReason, Sector, SectorHeader, SECTOR};
 use crate::RunId;
 
+mod acks;
+pub use acks::AckTable;
+
 /// The classification of one block before the unserializable pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockCheck {
@@ -333,51 +336,6 @@ pub(crate) fn merge_spans(contents: &[Content]) -> Vec<SectorSpan> {
     spans
 }
 
-/// Acknowledged state of every block, built from a ledger: `O(blocks)` memory
-/// (12 bytes per block).
-#[derive(Clone, Debug)]
-pub struct AckTable {
-    /// Highest acknowledged seq per block (0 = none).
-    pub seq: Vec<u64>,
-    /// Milliseconds after the run's start when that seq was acknowledged.
-    pub ms: Vec<u32>,
-    /// Acknowledgements seen (each confirmed ack once).
-    pub acknowledged: u64,
-    /// Latest acknowledgement time, ms after the run's start.
-    pub end_ms: u32,
-}
-
-impl AckTable {
-    /// An empty table for `blocks` blocks.
-    pub fn new(blocks: u64) -> Self {
-        AckTable {
-            seq: vec![0; blocks as usize],
-            ms: vec![0; blocks as usize],
-            acknowledged: 0,
-            end_ms: 0,
-        }
-    }
-
-    /// Records an ack. Returns false (and ignores it) when `block` is out of range.
-    pub fn add(&mut self, seq: u64, block: u64, ms: u32) -> bool {
-        let Some(slot) = self.seq.get_mut(block as usize) else {
-            return false;
-        };
-        self.acknowledged += 1;
-        self.end_ms = self.end_ms.max(ms);
-        if seq > *slot {
-            *slot = seq;
-            self.ms[block as usize] = ms;
-        }
-        true
-    }
-
-    fn secs_before_end(&self, block: u64) -> Option<f64> {
-        let i = block as usize;
-        (self.seq[i] > 0).then(|| (self.end_ms - self.ms[i]) as f64 / 1000.0)
-    }
-}
-
 /// Accumulates block checks into counts and findings (the unserializable pass runs
 /// in [`Tally::finish`]).
 #[derive(Debug, Default)]
@@ -423,12 +381,11 @@ impl Tally {
         }
         if check.watermark > self.max_watermark || self.witness.is_none() && check.watermark > 0 {
             self.max_watermark = check.watermark;
-            let i = block as usize;
             self.witness = Some(LaterWrite {
                 block,
                 seq: check.watermark_seq,
                 watermark: check.watermark,
-                acked_secs_before_end: (acks.seq.get(i) == Some(&check.watermark_seq))
+                acked_secs_before_end: (acks.seq(block) == check.watermark_seq)
                     .then(|| acks.secs_before_end(block))
                     .flatten(),
             });
@@ -437,11 +394,10 @@ impl Tally {
             self.in_flight_seqs.push(check.newest_seq);
         }
         if check.verdict.fails(self.expect_atomic) {
-            let i = block as usize;
             self.findings.push(Finding {
                 block,
                 verdict: check.verdict,
-                expected_seq: acks.seq[i],
+                expected_seq: acks.seq(block),
                 found_seq: check.found_seq,
                 found_block: check.found_block,
                 acked_secs_before_end: acks.secs_before_end(block),
@@ -452,6 +408,32 @@ impl Tally {
         } else {
             *self.counts.get_mut(check.verdict) += 1;
         }
+    }
+
+    /// Adds `later`, the tally of blocks that all come after this tally's blocks (the
+    /// next range of the target, checked apart, on another thread): the result is the
+    /// tally of every block of both added in block order, so ranges checked apart and
+    /// merged in order finish exactly as one pass over the target. The proof of an
+    /// unserializable write stays the first block carrying the highest watermark.
+    pub fn merge(&mut self, later: Tally) {
+        for (v, n) in later.counts.iter() {
+            *self.counts.get_mut(v) += n;
+        }
+        self.checked += later.checked;
+        self.in_flight_seqs.extend(later.in_flight_seqs);
+        if later.max_watermark > self.max_watermark {
+            self.max_watermark = later.max_watermark;
+            self.witness = later.witness;
+        }
+        self.run_data_blocks += later.run_data_blocks;
+        self.other_run_blocks += later.other_run_blocks;
+        for r in later.other_runs {
+            if !self.other_runs.contains(&r) {
+                self.other_runs.push(r);
+            }
+        }
+        self.strays.extend(later.strays);
+        self.findings.extend(later.findings);
     }
 
     /// The other runs whose records were found so far, in the order first seen.

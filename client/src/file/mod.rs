@@ -22,8 +22,8 @@
 pub mod atomic;
 pub mod medium;
 pub mod others;
+pub mod parallel;
 pub mod print;
-pub mod readahead;
 pub mod target;
 pub mod verify;
 pub(crate) mod worker;

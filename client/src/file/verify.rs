@@ -8,7 +8,7 @@
 
 use super::medium::{locate, open_target, Opened};
 use super::others::{place_other_runs, OtherRuns};
-use super::readahead::ReadAhead;
+use super::parallel;
 use crate::target_id;
 use crate::Error;
 use plugpull::ledger::{Acks, FileManifest, RunLedger};
@@ -117,9 +117,7 @@ fn read_file_target(
                 ),
             });
             for b in 0..blocks {
-                if let Some(c) =
-                    classify_block(l.run, b, bs, acks.seq[b as usize], &[], fm.prior_foreign)
-                {
+                if let Some(c) = classify_block(l.run, b, bs, acks.seq(b), &[], fm.prior_foreign) {
                     tally.add(b, c, &acks);
                 }
             }
@@ -300,8 +298,11 @@ fn boot_relation(run: &str, here: &str) -> &'static str {
     }
 }
 
-/// Reads every block of an opened target and adds its check to `tally`. Returns the
-/// read mode and note (a refused `O_DIRECT` read falls back to buffered reads).
+/// Reads every block of an opened target and adds its check to `tally`: 4 MiB reads
+/// (whole blocks) on [`parallel::threads`] threads, each chunk's blocks checked into
+/// a tally of their own on the thread that read them, the tallies merged in block
+/// order ([`Tally::merge`]: the same outcome as one pass). Returns the read mode and
+/// note (a refused `O_DIRECT` read falls back to buffered reads).
 fn read_blocks(
     l: &RunLedger,
     fm: &FileManifest,
@@ -313,30 +314,38 @@ fn read_blocks(
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
     let bar = progress_bar(blocks * bs as u64, bs as u64, quiet);
-    // 4 MiB reads (whole blocks), up to two of them ahead of the one being decoded.
     let per_read = ((4 << 20) / bs).max(1) * bs;
-    let mut reads = ReadAhead::start(o, blocks * bs as u64, per_read, 3);
-    while let Some(chunk) = reads.next_chunk() {
-        let chunk = chunk?;
-        let (first, data) = (chunk.at / bs as u64, chunk.bytes());
-        for i in 0..chunk.want / bs {
+    let atomic = fm.atomic.is_some();
+    let check = |c: &parallel::Chunk| {
+        let mut t = Tally::expecting_atomic(atomic);
+        let first = c.at / bs as u64;
+        for i in 0..c.want / bs {
             let b = first + i as u64;
-            let data = &data[(i * bs).min(chunk.got)..((i + 1) * bs).min(chunk.got)];
-            if let Some(c) =
-                classify_block(l.run, b, bs, acks.seq[b as usize], data, fm.prior_foreign)
-            {
-                tally.add(b, c, acks);
+            let data = &c.bytes[(i * bs).min(c.bytes.len())..((i + 1) * bs).min(c.bytes.len())];
+            if let Some(c) = classify_block(l.run, b, bs, acks.seq(b), data, fm.prior_foreign) {
+                t.add(b, c, acks);
             }
         }
+        t
+    };
+    let merge = |at: u64, want: usize, t: Tally| {
+        tally.merge(t);
         if let Some(bar) = &bar {
-            bar.set_position(chunk.at + chunk.want as u64);
+            bar.set_position(at + want as u64);
         }
-        reads.recycle(chunk);
-    }
+    };
+    let mode = parallel::read_checked(
+        o,
+        blocks * bs as u64,
+        per_read,
+        parallel::threads(),
+        check,
+        merge,
+    )?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    Ok(reads.finish())
+    Ok(mode)
 }
 
 /// The read's progress bar on stderr (bytes read of `total`, bytes and blocks of

@@ -6,11 +6,11 @@
 //! are already being read. Answers are flushed only when nothing else is ready, so
 //! they batch up under load. A closing answer (an error) ends the connection.
 
-use crate::store::AppendResult;
+use crate::store::{AppendResult, LedgerFile};
 use plugpull::auth::Direction;
 use plugpull::wire::{self, ErrorKind, Response};
 use plugpull::RunId;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 /// An answer to send: ready now, or when a run's writer confirms.
@@ -24,11 +24,11 @@ pub(super) enum Pending {
         resume: bool,
         batch: u64,
     },
-    /// A ledger, sent as `LedgerChunk`s with its torn tails and why the witness
-    /// stopped recording it (if it did) on the last one.
+    /// A ledger, read from its file and sent as `LedgerChunk`s with its torn tails
+    /// and why the witness stopped recording it (if it did) on the last one.
     Ledger(
         RunId,
-        Vec<u8>,
+        LedgerFile,
         Vec<plugpull::ledger::TornTail>,
         Option<String>,
     ),
@@ -49,8 +49,8 @@ pub(super) async fn answer_in_order<W: AsyncWrite + Unpin>(
                 resume,
                 batch,
             } => confirmation(run, rx.await, resume, batch),
-            Pending::Ledger(run, bytes, torn, stopped) => {
-                send_ledger(&mut wr, &mut seal, run, &bytes, (torn, stopped)).await?;
+            Pending::Ledger(run, ledger, torn, stopped) => {
+                send_ledger(&mut wr, &mut seal, run, ledger, (torn, stopped)).await?;
                 continue;
             }
         };
@@ -105,29 +105,38 @@ fn confirmation(
     }
 }
 
-/// Sends `run`'s ledger `bytes` as sealed `LedgerChunk`s of at most 1 MiB (one empty
-/// chunk for an empty ledger), `end` (its torn tails, why the witness stopped
-/// recording it) on the last one, then flushes.
+/// Sends the first `ledger.len` bytes of `run`'s ledger file as sealed `LedgerChunk`s
+/// of at most [`LEDGER_CHUNK`] bytes (one empty chunk for an empty ledger), `end` (its
+/// torn tails, why the witness stopped recording it) on the last one, then flushes.
+/// Reads one chunk at a time, so the listener's memory does not grow with the ledger
+/// (a 200 M-acknowledgement ledger is about 2 GB).
+///
+/// Errors: the file cannot be read to its durable length (the connection closes
+/// before the last chunk, so the verifier stops with an error), or the peer is gone.
 async fn send_ledger<W: AsyncWrite + Unpin>(
     wr: &mut W,
     seal: &mut Direction,
     run: RunId,
-    bytes: &[u8],
+    ledger: LedgerFile,
     end: (Vec<plugpull::ledger::TornTail>, Option<String>),
 ) -> Result<(), String> {
     let (mut torn, mut stopped) = end;
-    const CHUNK: usize = 1 << 20;
-    let n = bytes.len().div_ceil(CHUNK).max(1);
-    for (i, c) in bytes
-        .chunks(CHUNK)
-        .chain((bytes.is_empty()).then_some(&[][..]))
-        .enumerate()
-    {
-        let last = i + 1 == n;
+    let LedgerFile { file, len, path } = ledger;
+    let mut file = tokio::fs::File::from_std(file);
+    let mut left = len;
+    let mut chunk = Vec::with_capacity(LEDGER_CHUNK.min(len as usize));
+    loop {
+        let n = left.min(LEDGER_CHUNK as u64) as usize;
+        chunk.resize(n, 0);
+        file.read_exact(&mut chunk)
+            .await
+            .map_err(|e| format!("cannot read ledger {}: {e}", path.display()))?;
+        left -= n as u64;
+        let last = left == 0;
         let frame = wire::encode_sealed(
             &Response::LedgerChunk {
                 run,
-                bytes: c.to_vec(),
+                bytes: std::mem::take(&mut chunk),
                 last,
                 torn: if last {
                     std::mem::take(&mut torn)
@@ -139,9 +148,14 @@ async fn send_ledger<W: AsyncWrite + Unpin>(
             seal,
         );
         wr.write_all(&frame).await.map_err(|e| e.to_string())?;
+        if last {
+            return wr.flush().await.map_err(|e| e.to_string());
+        }
     }
-    wr.flush().await.map_err(|e| e.to_string())
 }
+
+/// Largest ledger chunk the listener sends, in bytes.
+const LEDGER_CHUNK: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -469,9 +469,9 @@ impl Requests<'_> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let (bytes, torn) = store.read(run)?;
+        let (ledger, torn) = store.open_ledger(run)?;
         let stopped = store.failure(run);
-        let _ = self.out.send(Pending::Ledger(run, bytes, torn, stopped));
+        let _ = self.out.send(Pending::Ledger(run, ledger, torn, stopped));
         Ok(())
     }
 }

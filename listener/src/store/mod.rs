@@ -55,6 +55,18 @@ pub const WRITER_IDLE: Duration = Duration::from_secs(2);
 /// written: the listener does not serve its ledger to a verifier.
 pub const LIVE_APPEND: Duration = Duration::from_secs(2);
 
+/// A run's ledger file opened to be served ([`Store::open_ledger`]): its first `len`
+/// bytes are the durable ledger.
+#[derive(Debug)]
+pub struct LedgerFile {
+    /// The open file.
+    pub file: File,
+    /// The durable length in bytes: what is served, from offset 0.
+    pub len: u64,
+    /// Where it is (for error messages).
+    pub path: PathBuf,
+}
+
 /// Why the store cannot do what was asked. `Display` is the message sent to the peer;
 /// [`StoreError::kind`] is the kind it is sent with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,11 +348,33 @@ impl Store {
 
     /// The durable bytes of `run`'s ledger (what has been confirmed or recovered), and
     /// the torn tails cut off it on restarts (from the `.torn-<offset>` files), by
-    /// offset.
+    /// offset. Holds the whole ledger in memory; the listener serves a ledger from
+    /// [`Store::open_ledger`] instead, a chunk at a time.
     ///
     /// Errors: [`StoreError::UnknownRun`], [`StoreError::Damaged`], or
     /// [`StoreError::Unreadable`].
+    #[cfg(test)]
     pub fn read(&self, run: RunId) -> Result<(Vec<u8>, Vec<TornTail>), StoreError> {
+        use std::io::Read;
+        let (l, torn) = self.open_ledger(run)?;
+        let mut bytes = Vec::with_capacity(l.len as usize);
+        let path = self.path(run);
+        (&l.file)
+            .take(l.len)
+            .read_to_end(&mut bytes)
+            .map_err(|e| StoreError::Unreadable(io_msg("cannot read ledger", &path, e)))?;
+        Ok((bytes, torn))
+    }
+
+    /// `run`'s ledger opened for reading, with its durable length (what has been
+    /// confirmed or recovered: the bytes to serve, read from the file's start), and
+    /// the torn tails cut off it on restarts (from the `.torn-<offset>` files), by
+    /// offset. Nothing of the ledger is read here: memory does not grow with it.
+    ///
+    /// Errors: [`StoreError::UnknownRun`], [`StoreError::Damaged`], or
+    /// [`StoreError::Unreadable`] (the file cannot be opened, or is shorter than its
+    /// durable length).
+    pub fn open_ledger(&self, run: RunId) -> Result<(LedgerFile, Vec<TornTail>), StoreError> {
         let len = {
             let runs = self.runs.lock().unwrap();
             let entry = runs.get(&run).ok_or(StoreError::UnknownRun(run))?;
@@ -348,9 +382,17 @@ impl Store {
         };
         let unreadable = |what, path: &Path, e| StoreError::Unreadable(io_msg(what, path, e));
         let path = self.path(run);
-        let mut bytes =
-            std::fs::read(&path).map_err(|e| unreadable("cannot read ledger", &path, e))?;
-        bytes.truncate(len as usize);
+        let file = File::open(&path).map_err(|e| unreadable("cannot read ledger", &path, e))?;
+        let on_disk = file
+            .metadata()
+            .map_err(|e| unreadable("cannot read ledger", &path, e))?
+            .len();
+        if on_disk < len {
+            return Err(StoreError::Unreadable(format!(
+                "cannot read ledger {}: it holds {on_disk} bytes, {len} are durable",
+                path.display()
+            )));
+        }
         let prefix = format!("{run}.ledger.torn-");
         let mut torn = Vec::new();
         let entries =
@@ -369,7 +411,7 @@ impl Store {
             torn.push(TornTail { offset, bytes });
         }
         torn.sort_by_key(|t| t.offset);
-        Ok((bytes, torn))
+        Ok((LedgerFile { file, len, path }, torn))
     }
 
     /// `run`'s highest durable batch and durable length (its writer reads them before

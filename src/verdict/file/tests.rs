@@ -5,6 +5,8 @@ use super::*;
 use crate::record::Encoder;
 use crate::verdict::describe_spans;
 
+mod acks;
+mod merge;
 mod sectors;
 
 const B: usize = 4096;
@@ -265,7 +267,7 @@ fn a_misdirected_write_is_one_fault_reported_once() {
 fn tally(acks: &AckTable, blocks: &[(u64, Vec<u8>)]) -> Tally {
     let mut t = Tally::default();
     for (b, data) in blocks {
-        let acked = acks.seq[*b as usize];
+        let acked = acks.seq(*b);
         t.add(
             *b,
             classify_block(RUN, *b, B, acked, data, true).unwrap(),

@@ -170,9 +170,16 @@ fn the_ack_table_counts_every_ack_and_keeps_each_blocks_highest_with_its_first_t
     assert!(acks.add(4, 1, 700)); // seq 4 again: it was acknowledged at 300 ms
     assert!(acks.add(3, 0, 100));
     assert!(!acks.add(5, 3, 900)); // no block 3: ignored
+    let seqs: Vec<u64> = (0..4).map(|b| acks.seq(b)).collect();
+    let times: Vec<Option<u32>> = (0..4).map(|b| acks.acked_ms(b)).collect();
     assert_eq!(
-        (acks.acknowledged, acks.end_ms, &acks.seq, &acks.ms),
-        (4, 700, &vec![3, 4, 0], &vec![100, 300, 0])
+        (acks.acknowledged, acks.end_ms, seqs, times),
+        (
+            4,
+            700,
+            vec![3, 4, 0, 0],
+            vec![Some(100), Some(300), None, None]
+        )
     );
     // Block 2, never acknowledged, holds block 0's seq 3: the finding gives no time
     // of acknowledgement; block 1 lost its seq 4, acknowledged 0.4 s before the end.
