@@ -20,6 +20,7 @@
 //! across a flush. See `plugpull::record` for the sector format.
 
 pub mod atomic;
+pub mod contents;
 pub mod medium;
 pub mod others;
 pub mod parallel;
@@ -247,7 +248,7 @@ fn run_manifest(
     let identity = crate::target_id::identify(&target)
         .map_err(|e| Error::Msg(format!("cannot identify target {}: {e}", target.display())))?;
     let (prior_runs, prior_foreign) = File::open(&target)
-        .map(|f| target::scan_prior(&f, size))
+        .map(|f| contents::scan_prior(&f, size))
         .unwrap_or((Vec::new(), true));
     let (storage, probe) = crate::storage::probe_for_run(&target, args.probe_seconds);
     let workload = Workload::File(FileManifest {

@@ -255,7 +255,9 @@ fn cancel_stops_the_runs_and_frees_the_agent_for_the_next_campaign() {
         t0.elapsed().as_secs_f64()
     );
     assert!(
-        log().contains("run set 1 stopped: the campaign wants no more cuts (done or cancelled)"),
+        wait_for(Duration::from_secs(5), || log().contains(
+            "run set 1 stopped: the campaign wants no more cuts (done or cancelled)"
+        )),
         "{}",
         log()
     );

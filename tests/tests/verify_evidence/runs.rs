@@ -104,7 +104,11 @@ fn the_run_verify_picks_is_the_run_that_was_cut() {
         err.contains("2 unfinished runs of host")
             && err.contains(&x.run)
             && err.contains(&y.run)
-            && err.trim_end().ends_with("give --run"),
+            && err.trim_end().ends_with(&format!(
+                "give --run (`plugpull verify --listener {} --history [--host HOST]` lists \
+                 the runs it holds for this host or HOST)",
+                l.addr()
+            )),
         "{err}"
     );
     plugpull_tests::lose_canary(dir.path());

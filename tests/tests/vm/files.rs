@@ -220,7 +220,12 @@ fn clean_shutdown_is_not_measured() {
         (&json!(true), &json!(false), &json!("survived")),
         "{report}"
     );
-    assert_eq!(canary["on_medium"], canary["issued"], "{report}");
+    // Every record the agent reported written is on the medium; the canary may have
+    // written one more before the shutdown stopped it.
+    assert!(
+        canary["on_medium"].as_u64() >= canary["issued"].as_u64(),
+        "{report}"
+    );
     assert_eq!(report["findings"], json!([]));
     assert_eq!(report["verdicts"]["lost_write"], json!(0));
 }
