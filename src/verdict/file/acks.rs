@@ -2,7 +2,6 @@
 //! the highest acknowledged seq (`A`) and when it was acknowledged.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// Bytes a block takes in the map of blocks written (its key, seq and time, with the
 /// map's spare room and control byte), and in the table over every block.
@@ -27,7 +26,7 @@ pub struct AckTable {
 #[derive(Clone, Debug)]
 enum Table {
     /// Block → (highest acknowledged seq, ms of its acknowledgement).
-    Map(HashMap<u64, (u64, u32), BuildHasherDefault<BlockHasher>>),
+    Map(HashMap<u64, (u64, u32)>),
     /// Highest acknowledged seq (0 = none) and its ms, per block of the target.
     Every { seq: Vec<u64>, ms: Vec<u32> },
 }
@@ -109,28 +108,6 @@ impl AckTable {
     pub(super) fn secs_before_end(&self, block: u64) -> Option<f64> {
         self.acked_ms(block)
             .map(|ms| (self.end_ms - ms) as f64 / 1000.0)
-    }
-}
-
-/// Hashes a block number: one multiplication, the high half folded into the low (the
-/// map's buckets and control bytes use both).
-#[derive(Default)]
-struct BlockHasher(u64);
-
-impl Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        let h = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        h ^ (h >> 32)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
     }
 }
 

@@ -57,3 +57,24 @@ fn a_big_target_with_few_blocks_written_keeps_a_map_of_them() {
     );
     assert_eq!(acks.acknowledged, 100_000);
 }
+
+#[test]
+fn the_table_covers_every_block_once_the_map_would_take_more_and_keeps_the_first_time_of_a_seq() {
+    // 7 blocks: a table of 84 bytes; 3 blocks mapped take 84 (kept), 4 take 112.
+    let mut acks = AckTable::new(7);
+    for b in 0..3 {
+        assert!(acks.add(b + 1, b, 10));
+    }
+    assert!(
+        !acks.covers_every_block(),
+        "3 blocks mapped take no more than the table"
+    );
+    assert!(acks.add(4, 3, 10));
+    assert!(acks.covers_every_block());
+    // The same seq confirmed again keeps its first time, in the table as in the map.
+    assert!(acks.add(4, 3, 99));
+    assert_eq!((acks.seq(3), acks.acked_ms(3)), (4, Some(10)));
+    let mut mapped = AckTable::new(1000);
+    assert!(mapped.add(4, 3, 10) && mapped.add(4, 3, 99));
+    assert_eq!((mapped.seq(3), mapped.acked_ms(3)), (4, Some(10)));
+}
