@@ -67,6 +67,19 @@ impl Qemu {
         })
     }
 
+    /// Whether this machine's QEMU `pid` is gone within 3 s (a guest that powered
+    /// itself off leaves a QEMU that is exiting).
+    fn exits_soon(&self, pid: Option<u32>) -> bool {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while self.ours(pid).is_some() {
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        true
+    }
+
     /// Mounts the simfs disk for boot `boot`; its process id.
     fn mount(&self, boot: u32) -> Result<Option<u32>, Error> {
         let Some(sd) = &self.spec.simfs else {
@@ -216,17 +229,22 @@ impl Driver for Qemu {
             None => PowerState::Off,
             Some(_) => {
                 let sock = self.dir.join("qmp.sock");
-                let v = qmp(&sock, "query-status").map_err(|e| {
-                    Error::Msg(format!(
-                        "qemu: QEMU runs but does not answer on {}: {e}; {} ends:\n{}",
-                        sock.display(),
-                        self.dir.join("qemu.log").display(),
-                        tail(&self.dir.join("qemu.log"), 10)
-                    ))
-                })?;
-                match v["status"].as_str() {
-                    Some("running") => PowerState::On,
-                    other => PowerState::Unknown(other.unwrap_or("?").to_string()),
+                match qmp(&sock, "query-status") {
+                    Ok(v) => match v["status"].as_str() {
+                        Some("running") => PowerState::On,
+                        other => PowerState::Unknown(other.unwrap_or("?").to_string()),
+                    },
+                    // A guest that powered itself off: QEMU removes its socket, then
+                    // exits; give it the moment that takes.
+                    Err(_) if self.exits_soon(st.qemu_pid) => PowerState::Off,
+                    Err(e) => {
+                        return Err(Error::Msg(format!(
+                            "qemu: QEMU runs but does not answer on {}: {e}; {} ends:\n{}",
+                            sock.display(),
+                            self.dir.join("qemu.log").display(),
+                            tail(&self.dir.join("qemu.log"), 10)
+                        )))
+                    }
                 }
             }
         };
