@@ -91,19 +91,18 @@ impl Report {
     /// then its summary begins [`READ_BACK_PASS`] instead of `PASS: `, so a pasted
     /// line never passes for a power cut's. A FAIL stays a FAIL.
     pub fn set_cut(&mut self, cut: crate::verdict::cut::CutReport, read_back: bool) {
+        let unmeasured_pass = self.ok() && !cut.measured;
         let accepted = read_back && cut.read_back;
-        let demote = self.ok() && !cut.measured && !accepted;
-        let only_read_back = self.ok() && !cut.measured && accepted;
         let (ok, not_measured, summary, slot) = match self {
             Report::File(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
             Report::Files(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
             Report::Pgbench(r) => (&mut r.ok, &mut r.not_measured, &mut r.summary, &mut r.cut),
         };
-        if demote {
+        if unmeasured_pass && !accepted {
             let read = summary.strip_prefix("PASS: ").unwrap_or(summary);
             *summary = format!("NOT MEASURED: {}; read back: {read}", cut.not_measured);
             (*ok, *not_measured) = (false, true);
-        } else if only_read_back {
+        } else if unmeasured_pass {
             if let Some(rest) = summary.strip_prefix("PASS: ") {
                 *summary = format!("{READ_BACK_PASS}{rest}");
             }

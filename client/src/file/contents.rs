@@ -39,17 +39,22 @@ pub fn foreign_data(path: &Path, f: &File, block_device: bool, size: u64) -> Opt
             path.display()
         ),
     }
-    let len = if block_device {
-        size
-    } else {
-        f.metadata().map_or(0, |m| m.len()).min(size)
-    };
-    match scan(f, len).foreign_at {
+    match scan(f, run_span(f, block_device, size)).foreign_at {
         Some(Foreign::At(at)) => Some(format!(
             "the sector at byte {at} is neither zeros nor a plugpull record"
         )),
         Some(Foreign::Unreadable(e)) => Some(format!("it cannot be read to rule that out: {e}")),
         None => None,
+    }
+}
+
+/// The bytes of the target a run of `size` bytes writes that hold anything now: all
+/// `size` of a block device, else the part of the file that exists.
+pub(super) fn run_span(f: &File, block_device: bool, size: u64) -> u64 {
+    if block_device {
+        size
+    } else {
+        f.metadata().map_or(0, |m| m.len()).min(size)
     }
 }
 

@@ -3,7 +3,7 @@
 //! (what it holds, by [`super::contents`]; the filesystem's free space; `O_DIRECT`
 //! alignment), then creating, locking, zeroing under `--force` and preallocating it.
 
-use super::contents::{erase_signatures, foreign_data};
+use super::contents::{erase_signatures, foreign_data, run_span};
 use super::medium::{len_of, AlignedBuf};
 use crate::Error;
 use plugpull::units::human_bytes;
@@ -161,11 +161,7 @@ pub fn prepare_target(path: &Path, size: u64, force: bool) -> Result<LockedTarge
     if force && !created {
         if let Some(why) = foreign_data(path, &f, block_device, size) {
             erase_signatures(path, &f).map_err(Error::Msg)?;
-            let len = if block_device {
-                size
-            } else {
-                f.metadata().map_or(0, |m| m.len()).min(size)
-            };
+            let len = run_span(&f, block_device, size);
             zero_range(&f, len, &shown.to_string()).map_err(|e| {
                 Error::Msg(format!(
                     "--force: cannot zero the first {len} bytes of target {shown}: {e}"
