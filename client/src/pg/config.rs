@@ -80,6 +80,10 @@ pub struct Target {
     tls: Tls,
     /// Whether the host is a Unix socket directory (no TLS there).
     unix: bool,
+    /// Where a password was looked for in vain, in words, when none was found
+    /// (`None`: it has one): what a "password missing" error adds
+    /// ([`ConnConfig::password_hint`]).
+    no_password: Option<String>,
 }
 
 impl Target {
@@ -117,6 +121,21 @@ impl ConnConfig {
     /// The hosts to try, in order.
     pub fn targets(&self) -> &[Target] {
         &self.targets
+    }
+
+    /// Where the password was looked for in vain, for each host that has none (the
+    /// same words once): what to add to a "password missing" error
+    /// ([`super::describe_connect`]). `None`: every host has a password.
+    pub fn password_hint(&self) -> Option<String> {
+        let mut notes: Vec<&str> = Vec::new();
+        for t in &self.targets {
+            if let Some(n) = t.no_password.as_deref() {
+                if !notes.contains(&n) {
+                    notes.push(n);
+                }
+            }
+        }
+        (!notes.is_empty()).then(|| notes.join("; "))
     }
 
     /// The TLS keys given (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`), to show.
@@ -327,6 +346,7 @@ pub fn build(keys: Keywords, env: &Env) -> Result<(ConnConfig, Vec<String>), Str
         if let Some(p) = &port {
             one.insert("port".into(), p.clone());
         }
+        let mut no_password = None;
         if !one.contains_key("password") {
             let want_host = match (&host, &addr) {
                 (Some(h), _) if h != env.socket_dir => h.as_str(),
@@ -339,35 +359,55 @@ pub fn build(keys: Keywords, env: &Env) -> Result<(ConnConfig, Vec<String>), Str
                 database: &keys["dbname"],
                 user: &keys["user"],
             };
-            if let Some(pw) = password_from_file(&passfile, &shown, want, &mut warnings) {
-                one.insert("password".into(), pw);
+            match password_from_file(&passfile, &shown, want, &mut warnings) {
+                Ok(pw) => {
+                    one.insert("password".into(), pw);
+                }
+                Err(searched) => no_password = Some(searched),
             }
         }
         targets.push(Target {
             cfg: parse(&one)?,
             tls: tls.clone(),
             unix: host.as_deref().is_some_and(|h| h.starts_with('/')),
+            no_password,
         });
     }
     Ok((ConnConfig { keys, all, targets }, warnings))
 }
 
-/// The password file's password for `want`, its warning (once) in `warnings`.
+/// The password file's password for `want` (`Ok`), or where the search for one went,
+/// in words (`Err`): libpq looks in the connection string, `PGPASSWORD`, then the
+/// password file at `path` (`shown` as the user gave it), which does not exist, has no
+/// line for `want`, or was ignored (its warning, once, in `warnings`).
 fn password_from_file(
     path: &Path,
     shown: &str,
     want: pgpass::Want,
     warnings: &mut Vec<String>,
-) -> Option<String> {
-    match pgpass::lookup(path, shown, want) {
-        Ok(pw) => pw,
+) -> Result<String, String> {
+    let file = if shown == path.display().to_string() {
+        shown.to_string()
+    } else {
+        format!("{shown} ({})", path.display())
+    };
+    let found = match pgpass::lookup(path, shown, want) {
+        Ok(Some(pw)) => return Ok(pw),
+        Ok(None) if path.exists() => format!(
+            "{file} has no line for {}:{}:{}:{}",
+            want.host, want.port, want.database, want.user
+        ),
+        Ok(None) => format!("{file} does not exist"),
         Err(w) => {
             if !warnings.contains(&w) {
                 warnings.push(w);
             }
-            None
+            format!("{file} was ignored (the warning says why)")
         }
-    }
+    };
+    Err(format!(
+        "looked for a password in the connection string, in PGPASSWORD and in the password file: {found}"
+    ))
 }
 
 #[cfg(test)]

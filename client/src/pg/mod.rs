@@ -189,6 +189,16 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     s
 }
 
+/// [`describe`] for an error of [`connect`] with `conn`: a "password missing" error
+/// also says where the password was looked for ([`ConnConfig::password_hint`]).
+pub fn describe_connect(conn: &ConnConfig, e: &tokio_postgres::Error) -> String {
+    let d = describe(e);
+    match conn.password_hint() {
+        Some(hint) if d.contains("password missing") => format!("{d} ({hint})"),
+        _ => d,
+    }
+}
+
 /// Whether an error means the connection is gone (closed, I/O error, a FATAL or
 /// PANIC from the server, or a connection-class SQLSTATE), as opposed to an error in
 /// a statement after which the session goes on.

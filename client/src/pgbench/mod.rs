@@ -229,7 +229,7 @@ async fn setup(args: &WriteArgs) -> Result<Server, Error> {
     let client = pg::connect(&cfg).await.map_err(|e| {
         Error::Msg(format!(
             "cannot connect to PostgreSQL at {conninfo}: {}",
-            pg::describe(&e)
+            pg::describe_connect(&cfg, &e)
         ))
     })?;
     let settings = pg::read_settings(&client).await.map_err(|e| {

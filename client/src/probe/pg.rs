@@ -24,7 +24,7 @@ pub async fn probe_dsn(dsn: &str) -> Result<Probe, Error> {
     let client = conn::connect(&cfg).await.map_err(|e| {
         Error::Msg(format!(
             "cannot connect to {conninfo}: {}",
-            conn::describe(&e)
+            conn::describe_connect(&cfg, &e)
         ))
     })?;
     let settings = conn::read_settings(&client).await.map_err(|e| {

@@ -363,7 +363,12 @@ fn a_pgpass_file_is_used_and_refused_when_others_may_read_it() {
         )),
         "{e}"
     );
-    assert!(e.contains("password missing"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "password missing (looked for a password in the connection string, in PGPASSWORD and in the password file: {pass_s} was ignored (the warning says why))"
+        )),
+        "{e}"
+    );
     let e = r.psql(&dsn, &env).unwrap_err();
     assert!(e.contains("has group or world access"), "{e}");
 }

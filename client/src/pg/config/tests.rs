@@ -191,6 +191,50 @@ fn the_password_file_gives_each_host_its_line() {
 }
 
 #[test]
+fn a_missing_password_says_where_it_was_looked_for() {
+    let home = tempfile::tempdir().unwrap();
+    let searched =
+        "looked for a password in the connection string, in PGPASSWORD and in the password file: ";
+    let hint = |dsn: &str, vars: &[(&'static str, String)]| {
+        conn(dsn, vars, home.path()).unwrap().0.password_hint()
+    };
+    let pgpass = home.path().join(".pgpass");
+    assert_eq!(
+        hint("host=h1 user=u dbname=db", &[]),
+        Some(format!(
+            "{searched}~/.pgpass ({}) does not exist",
+            pgpass.display()
+        ))
+    );
+    std::fs::write(&pgpass, "h1:5432:db:u:one\n").unwrap();
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Two hosts without a line say so once each; the one with a line says nothing.
+    assert_eq!(
+        hint("host=h1,h2,h3 port=5432,5433,5433 user=u dbname=db", &[]),
+        Some(format!(
+            "{searched}~/.pgpass ({0}) has no line for h2:5433:db:u; {searched}~/.pgpass ({0}) has no line for h3:5433:db:u",
+            pgpass.display()
+        ))
+    );
+    assert_eq!(hint("host=h1 user=u dbname=db", &[]), None);
+    assert_eq!(hint("host=h2 user=u dbname=db password=x", &[]), None);
+    let named = home.path().join("other");
+    let vars = [("PGPASSFILE", named.display().to_string())];
+    assert_eq!(
+        hint("host=h1 user=u dbname=db", &vars),
+        Some(format!("{searched}{} does not exist", named.display()))
+    );
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(
+        hint("host=h1 user=u dbname=db", &[]),
+        Some(format!(
+            "{searched}~/.pgpass ({}) was ignored (the warning says why)",
+            pgpass.display()
+        ))
+    );
+}
+
+#[test]
 fn tls_settings_from_the_environment_and_their_checks() {
     let home = tempfile::tempdir().unwrap();
     let (c, _) = conn("host=db", &[("PGSSLMODE", "allow".into())], home.path()).unwrap();

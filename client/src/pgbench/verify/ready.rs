@@ -107,7 +107,7 @@ pub async fn wait(
         if !starting && !pg::is_transient_connect_error(&e) {
             return Err(Error::Msg(format!(
                 "cannot connect to PostgreSQL at {conninfo}: {}",
-                describe(&e)
+                pg::describe_connect(cfg, &e)
             )));
         }
         seen_starting |= starting;
