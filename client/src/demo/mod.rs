@@ -312,6 +312,7 @@ async fn verify_run(
         quiet: false,
         pg,
         read_back: false,
+        reset: false,
     };
     let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
     crate::verify::print_report(&report, false, show);
