@@ -1,8 +1,6 @@
 //! `plugpull demo --vm`: three virtual machines written for a few seconds each, one
 //! verdict line each, in a fixed order with fixed words.
 
-use super::skip_without_vm;
-use plugpull_tests::simfs::skip_without_fuse;
 use plugpull_tests::{plugpull, stderr, stdout};
 use std::time::Instant;
 
@@ -11,9 +9,9 @@ use std::time::Instant;
 #[test]
 fn demo_vm_passes_the_honest_fails_the_lying_and_measures_no_clean_shutdown() {
     let test = "vm::demo::demo_vm_passes_the_honest_fails_the_lying_and_measures_no_clean_shutdown";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let t = Instant::now();
     let o = plugpull(&["demo", "--vm", "--vm-secs", "5"]);
     let out = stdout(&o);

@@ -6,7 +6,7 @@
 use super::{bundle, skip_without_vm};
 use crate::power::ok;
 use plugpull_client::rig::vm::{self, machine, qemu, HostMount};
-use plugpull_tests::simfs::{skip_without_fuse, Fate, Truth};
+use plugpull_tests::simfs::{Fate, Truth};
 use plugpull_tests::{bin, ledger_file, verify_json, wait_for, Listener};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -142,6 +142,7 @@ fn honest_image_loses_nothing_acknowledged() {
     if skip_without_vm("vm::files::honest_image_loses_nothing_acknowledged") {
         return;
     }
+    let _guests = super::light();
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let image = tmp.path().join("disk.img");
@@ -166,9 +167,9 @@ fn honest_image_loses_nothing_acknowledged() {
 #[test]
 fn lying_image_loses_acknowledged_writes() {
     let test = "vm::files::lying_image_loses_acknowledged_writes";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let (dir, uri) = lying_machine(tmp.path(), &l, None);
@@ -218,9 +219,9 @@ fn lying_image_loses_acknowledged_writes() {
 #[test]
 fn clean_shutdown_is_not_measured() {
     let test = "vm::files::clean_shutdown_is_not_measured";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let (dir, uri) = lying_machine(tmp.path(), &l, Some(4));

@@ -3,9 +3,7 @@
 //! keeps power, so the lying simfs cache under the image is destaged, not dropped.
 
 use super::files::{acked_run, lying_machine, verify_image};
-use super::skip_without_vm;
 use crate::power::ok;
-use plugpull_tests::simfs::skip_without_fuse;
 use plugpull_tests::Listener;
 use serde_json::json;
 use std::time::Duration;
@@ -17,9 +15,9 @@ use std::time::Duration;
 #[test]
 fn reset_keeps_the_disk_cache_and_is_not_a_power_cut() {
     let test = "vm::reset::reset_keeps_the_disk_cache_and_is_not_a_power_cut";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let (dir, uri) = lying_machine(tmp.path(), &l, None);
