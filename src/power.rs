@@ -12,7 +12,8 @@
 //! * `tasmota://HOST[:PORT][/RELAY]` — port 80.
 //! * `shelly://HOST[:PORT][/ID]` — port 80, switch 0.
 //! * `simfs://MOUNTPOINT` — the simulated machine.
-//! * `qemu://DIR` — a QEMU virtual machine whose files live in DIR.
+//! * `qemu://DIR[?cut=kill|reset]` — a QEMU virtual machine whose files live in DIR;
+//!   `cut=reset` resets it (QMP `system_reset`) instead of killing QEMU.
 //!
 //! Secrets (passwords, SNMP communities) come only from files: a URI carrying one
 //! (`user:password@`, `community@`) is refused before anything else is split (the
@@ -43,6 +44,10 @@ pub enum CutKind {
     /// A virtual machine (QEMU killed: the guest's memory is lost; its disk image
     /// keeps what the host holds, or what simfs destaged when it sits on simfs).
     Vm,
+    /// A reset, not a power cut (`qemu://DIR?cut=reset`: QMP `system_reset`; on
+    /// hardware a reset button or a watchdog): the machine's memory is lost, its
+    /// disks keep power and with it their volatile write caches.
+    Reset,
 }
 
 impl fmt::Display for CutKind {
@@ -53,6 +58,7 @@ impl fmt::Display for CutKind {
             CutKind::Device => "device",
             CutKind::Simulated => "simulated",
             CutKind::Vm => "vm",
+            CutKind::Reset => "reset",
         })
     }
 }
@@ -159,10 +165,13 @@ pub enum PowerUri {
         /// Where the simulated machine's simfs is mounted.
         mountpoint: PathBuf,
     },
-    /// `qemu://DIR`.
+    /// `qemu://DIR[?cut=kill|reset]`.
     Qemu {
         /// The virtual machine's directory (`vm.json`, its state, QMP socket, logs).
         dir: PathBuf,
+        /// `?cut=reset`: `off` resets the guest (QMP `system_reset`) and its disk
+        /// keeps power, instead of killing QEMU (`?cut=kill`, the default).
+        reset: bool,
     },
 }
 
@@ -240,7 +249,19 @@ impl PowerUri {
                 if dir.is_empty() {
                     return Err("qemu: needs the machine's directory: qemu:///var/lib/vm1".into());
                 }
-                PowerUri::Qemu { dir: dir.into() }
+                let reset = match query.text("cut").as_deref() {
+                    None | Some("kill") => false,
+                    Some("reset") => true,
+                    Some(other) => {
+                        return Err(format!(
+                            "qemu: `cut` must be kill (QEMU killed: a power cut) or reset (QMP system_reset: the disk keeps power), not `{other}`"
+                        ))
+                    }
+                };
+                PowerUri::Qemu {
+                    dir: dir.into(),
+                    reset,
+                }
             }
             other => return Err(format!("unknown power scheme `{other}`: expected exec, ipmi, redfish, redfish+http, apc-snmp, tasmota, shelly, simfs or qemu")),
         };
@@ -257,7 +278,8 @@ impl PowerUri {
             PowerUri::Tasmota { .. } | PowerUri::Shelly { .. } => CutKind::Ac,
             PowerUri::Ipmi { .. } | PowerUri::Redfish { .. } => CutKind::Dc,
             PowerUri::Simfs { .. } => CutKind::Simulated,
-            PowerUri::Qemu { .. } => CutKind::Vm,
+            PowerUri::Qemu { reset: false, .. } => CutKind::Vm,
+            PowerUri::Qemu { reset: true, .. } => CutKind::Reset,
         }
     }
 
@@ -345,7 +367,10 @@ impl fmt::Display for PowerUri {
                 write!(f, "{s}://{}:{port}/{id}", bracket(host))
             }
             PowerUri::Simfs { mountpoint } => write!(f, "{s}://{}", mountpoint.display()),
-            PowerUri::Qemu { dir } => write!(f, "{s}://{}", dir.display()),
+            PowerUri::Qemu { dir, reset } => {
+                let cut = if *reset { "?cut=reset" } else { "" };
+                write!(f, "{s}://{}{cut}", dir.display())
+            }
         }
     }
 }

@@ -67,6 +67,7 @@ enum Cmd {
     /// Examples:
     ///   plugpull demo
     ///   plugpull demo --cuts 5 --report /tmp/demo.html
+    ///   plugpull demo --vm       # three QEMU machines: honest PASS, lying FAIL, clean shutdown NOT MEASURED
     #[command(verbatim_doc_comment)]
     Demo {
         #[command(flatten)]

@@ -46,6 +46,12 @@ pub struct VerifyArgs {
     /// either way.
     #[arg(long, conflicts_with = "history")]
     pub read_back: bool,
+    /// The run was cut by a reset, not a power cut (`qemu://DIR?cut=reset`, a reset
+    /// button, a watchdog): the disk kept power. Its PASS shows only that the stack
+    /// above the disk kept what it acknowledged across a crash: NOT MEASURED as a
+    /// power cut (exit 2); a FAIL stays a FAIL.
+    #[arg(long, conflicts_with = "history")]
+    pub reset: bool,
 }
 
 /// How `plugpull verify` ended once it printed its report (one JSON object with
@@ -162,6 +168,8 @@ pub struct VerifyOptions<'a> {
     pub pg: &'a crate::pgbench::PgVerifyArgs,
     /// Accept a read-back check of a run that finished on this boot (`--read-back`).
     pub read_back: bool,
+    /// The run was cut by a reset: the disk kept power (`--reset`).
+    pub reset: bool,
 }
 
 impl<'a> VerifyOptions<'a> {
@@ -172,6 +180,7 @@ impl<'a> VerifyOptions<'a> {
             quiet: args.json,
             pg,
             read_back: args.read_back,
+            reset: args.reset,
         }
     }
 }
@@ -229,10 +238,11 @@ pub async fn judge_ledger(
         .await
         .map_err(|e| Error::Msg(format!("reading the canary failed: {e}")))?;
     let same_boot = crate::target_id::same_boot(&l.manifest.boot_id, &crate::target_id::boot_id());
-    report.set_cut(
-        plugpull::verdict::cut::judge_cut(l, same_boot, read),
-        opts.read_back,
-    );
+    let mut cut = plugpull::verdict::cut::judge_cut(l, same_boot, read);
+    if opts.reset {
+        plugpull::verdict::cut::after_reset(&mut cut);
+    }
+    report.set_cut(cut, opts.read_back);
     let evidence = evidence
         .await
         .map_err(|e| Error::Msg(format!("the cut-evidence snapshot failed: {e}")))?;
@@ -289,10 +299,12 @@ mod tests {
             show: 3,
             history: false,
             read_back: false,
+            reset: true,
         };
         let pg = crate::pgbench::PgVerifyArgs::default();
         let o = VerifyOptions::of(&args, &pg);
         assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
         assert!(o.quiet);
+        assert!(o.reset);
     }
 }

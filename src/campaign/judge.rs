@@ -146,6 +146,11 @@ fn validity(f: &CutFacts, reports: &[(&Outcome, Value)], acknowledged: u64) -> V
     {
         return NotMeasured(why);
     }
+    // A reset (`qemu://DIR?cut=reset`): the disk kept power. A loss is real however
+    // the machine went down; a pass says nothing of the disk's cache.
+    if f.pulling.kind == "reset" && !reports.iter().any(|(o, _)| o.exit == 1) {
+        return NotMeasured(crate::verdict::cut::RESET_NOT_MEASURED.into());
+    }
     Validity::Valid
 }
 

@@ -230,7 +230,7 @@ pub struct Pulling {
     pub delay_ms: u64,
     /// The driver's scheme (`ipmi`, `simfs`, …).
     pub driver: String,
-    /// What the driver cuts: `ac`, `dc`, `device` or `simulated`.
+    /// What the driver cuts: `ac`, `dc`, `device`, `simulated`, `vm` or `reset`.
     pub kind: String,
     /// When (controller clock).
     pub at_ms: u64,
@@ -289,7 +289,7 @@ pub struct CutRecord {
     pub at_ms: u64,
     /// The driver's scheme.
     pub driver: String,
-    /// `ac`, `dc`, `device` or `simulated`.
+    /// `ac`, `dc`, `device`, `simulated`, `vm` or `reset`.
     pub kind: String,
     /// How long the runs had run when they were cut, ms.
     pub delay_ms: u64,

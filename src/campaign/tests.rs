@@ -1,5 +1,7 @@
 use super::*;
 
+mod reset;
+
 fn def(cuts: u32) -> Definition {
     Definition {
         name: "c1".into(),

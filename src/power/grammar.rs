@@ -158,6 +158,11 @@ impl Query {
         }
     }
 
+    /// `key`'s value (`Some("")` for `key` alone), `None` when not given.
+    pub(super) fn text(&mut self, key: &str) -> Option<String> {
+        self.take(key).map(Option::unwrap_or_default)
+    }
+
     pub(super) fn flag(&mut self, key: &str) -> bool {
         self.take(key).is_some()
     }

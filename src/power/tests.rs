@@ -132,7 +132,8 @@ fn plugs_and_simfs() {
     assert_eq!(
         q,
         PowerUri::Qemu {
-            dir: "/var/lib/vm1".into()
+            dir: "/var/lib/vm1".into(),
+            reset: false
         }
     );
     assert_eq!(
@@ -143,8 +144,32 @@ fn plugs_and_simfs() {
     assert_eq!(
         PowerUri::parse("qemu:///srv/vm@1:a").unwrap(),
         PowerUri::Qemu {
-            dir: "/srv/vm@1:a".into()
+            dir: "/srv/vm@1:a".into(),
+            reset: false
         }
+    );
+    // `cut=reset`: QMP system_reset, the disk keeps power; `cut=kill` is the default.
+    let r = PowerUri::parse("qemu:///var/lib/vm1?cut=reset").unwrap();
+    assert_eq!(
+        (r.kind(), r.kind().to_string(), r.to_string()),
+        (
+            CutKind::Reset,
+            "reset".into(),
+            "qemu:///var/lib/vm1?cut=reset".into()
+        )
+    );
+    let k = PowerUri::parse("qemu:///var/lib/vm1?cut=kill").unwrap();
+    assert_eq!(
+        (k.kind(), k.to_string()),
+        (CutKind::Vm, "qemu:///var/lib/vm1".into())
+    );
+    assert_eq!(
+        err("qemu:///var/lib/vm1?cut=halt"),
+        "qemu: `cut` must be kill (QEMU killed: a power cut) or reset (QMP system_reset: the disk keeps power), not `halt`"
+    );
+    assert_eq!(
+        err("qemu:///var/lib/vm1?cut"),
+        "qemu: `cut` must be kill (QEMU killed: a power cut) or reset (QMP system_reset: the disk keeps power), not ``"
     );
     assert_eq!(
         err("qemu://"),

@@ -120,6 +120,10 @@ pub struct CutReport {
     /// The run finished and the host did not restart since: a read-back check of a
     /// run no power cut touched (`verify --read-back` accepts it as one).
     pub read_back: bool,
+    /// The cut was a reset, not a power cut (`verify --reset`; [`after_reset`]): the
+    /// disks kept power and with it their volatile write caches.
+    #[serde(default)]
+    pub disk_kept_power: bool,
 }
 
 impl CutReport {
@@ -183,6 +187,9 @@ impl CutReport {
             _ => cut,
         };
         let mut out = vec![format!("cut: {cut}")];
+        if self.disk_kept_power {
+            out.push(RESET_LINE.into());
+        }
         let no_cut = matches!(self.cut, CutKind::Finished | CutKind::WitnessStopped);
         if !no_cut && self.cut_ms.is_some() {
             let last = match self.last_ack_before_cut_ms {
@@ -274,6 +281,26 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
     r.read_back = cut == CutKind::Finished && same_boot == Some(true);
     r.not_measured = why.unwrap_or_default();
     r
+}
+
+/// The report's line for a reset ([`after_reset`]).
+pub const RESET_LINE: &str = "power: a reset, not a power cut: the machine's memory was lost, the disk kept power and its volatile write cache";
+
+/// Why a PASS across a reset is NOT MEASURED ([`after_reset`]).
+pub const RESET_NOT_MEASURED: &str = "the cut was a reset, not a power cut: the disk kept power, so its volatile write cache was never at risk; nothing acknowledged was lost across the machine's crash, which tests the stack above the disk (kernel, filesystem, application), not the disk";
+
+/// Marks `r` as the evidence of a reset (`qemu://DIR?cut=reset`'s QMP
+/// `system_reset`, a reset button, a watchdog): the machine's memory was lost (the
+/// canary says so), but the disk kept power. A PASS then cannot show that the disk
+/// keeps what it acknowledged across a power loss: it is NOT MEASURED with
+/// [`RESET_NOT_MEASURED`]; an evidence already not measured keeps its own reason (a
+/// FAIL stays a FAIL: a loss is real however the machine went down).
+pub fn after_reset(r: &mut CutReport) {
+    r.disk_kept_power = true;
+    if r.measured {
+        r.measured = false;
+        r.not_measured = RESET_NOT_MEASURED.into();
+    }
 }
 
 /// ENOSPC on Linux (`errno.h`).

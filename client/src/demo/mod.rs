@@ -21,6 +21,9 @@
 //! is SIGKILLed mid-run on the local disk (the page cache survives, so nothing may be
 //! lost). Without PostgreSQL it runs the file workload only and says so.
 //!
+//! `--vm` runs three virtual machines instead ([`vm`]): honest PASS, lying FAIL,
+//! clean shutdown NOT MEASURED.
+//!
 //! Rooms: this file is the flow; [`device`] runs one simulated device end to end;
 //! [`compare`] puts the two devices' reports side by side. The processes come from
 //! [`crate::rig`], shared with the end-to-end tests.
@@ -36,6 +39,7 @@ mod compare;
 mod cuts;
 mod device;
 mod fallback;
+mod vm;
 
 use crate::rig::sibling;
 use crate::rig::{self, proc};
@@ -67,6 +71,16 @@ pub struct DemoArgs {
     /// demo. Default: `plugpull-demo-PID.html` in the temp directory.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Instead: three QEMU virtual machines with a real kernel and ext4 (docs/vm.md):
+    /// an honest disk cut (PASS), a lying one cut (FAIL), the lying one shut down
+    /// cleanly (NOT MEASURED). Needs root, QEMU, busybox-static and the kernel
+    /// package (scripts/deps); exit 2 when they are missing.
+    #[arg(long, conflicts_with_all = ["cuts", "no_pg", "report"])]
+    pub vm: bool,
+    /// With --vm: seconds each machine's workload writes before its cut (or its
+    /// clean shutdown), counted from the start of its run.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(2..=3600))]
+    pub vm_secs: u32,
 }
 
 /// The demo's page: each device's runs, one part each.
@@ -219,6 +233,9 @@ fn start_listener(dir: &Path) -> Result<rig::listener::Listener, Error> {
 }
 
 async fn run(dir: &Path, args: &DemoArgs) -> Result<bool, Error> {
+    if args.vm {
+        return vm::run(dir, args).await;
+    }
     if let Some(why) = fuse_unavailable() {
         if args.cuts.is_some() {
             return Err(Error::Msg(format!(
@@ -312,6 +329,7 @@ async fn verify_run(
         quiet: false,
         pg,
         read_back: false,
+        reset: false,
     };
     let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
     crate::verify::print_report(&report, false, show);

@@ -108,7 +108,7 @@ pub fn open(uri: &PowerUri) -> Result<Box<dyn Driver>, Error> {
         }
         PowerUri::Shelly { host, port, id } => Box::new(plug::Shelly::new(host, *port, *id)),
         PowerUri::Simfs { mountpoint } => Box::new(sim::Sim::new(mountpoint)?),
-        PowerUri::Qemu { dir } => Box::new(qemu::Qemu::new(dir)?),
+        PowerUri::Qemu { dir, reset } => Box::new(qemu::Qemu::new(dir, *reset)?),
     })
 }
 

@@ -17,6 +17,13 @@
 //!   mount is taken down, so the backing image holds exactly what survived. When
 //!   QEMU had already exited (the guest powered itself off: a clean shutdown) there
 //!   is nothing to cut: the simfs mount is unmounted cleanly (its cache destaged).
+//! * `off` with `?cut=reset` (kind `reset`): not a power cut. QMP `system_reset`
+//!   (QMP reference, "system_reset": a hard reset of the guest); QEMU runs with
+//!   `-no-reboot` (`-action reboot=shutdown`), so the reset is a shutdown (event
+//!   `SHUTDOWN`, reason `host-qmp-system-reset`): the guest's memory is gone, and
+//!   QEMU flushes the image as it exits (10 s, else SIGKILL and an error). The disk
+//!   kept power: a simfs mount is unmounted cleanly (its cache destaged, no ground
+//!   truth written). The machine stays held in reset (off) until `on`.
 //! * `status`: QMP `query-status` while QEMU runs (`running` is on; any other
 //!   run state is reported as the unknown answer); off when QEMU is gone (cut, or
 //!   the guest powered itself off).
@@ -41,15 +48,18 @@ const QMP_LIMIT: Duration = Duration::from_secs(30);
 pub struct Qemu {
     dir: PathBuf,
     spec: VmSpec,
+    /// `?cut=reset`: `off` resets the guest instead of killing QEMU.
+    reset: bool,
 }
 
 impl Qemu {
-    /// The machine in `dir`. Errors: no `DIR/vm.json`, or a bad one.
-    pub fn new(dir: &Path) -> Result<Qemu, Error> {
+    /// The machine in `dir`, cut by a reset when `reset` (`?cut=reset`). Errors: no
+    /// `DIR/vm.json`, or a bad one.
+    pub fn new(dir: &Path, reset: bool) -> Result<Qemu, Error> {
         let dir = std::path::absolute(dir)
             .map_err(|e| Error::Msg(format!("qemu: {}: {e}", dir.display())))?;
         let spec = machine::spec(&dir).map_err(|e| Error::Msg(format!("qemu: {e}")))?;
-        Ok(Qemu { dir, spec })
+        Ok(Qemu { dir, spec, reset })
     }
 
     fn disk(&self) -> PathBuf {
@@ -78,6 +88,30 @@ impl Qemu {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         true
+    }
+
+    /// Resets the guest of the QEMU `pid` (QMP `system_reset`, a shutdown under
+    /// `-no-reboot`) and waits up to [`KILL_LIMIT`] for QEMU to exit, flushing the
+    /// image. Errors: QEMU still ran then (it is SIGKILLed: a power cut instead).
+    fn reset(&self, pid: u32) -> Result<(), Error> {
+        // QEMU may close the socket as it exits, before its answer: its exit is the
+        // answer that counts.
+        let asked = qmp(&self.dir.join("qmp.sock"), "system_reset");
+        let end = Instant::now() + KILL_LIMIT;
+        while self.ours(Some(pid)).is_some() && Instant::now() < end {
+            proc::sleep(Duration::from_millis(50))?;
+        }
+        proc::reap(pid);
+        if self.ours(Some(pid)).is_none() {
+            return Ok(());
+        }
+        let _ = proc::kill_group(None, None, &[pid], KILL_LIMIT);
+        proc::reap(pid);
+        Err(Error::Msg(format!(
+            "qemu: off (reset): QEMU was still running {} s after QMP system_reset ({}): SIGKILLed, so this was a power cut of the guest, not a reset",
+            KILL_LIMIT.as_secs(),
+            asked.map_or_else(|e| e.to_string(), |_| "answered".into())
+        )))
     }
 
     /// Mounts the simfs disk for boot `boot`; its process id.
@@ -187,6 +221,19 @@ impl Driver for Qemu {
         }
         let running = self.ours(st.qemu_pid);
         let killed = match running {
+            Some(pid) if self.reset => {
+                // The disk keeps power: no simfs cut below, a clean unmount.
+                let r = self.reset(pid);
+                if let Some(sd) = &self.spec.simfs {
+                    let down = unmount_or_force("qemu", &sd.bin, &self.disk(), st.simfs_pid);
+                    (st.on, st.qemu_pid, st.simfs_pid) = (false, None, None);
+                    machine::save_state(&self.dir, &st)?;
+                    return r.and(down);
+                }
+                (st.on, st.qemu_pid) = (false, None);
+                machine::save_state(&self.dir, &st)?;
+                return r;
+            }
             Some(pid) => {
                 let k = proc::kill_group(None, None, &[pid], KILL_LIMIT);
                 // A caller that turned the machine on is QEMU's parent.
@@ -255,6 +302,10 @@ impl Driver for Qemu {
     }
 
     fn kind(&self) -> CutKind {
-        CutKind::Vm
+        if self.reset {
+            CutKind::Reset
+        } else {
+            CutKind::Vm
+        }
     }
 }

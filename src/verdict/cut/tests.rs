@@ -441,3 +441,41 @@ fn a_run_the_witness_stopped_before_any_batch_names_no_moment() {
         "cut: none while the run wrote: the witness stopped recording it, and the writer stopped with it"
     );
 }
+
+/// A reset (`verify --reset`): the same lost canary and exposure as a power cut, but
+/// the disk kept power, so the PASS is NOT MEASURED and the report says why; an
+/// evidence already not measured (idle) keeps its own reason.
+#[test]
+fn a_reset_is_no_power_cut_of_the_disk() {
+    let l = ledger(vec![
+        batch(1, &[100, 3000, 3950, 4000], 4002, 190),
+        batch(2, &[], 4100, 195),
+    ]);
+    let mut r = judge_cut(&l, Some(false), found(160));
+    assert_eq!((r.measured, r.disk_kept_power), (true, false));
+    assert_eq!(r.lines().len(), 3);
+    after_reset(&mut r);
+    assert_eq!(
+        (r.measured, r.disk_kept_power, r.canary.state),
+        (false, true, CanaryState::Lost)
+    );
+    assert_eq!(r.not_measured, RESET_NOT_MEASURED);
+    assert_eq!(
+        r.lines(),
+        vec![
+            "cut: the witness last heard from the agent at 4.100 s into the run".to_string(),
+            "power: a reset, not a power cut: the machine's memory was lost, the disk kept power and its volatile write cache".to_string(),
+            "exposure: 0 acknowledged in the last 100 ms before the cut, 2 in the last 1 s (the last 0.100 s before it)".to_string(),
+            "canary: lost: 16 of the newest 16 records written with no durability call (180..=195) are not on the medium (the newest there is 160): the host's memory lost power".to_string(),
+        ]
+    );
+    let idle = ledger(vec![batch(1, &[2000], 3000, 10), batch(2, &[], 4000, 60)]);
+    let mut r = judge_cut(&idle, Some(false), found(5));
+    let why = r.not_measured.clone();
+    assert!(why.starts_with("the workload was idle at the cut"), "{why}");
+    after_reset(&mut r);
+    assert_eq!(
+        (r.measured, r.disk_kept_power, r.not_measured),
+        (false, true, why)
+    );
+}

@@ -11,6 +11,7 @@ fn bundle_boots_runs_plugpull_and_powers_off() {
     if skip_without_vm("vm::boot::bundle_boots_runs_plugpull_and_powers_off") {
         return;
     }
+    let _guests = super::light();
     let b = bundle();
     assert_eq!(
         b.modules,

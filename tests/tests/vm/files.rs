@@ -6,7 +6,7 @@
 use super::{bundle, skip_without_vm};
 use crate::power::ok;
 use plugpull_client::rig::vm::{self, machine, qemu, HostMount};
-use plugpull_tests::simfs::{skip_without_fuse, Fate, Truth};
+use plugpull_tests::simfs::{Fate, Truth};
 use plugpull_tests::{bin, ledger_file, verify_json, wait_for, Listener};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ fn spec(image: PathBuf, l: &Listener, shutdown_s: Option<u32>) -> qemu::Spec {
 
 /// Waits for the guest (console file `console`) to start its run and for `l` to
 /// record `n` acks of it; the run id.
-fn acked_run(console: &Path, l: &Listener, n: u64) -> String {
+pub(super) fn acked_run(console: &Path, l: &Listener, n: u64) -> String {
     let text = || std::fs::read_to_string(console).unwrap_or_default();
     let started = wait_for(Duration::from_secs(120), || text().contains("run id: "));
     assert!(started, "no run started; console:\n{}", text());
@@ -56,12 +56,20 @@ fn acked_run(console: &Path, l: &Listener, n: u64) -> String {
     run
 }
 
-/// Mounts `image` on the host and verifies `run` there: exit code, report, and
+/// Mounts `image` on the host and verifies `run` there (`extra`: more verify
+/// arguments): exit code, report, and
 /// the target's extent map (`filefrag -v -b4096`: file block → image block).
-fn verify_image(image: &Path, at: &Path, l: &Listener, run: &str) -> (i32, Value, Vec<u64>) {
+pub(super) fn verify_image(
+    image: &Path,
+    at: &Path,
+    l: &Listener,
+    run: &str,
+    extra: &[&str],
+) -> (i32, Value, Vec<u64>) {
     let mut m = HostMount::mount(image, at).unwrap();
     let target = m.at.join("target");
-    let args = ["--run", run, "--target", target.to_str().unwrap()];
+    let mut args = vec!["--run", run, "--target", target.to_str().unwrap()];
+    args.extend_from_slice(extra);
     let (code, report, err) = verify_json(l, &args);
     let map = extent_map(&target);
     m.umount().unwrap();
@@ -108,7 +116,11 @@ fn extent_map(file: &Path) -> Vec<u64> {
 
 /// A machine in `tmp/vm` whose image sits on a lying simfs mount (destage after
 /// 1 s), its guest running the file workload against `l`; its directory and URI.
-fn lying_machine(tmp: &Path, l: &Listener, shutdown_s: Option<u32>) -> (PathBuf, String) {
+pub(super) fn lying_machine(
+    tmp: &Path,
+    l: &Listener,
+    shutdown_s: Option<u32>,
+) -> (PathBuf, String) {
     let sd = machine::SimDisk {
         bin: bin("plugpull-simfs"),
         mode: "lying".into(),
@@ -130,6 +142,7 @@ fn honest_image_loses_nothing_acknowledged() {
     if skip_without_vm("vm::files::honest_image_loses_nothing_acknowledged") {
         return;
     }
+    let _guests = super::light();
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let image = tmp.path().join("disk.img");
@@ -137,7 +150,7 @@ fn honest_image_loses_nothing_acknowledged() {
     let mut g = qemu::Vm::start(&spec(image.clone(), &l, None), tmp.path()).unwrap();
     let run = acked_run(&g.console, &l, 200);
     g.kill();
-    let (code, report, _) = verify_image(&image, &tmp.path().join("host"), &l, &run);
+    let (code, report, _) = verify_image(&image, &tmp.path().join("host"), &l, &run, &[]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["ok"], json!(true));
     assert_eq!(report["findings"], json!([]));
@@ -154,9 +167,9 @@ fn honest_image_loses_nothing_acknowledged() {
 #[test]
 fn lying_image_loses_acknowledged_writes() {
     let test = "vm::files::lying_image_loses_acknowledged_writes";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let (dir, uri) = lying_machine(tmp.path(), &l, None);
@@ -168,7 +181,7 @@ fn lying_image_loses_acknowledged_writes() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(ok(&uri, "off"), format!("off: done ({uri}, vm)\n"));
     let image = dir.join("backing/disk.img");
-    let (code, report, map) = verify_image(&image, &tmp.path().join("host"), &l, &run);
+    let (code, report, map) = verify_image(&image, &tmp.path().join("host"), &l, &run, &[]);
     assert_eq!(code, 1, "{report}");
     assert_eq!(report["ok"], json!(false));
     let v = &report["verdicts"];
@@ -206,9 +219,9 @@ fn lying_image_loses_acknowledged_writes() {
 #[test]
 fn clean_shutdown_is_not_measured() {
     let test = "vm::files::clean_shutdown_is_not_measured";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let l = Listener::start(tmp.path());
     let (dir, uri) = lying_machine(tmp.path(), &l, Some(4));
@@ -220,7 +233,7 @@ fn clean_shutdown_is_not_measured() {
     assert!(console.contains("plugpull-vm: unmounted /mnt"), "{console}");
     assert_eq!(ok(&uri, "off"), format!("off: done ({uri}, vm)\n"));
     let image = dir.join("backing/disk.img");
-    let (code, report, _) = verify_image(&image, &tmp.path().join("host"), &l, &run);
+    let (code, report, _) = verify_image(&image, &tmp.path().join("host"), &l, &run, &[]);
     assert_eq!(code, 2, "{report}");
     let canary = &report["cut"]["canary"];
     assert_eq!(

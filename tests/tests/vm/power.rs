@@ -3,20 +3,19 @@
 //! recorded command line), read (QMP `query-status`), cut (QEMU SIGKILLed, simfs cut
 //! at once: its ground truth written, the mount taken down) and read again.
 
-use super::{bundle, skip_without_vm};
+use super::bundle;
 use crate::power::ok;
 use plugpull_client::rig::proc;
 use plugpull_client::rig::vm::{self, machine, qemu};
-use plugpull_tests::simfs::skip_without_fuse;
 use plugpull_tests::{bin, wait_for};
 use std::time::Duration;
 
 #[test]
 fn qemu_driver_boots_reads_and_cuts_a_guest_on_simfs() {
     let test = "vm::power::qemu_driver_boots_reads_and_cuts_a_guest_on_simfs";
-    if skip_without_vm(test) || skip_without_fuse(test) {
+    let Some(_guests) = super::guest_on_simfs(test) else {
         return;
-    }
+    };
     let b = bundle();
     let tmp = tempfile::tempdir().unwrap();
     let spec = qemu::Spec {
