@@ -177,12 +177,14 @@ async fn machine_run(
         false => root.join("disk.img"),
     };
     let shutdown = m.clean.then_some(secs);
+    let mut settings = vm::settings(&vm::write_settings(port, "target", LOAD), "hang", shutdown);
+    settings.push(format!("plugpull.hostname=vm-{}", m.slug));
     let spec = qemu::Spec {
         kernel: bundle.kernel.clone(),
         initrd: bundle.initrd.clone(),
         image,
         cache: "writeback".into(),
-        settings: vm::settings(&vm::write_settings(port, "target", LOAD), "hang", shutdown),
+        settings,
         mem_mib: 512,
         cpus: 1,
     };

@@ -8,6 +8,8 @@
 #   plugpull.end=poweroff    after the command: unmount /mnt and power off
 #   plugpull.shutdown=SECS   a clean shutdown SECS after the command started: SIGKILL
 #                            it (as a shutdown's last kill), sync, unmount, power off
+#   plugpull.hostname=NAME   the guest's host name (default: /etc/hostname, plugpull-vm),
+#                            which its runs and reports name
 # Every step prints one `plugpull-vm: ...` line on the console (ttyS0).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /mnt /bin /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
@@ -20,11 +22,13 @@ for m in $(cat /modules/order); do
     insmod "/modules/$m.ko" || echo "plugpull-vm: insmod $m failed"
 done
 args=""; end=hang; shutdown=""
+hostname -F /etc/hostname
 for w in $(cat /proc/cmdline); do
     case "$w" in
         plugpull.args=*) args=$(echo "${w#plugpull.args=}" | tr , ' ');;
         plugpull.end=*) end="${w#plugpull.end=}";;
         plugpull.shutdown=*) shutdown="${w#plugpull.shutdown=}";;
+        plugpull.hostname=*) hostname "${w#plugpull.hostname=}";;
     esac
 done
 ip link set lo up
