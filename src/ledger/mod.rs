@@ -62,8 +62,8 @@ pub use entry::{
     HEARTBEAT_MS,
 };
 pub use format::{
-    encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
-    MAX_ENTRY,
+    encode_entry, header, scan, LedgerError, Scanner, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC,
+    MAX_COMMIT, MAX_ENTRY,
 };
 pub use gather::{Ack, Gather};
 pub use manifest::{
