@@ -1,5 +1,5 @@
 use super::*;
-use crate::ledger::{AckBatch, DeviceError, FileAck, Manifest, PgAckRange};
+use crate::ledger::{AckBatch, Acks, DeviceError, FileAck, Manifest, PgAckRange};
 use crate::RunId;
 
 /// The canary found on the medium: records 1..=n.
@@ -10,18 +10,8 @@ fn found(n: u64) -> CanaryRead {
 }
 
 fn ledger(batches: Vec<AckBatch>) -> RunLedger {
-    RunLedger {
-        run: RunId(7),
-        manifest: Manifest::example_file("sut", "/t", 1 << 20, 4096),
-        batches,
-        finished: false,
-        lost_ms: None,
-        end_flushes: None,
-        device_error: None,
-        acks_after_error: 0,
-        chosen: String::new(),
-        witness_stopped: None,
-    }
+    let manifest = Manifest::example_file("sut", "/t", 1 << 20, 4096);
+    RunLedger::of_batches(RunId(7), manifest, batches)
 }
 
 /// A batch sealed at `sealed` with file acks at `ms`, canary record `canary`.
