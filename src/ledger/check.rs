@@ -79,9 +79,9 @@ pub fn check_record(
 }
 
 /// The fingerprint of an entry's payload (its bytes after length and CRC) that tells
-/// two copies of a batch apart: its length and CRC-32, as `len << 32 | crc`.
-pub fn fingerprint(payload: &[u8]) -> u64 {
-    (payload.len() as u64) << 32 | u64::from(crc32fast::hash(payload))
+/// two copies of a batch apart: `(length in bytes, CRC-32)`.
+pub fn fingerprint(payload: &[u8]) -> (usize, u32) {
+    (payload.len(), crc32fast::hash(payload))
 }
 
 /// [`check_record`] for a ledger read as it streams: each batch is added as it is
@@ -91,7 +91,7 @@ pub fn fingerprint(payload: &[u8]) -> u64 {
 #[derive(Clone, Debug, Default)]
 pub struct BatchRecord {
     /// Batch number → the fingerprint of its first copy.
-    seen: HashMap<u64, u64>,
+    seen: HashMap<u64, (usize, u32)>,
     duplicates: u64,
     /// The first batch recorded twice with different fingerprints.
     conflict: Option<u64>,
@@ -104,7 +104,7 @@ impl BatchRecord {
     /// payload has [`fingerprint`] `print`. Returns whether it is the first copy of
     /// that number (a later copy is counted as a duplicate, or a conflict when its
     /// fingerprint differs, and is not to be used).
-    pub fn add(&mut self, batch: u64, print: u64, acks: u64) -> bool {
+    pub fn add(&mut self, batch: u64, print: (usize, u32), acks: u64) -> bool {
         match self.seen.entry(batch) {
             Slot::Occupied(first) => {
                 if *first.get() != print && self.conflict.is_none() {
@@ -119,11 +119,6 @@ impl BatchRecord {
                 true
             }
         }
-    }
-
-    /// Acknowledgements in the distinct batches added so far.
-    pub fn acks(&self) -> u64 {
-        self.acks
     }
 
     /// Applies [`check_record`]'s rules to the batches added.
@@ -293,6 +288,34 @@ mod tests {
         assert_eq!(
             check_record(&mut v, None, &[]).unwrap_err().evidence,
             "batch 1 is recorded twice with different contents"
+        );
+        // The first conflict in ledger order is named.
+        let mut v = vec![b(1, 3), b(2, 1), b(2, 2), b(1, 2)];
+        assert_eq!(
+            check_record(&mut v, None, &[]).unwrap_err().evidence,
+            "batch 2 is recorded twice with different contents"
+        );
+    }
+
+    #[test]
+    fn a_streamed_record_keeps_the_first_copy_and_tells_copies_by_length_and_crc() {
+        let mut r = BatchRecord::default();
+        assert!(r.add(1, fingerprint(b"abc"), 3));
+        assert!(!r.add(1, fingerprint(b"abc"), 3));
+        assert!(r.add(2, fingerprint(b"de"), 2));
+        assert_eq!(
+            r.clone().check(Some(&fin(5)), &[]),
+            Ok(RecordCheck {
+                acks: 5,
+                duplicates: 1
+            })
+        );
+        assert_ne!(fingerprint(b"abc"), fingerprint(b"abd"));
+        assert_ne!(fingerprint(b"abc"), fingerprint(b"abc\0"));
+        assert!(!r.add(2, fingerprint(b"dx"), 2));
+        assert_eq!(
+            r.check(None, &[]).unwrap_err().evidence,
+            "batch 2 is recorded twice with different contents"
         );
     }
 

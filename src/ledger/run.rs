@@ -210,6 +210,7 @@ impl RunLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::LedgerReader;
     use crate::ledger::{encode_entry, header, Acks, Entry, FileAck, RunSummary};
 
     const RUN: RunId = RunId(0x1000_0000_0000_00a7);
@@ -330,6 +331,45 @@ mod tests {
             short.to_string(),
             "run 10000000000000a7: the witness lost 1 acknowledged writes: this run cannot be judged \
              (the agent handed over 3 acknowledgements before its device error, the ledger holds 2)"
+        );
+    }
+
+    #[test]
+    fn a_ledger_read_in_chunks_folds_as_the_whole_and_keeps_the_first_copy_of_a_batch() {
+        let mut beyond = acks(3, 2);
+        if let Entry::Acks(b) = &mut beyond {
+            if let Acks::File(v) = &mut b.acks {
+                v[1].block = 1 << 20; // beyond the target's 256 blocks
+            }
+        }
+        let bytes = ledger(RUN, &[acks(1, 3), acks(2, 2), acks(2, 2), beyond]);
+        let whole = RunLedger::from_bytes(RUN, &bytes, &[]).unwrap();
+        for size in [1, 7, 64, bytes.len()] {
+            let mut r = LedgerReader::new(RUN);
+            for c in bytes.chunks(size) {
+                r.push(c).unwrap();
+            }
+            let l = r.finish(&[]).unwrap();
+            assert_eq!(l.batches, whole.batches);
+            assert_eq!(l.clock, whole.clock);
+            let f = l.file_acks.as_ref().unwrap();
+            assert_eq!(f.beyond, Some(1 << 20));
+            assert_eq!(f.table.acknowledged, 6);
+            assert_eq!(
+                (f.table.seq(0), f.table.seq(1), f.table.seq(2)),
+                (300, 201, 102)
+            );
+            assert_eq!(f.table.acked_ms(0), Some(10));
+        }
+        assert_eq!(whole.batches.iter().map(|b| b.acks).sum::<u64>(), 7);
+        assert_eq!(whole.clock.iter().collect::<Vec<_>>(), vec![(10, 7)]);
+        let built = RunLedger::of_batches(RUN, whole.manifest.clone(), Vec::new());
+        assert_eq!(
+            (
+                built.batches.len(),
+                built.file_acks.unwrap().table.acknowledged
+            ),
+            (0, 0)
         );
     }
 

@@ -431,3 +431,36 @@ fn a_run_the_witness_stopped_before_any_batch_names_no_moment() {
         "cut: none while the run wrote: the witness stopped recording it, and the writer stopped with it"
     );
 }
+
+#[test]
+fn file_and_pgbench_acks_both_count_and_the_newest_of_either_is_the_last() {
+    let pg = AckBatch {
+        acks: Acks::Pg(vec![PgAckRange {
+            client: 0,
+            first: 1,
+            last: 3,
+            ms: 4990,
+        }]),
+        ..batch(2, &[], 5000, 10)
+    };
+    // The file clock's newest is 30 ms before the cut, the pgbench clock's 10 ms.
+    let l = ledger(vec![batch(1, &[3000, 4500, 4970], 4980, 10), pg]);
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!(r.cut_ms, Some(5000));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (4, 5));
+    assert_eq!(r.last_ack_before_cut_ms, Some(10));
+    // The other way round: the file ack is the newer one.
+    let pg = AckBatch {
+        acks: Acks::Pg(vec![PgAckRange {
+            client: 0,
+            first: 1,
+            last: 2,
+            ms: 4800,
+        }]),
+        ..batch(2, &[], 5000, 10)
+    };
+    let l = ledger(vec![batch(1, &[4996], 4998, 10), pg]);
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (1, 3));
+    assert_eq!(r.last_ack_before_cut_ms, Some(4));
+}
