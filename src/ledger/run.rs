@@ -2,11 +2,12 @@
 //! checked as they arrive ([`LedgerReader`], [`RunLedger::from_bytes`]), before any
 //! workload judges its target.
 //!
-//! The checks, in order: every entry's length and CRC ([`scan`]); the ledger is the
+//! The checks, in order: every entry's length and CRC ([`scan`](super::scan)); the ledger is the
 //! run asked for; no torn tail at its end; no witness fault the agent recorded
-//! ([`Entry::Invalid`]); the record of acknowledgements is whole ([`check_record`]);
+//! ([`Entry::Invalid`](super::Entry::Invalid)); the record of acknowledgements is whole
+//! ([`check_record`](super::check_record));
 //! and a run a device error ended holds every acknowledgement the agent handed over
-//! ([`check_device_error_count`]).
+//! ([`check_device_error_count`](super::check_device_error_count)).
 
 use super::read::{Fold, LedgerReader};
 use super::{
@@ -68,7 +69,7 @@ pub struct BatchMeta {
     pub batch: u64,
     /// Whether the configuration promised durability for its acks.
     pub promised: bool,
-    /// Its acknowledgements ([`Acks::count`]: commits for pgbench).
+    /// Its acknowledgements ([`Acks::count`](super::Acks::count): commits for pgbench).
     pub acks: u64,
     /// The leaf disks' flush counters when it was sealed ([`AckBatch::flushes`]).
     pub flushes: Option<FlushSample>,
@@ -130,15 +131,15 @@ pub enum RunLedgerError {
         /// Bytes before the torn entry.
         valid_len: u64,
     },
-    /// The agent recorded a witness fault ([`Entry::Invalid`]).
+    /// The agent recorded a witness fault ([`Entry::Invalid`](super::Entry::Invalid)).
     WitnessFault {
         /// The run.
         run: RunId,
         /// What the agent saw (starts with `witness fault`).
         error: String,
     },
-    /// The witness's record is provably incomplete ([`check_record`],
-    /// [`check_device_error_count`]).
+    /// The witness's record is provably incomplete ([`check_record`](super::check_record),
+    /// [`check_device_error_count`](super::check_device_error_count)).
     WitnessLoss {
         /// The run.
         run: RunId,

@@ -432,34 +432,35 @@ fn a_run_the_witness_stopped_before_any_batch_names_no_moment() {
     );
 }
 
-#[test]
-fn file_and_pgbench_acks_both_count_and_the_newest_of_either_is_the_last() {
-    let pg = AckBatch {
+/// Batch `n` sealed at `sealed`, holding one pgbench range of `commits` commits at `ms`.
+fn pg_batch(n: u64, commits: u64, ms: u32, sealed: u32) -> AckBatch {
+    AckBatch {
         acks: Acks::Pg(vec![PgAckRange {
             client: 0,
             first: 1,
-            last: 3,
-            ms: 4990,
+            last: commits,
+            ms,
         }]),
-        ..batch(2, &[], 5000, 10)
-    };
+        ..batch(n, &[], sealed, 10)
+    }
+}
+
+#[test]
+fn file_and_pgbench_acks_both_count_and_the_newest_of_either_is_the_last() {
     // The file clock's newest is 30 ms before the cut, the pgbench clock's 10 ms.
-    let l = ledger(vec![batch(1, &[3000, 4500, 4970], 4980, 10), pg]);
+    let l = ledger(vec![
+        batch(1, &[3000, 4500, 4970], 4980, 10),
+        pg_batch(2, 3, 4990, 5000),
+    ]);
     let r = judge_cut(&l, Some(false), found(0));
     assert_eq!(r.cut_ms, Some(5000));
     assert_eq!((r.acks_last_100ms, r.acks_last_1s), (4, 5));
     assert_eq!(r.last_ack_before_cut_ms, Some(10));
     // The other way round: the file ack is the newer one.
-    let pg = AckBatch {
-        acks: Acks::Pg(vec![PgAckRange {
-            client: 0,
-            first: 1,
-            last: 2,
-            ms: 4800,
-        }]),
-        ..batch(2, &[], 5000, 10)
-    };
-    let l = ledger(vec![batch(1, &[4996], 4998, 10), pg]);
+    let l = ledger(vec![
+        batch(1, &[4996], 4998, 10),
+        pg_batch(2, 2, 4800, 5000),
+    ]);
     let r = judge_cut(&l, Some(false), found(0));
     assert_eq!((r.acks_last_100ms, r.acks_last_1s), (1, 3));
     assert_eq!(r.last_ack_before_cut_ms, Some(4));
