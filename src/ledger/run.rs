@@ -62,7 +62,8 @@ pub struct RunLedger {
 }
 
 /// One ack batch of a ledger without its acknowledgements: what the cut evidence
-/// and the flush counts need of it (about 80 bytes; an agent seals about 100 a second).
+/// and the flush counts need of it (64 bytes, and a sample's counters when it carries
+/// one; an agent seals up to a few hundred a second).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchMeta {
     /// The agent's batch number.
