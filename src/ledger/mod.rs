@@ -38,9 +38,10 @@
 //!   type that is wire payload, ledger entry and verifier input), [`Acks`],
 //!   [`FileAck`], [`PgAckRange`], [`RunSummary`], [`DeviceError`], [`TornTail`].
 //! * `format.rs` — the bytes: [`header`], [`encode_entry`], [`scan`] with its torn-tail
-//!   rule, [`Tail`], [`LedgerError`].
-//! * `check.rs` — what verify checks in the record itself: [`check_record`],
-//!   [`check_device_error_count`], [`is_device_errno`].
+//!   rule and [`Scanner`] (the same over chunks), [`Tail`], [`LedgerError`].
+//! * `check.rs` — what verify checks in the record itself: [`check_record`] (and
+//!   [`BatchRecord`], the same as a ledger streams), [`check_device_error_count`],
+//!   [`is_device_errno`].
 //! * `gather.rs` — acks on their way into a batch: [`Ack`] as a workload hands one
 //!   over, [`Gather`] the next batch's, [`Acks::write_log`] the ack log's lines.
 //! * `run.rs` — a run's ledger as verify reads it: [`RunLedger`] (its batches'
