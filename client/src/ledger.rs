@@ -1,15 +1,16 @@
 //! Fetching a run's ledger from the listener: the network half of reading a ledger;
-//! the checks are the core's ([`RunLedger::from_bytes`]).
+//! the scan, fold and checks are the core's ([`LedgerReader`]), chunk by chunk as the
+//! listener sends them, so the ledger is never held whole.
 
 use crate::net::{self, NetError};
 use crate::Error;
 use plugpull::auth::Secret;
-use plugpull::ledger::RunLedger;
+use plugpull::ledger::{LedgerReader, RunLedger};
 use plugpull::wire::{ErrorKind, Request, Response};
 use plugpull::RunId;
 
 /// Fetches run `run`'s ledger (else the newest run of `host` by the listener's record)
-/// and checks it whole ([`RunLedger::from_bytes`]).
+/// and reads it as it arrives ([`LedgerReader`]: scanned, folded, then checked whole).
 ///
 /// Errors: unreachable listener, unknown run, damaged ledger (naming the offset), a
 /// witness record that cannot be judged.
@@ -26,8 +27,8 @@ pub async fn fetch(
     })
     .await?;
     w.flush().await?;
-    let mut bytes = Vec::new();
-    let (run, torn, witness_stopped) = loop {
+    let mut reader: Option<LedgerReader> = None;
+    let (reader, torn, witness_stopped) = loop {
         match r
             .recv_checked()
             .await
@@ -40,9 +41,14 @@ pub async fn fetch(
                 torn,
                 witness_stopped,
             } => {
-                bytes.extend_from_slice(&b);
+                let r = reader.get_or_insert_with(|| LedgerReader::new(run));
+                r.push(&b)?;
                 if last {
-                    break (run, torn, witness_stopped);
+                    break (
+                        reader.unwrap_or_else(|| LedgerReader::new(run)),
+                        torn,
+                        witness_stopped,
+                    );
                 }
             }
             other => {
@@ -52,7 +58,7 @@ pub async fn fetch(
             }
         }
     };
-    let mut ledger = RunLedger::from_bytes(run, &bytes, &torn)?;
+    let mut ledger = reader.finish(&torn)?;
     ledger.witness_stopped = witness_stopped;
     Ok(ledger)
 }

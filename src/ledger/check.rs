@@ -3,7 +3,9 @@
 //! run a device error ended holds every acknowledgement the agent handed over
 //! ([`check_device_error_count`]), and which errors are a device's ([`is_device_errno`]).
 
-use super::{AckBatch, DeviceError, RunSummary, TornTail};
+use super::{AckBatch, DeviceError, RunSummary, TornTail, ENTRY_HEADER_LEN};
+use std::collections::hash_map::Entry as Slot;
+use std::collections::HashMap;
 
 /// Whether `errno` (from a failed `pwrite`/`fsync`/`fdatasync`) is what a device that
 /// lost power, went away or filled up gives: EIO (the drive failed or lost power),
@@ -47,7 +49,8 @@ impl std::fmt::Display for WitnessLoss {
 impl std::error::Error for WitnessLoss {}
 
 /// Checks that a ledger's record of acknowledgements is whole, and drops batches
-/// recorded twice (same number, same contents) from `batches`, keeping ledger order.
+/// recorded twice (same number, same contents) from `batches`, keeping ledger order:
+/// [`BatchRecord`] over a list held whole.
 ///
 /// Rules: batch numbers are exactly `1..=n` once duplicates are dropped (a jump means
 /// the witness lost the batches between); a batch number recorded twice with different
@@ -62,72 +65,125 @@ pub fn check_record(
     finished: Option<&RunSummary>,
     torn: &[TornTail],
 ) -> Result<RecordCheck, WitnessLoss> {
-    let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-    let mut kept: Vec<AckBatch> = Vec::with_capacity(batches.len());
-    let mut duplicates = 0;
-    let mut conflict = None;
-    for b in batches.drain(..) {
-        match seen.get(&b.batch) {
-            Some(&i) => {
-                if kept[i] != b && conflict.is_none() {
-                    conflict = Some(b.batch);
+    let mut record = BatchRecord::default();
+    batches.retain(|b| {
+        let mut payload = Vec::new();
+        super::encode_entry(&super::Entry::Acks(b.clone()), &mut payload);
+        record.add(
+            b.batch,
+            fingerprint(&payload[ENTRY_HEADER_LEN..]),
+            b.acks.count(),
+        )
+    });
+    record.check(finished, torn)
+}
+
+/// The fingerprint of an entry's payload (its bytes after length and CRC) that tells
+/// two copies of a batch apart: `(length in bytes, 64-bit SipHash)` — std's
+/// `DefaultHasher` with its fixed keys, so two different copies of one length pass
+/// as the same with a chance of about 2⁻⁶⁴ (a CRC-32, 2⁻³², was judged too weak for
+/// the record's one check that needs the copies' contents).
+pub fn fingerprint(payload: &[u8]) -> (usize, u64) {
+    use std::hash::Hasher;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(payload);
+    (payload.len(), h.finish())
+}
+
+/// [`check_record`] for a ledger read as it streams: each batch is added as it is
+/// read ([`BatchRecord::add`] says whether it is the first copy, the one to keep),
+/// then [`BatchRecord::check`] applies the rules. Memory: a batch number and a
+/// fingerprint per distinct batch, never the acknowledgements.
+#[derive(Clone, Debug, Default)]
+pub struct BatchRecord {
+    /// Batch number → the fingerprint of its first copy.
+    seen: HashMap<u64, (usize, u64)>,
+    duplicates: u64,
+    /// The first batch recorded twice with different fingerprints.
+    conflict: Option<u64>,
+    /// Acknowledgements in the distinct batches.
+    acks: u64,
+}
+
+impl BatchRecord {
+    /// Adds batch number `batch` holding `acks` acknowledgements, whose entry's
+    /// payload has [`fingerprint`] `print`. Returns whether it is the first copy of
+    /// that number (a later copy is counted as a duplicate, or a conflict when its
+    /// fingerprint differs, and is not to be used).
+    pub fn add(&mut self, batch: u64, print: (usize, u64), acks: u64) -> bool {
+        match self.seen.entry(batch) {
+            Slot::Occupied(first) => {
+                if *first.get() != print && self.conflict.is_none() {
+                    self.conflict = Some(batch);
                 }
-                duplicates += 1;
+                self.duplicates += 1;
+                false
             }
-            None => {
-                seen.insert(b.batch, kept.len());
-                kept.push(b);
+            Slot::Vacant(slot) => {
+                slot.insert(print);
+                self.acks += acks;
+                true
             }
         }
     }
-    *batches = kept;
-    let acks: u64 = batches.iter().map(|b| b.acks.count()).sum();
-    let lost = finished
-        .and_then(|f| f.acknowledged.checked_sub(acks))
-        .filter(|&n| n > 0);
-    let fail = |evidence: String| Err(WitnessLoss { lost, evidence });
-    if let Some(b) = conflict {
-        return fail(format!(
-            "batch {b} is recorded twice with different contents"
-        ));
-    }
-    let mut numbers: Vec<u64> = batches.iter().map(|b| b.batch).collect();
-    numbers.sort_unstable();
-    let mut prev = 0;
-    for &n in &numbers {
-        if n != prev + 1 {
-            return fail(if prev + 1 == n - 1 {
-                format!(
-                    "batch {} is missing: batch numbers jump from {prev} to {n}",
-                    prev + 1
-                )
-            } else {
-                format!(
-                    "batches {} to {} are missing: batch numbers jump from {prev} to {n}",
-                    prev + 1,
-                    n - 1
-                )
-            });
+
+    /// Applies [`check_record`]'s rules to the batches added.
+    ///
+    /// Errors: as [`check_record`].
+    pub fn check(
+        self,
+        finished: Option<&RunSummary>,
+        torn: &[TornTail],
+    ) -> Result<RecordCheck, WitnessLoss> {
+        let acks = self.acks;
+        let duplicates = self.duplicates;
+        let lost = finished
+            .and_then(|f| f.acknowledged.checked_sub(acks))
+            .filter(|&n| n > 0);
+        let fail = |evidence: String| Err(WitnessLoss { lost, evidence });
+        if let Some(b) = self.conflict {
+            return fail(format!(
+                "batch {b} is recorded twice with different contents"
+            ));
         }
-        prev = n;
-    }
-    if let Some(f) = finished {
-        if f.acknowledged != acks {
-            return match f.acknowledged.checked_sub(acks) {
-                Some(_) => fail(format!("the agent finished with {} acknowledged, the ledger holds {acks}", f.acknowledged)),
-                None => Err(WitnessLoss {
-                    lost: None,
-                    evidence: format!("the ledger holds {acks} acknowledgements but the agent finished with only {}", f.acknowledged),
-                }),
-            };
+        let mut numbers: Vec<u64> = self.seen.into_keys().collect();
+        numbers.sort_unstable();
+        let mut prev = 0;
+        for &n in &numbers {
+            if n != prev + 1 {
+                return fail(if prev + 1 == n - 1 {
+                    format!(
+                        "batch {} is missing: batch numbers jump from {prev} to {n}",
+                        prev + 1
+                    )
+                } else {
+                    format!(
+                        "batches {} to {} are missing: batch numbers jump from {prev} to {n}",
+                        prev + 1,
+                        n - 1
+                    )
+                });
+            }
+            prev = n;
         }
-    } else if let Some(t) = torn.first() {
-        return fail(format!(
-            "the listener cut a torn tail of {} bytes off the ledger at byte {} on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it",
-            t.bytes, t.offset
-        ));
+        if let Some(f) = finished {
+            if f.acknowledged != acks {
+                return match f.acknowledged.checked_sub(acks) {
+                    Some(_) => fail(format!("the agent finished with {} acknowledged, the ledger holds {acks}", f.acknowledged)),
+                    None => Err(WitnessLoss {
+                        lost: None,
+                        evidence: format!("the ledger holds {acks} acknowledgements but the agent finished with only {}", f.acknowledged),
+                    }),
+                };
+            }
+        } else if let Some(t) = torn.first() {
+            return fail(format!(
+                "the listener cut a torn tail of {} bytes off the ledger at byte {} on a restart, and no Finished entry gives the agent's count to show nothing confirmed was in it",
+                t.bytes, t.offset
+            ));
+        }
+        Ok(RecordCheck { acks, duplicates })
     }
-    Ok(RecordCheck { acks, duplicates })
 }
 
 /// Checks a run that a device error ended against the agent's own count: `acks`
@@ -238,6 +294,34 @@ mod tests {
         assert_eq!(
             check_record(&mut v, None, &[]).unwrap_err().evidence,
             "batch 1 is recorded twice with different contents"
+        );
+        // The first conflict in ledger order is named.
+        let mut v = vec![b(1, 3), b(2, 1), b(2, 2), b(1, 2)];
+        assert_eq!(
+            check_record(&mut v, None, &[]).unwrap_err().evidence,
+            "batch 2 is recorded twice with different contents"
+        );
+    }
+
+    #[test]
+    fn a_streamed_record_keeps_the_first_copy_and_tells_copies_by_length_and_hash() {
+        let mut r = BatchRecord::default();
+        assert!(r.add(1, fingerprint(b"abc"), 3));
+        assert!(!r.add(1, fingerprint(b"abc"), 3));
+        assert!(r.add(2, fingerprint(b"de"), 2));
+        assert_eq!(
+            r.clone().check(Some(&fin(5)), &[]),
+            Ok(RecordCheck {
+                acks: 5,
+                duplicates: 1
+            })
+        );
+        assert_ne!(fingerprint(b"abc"), fingerprint(b"abd"));
+        assert_ne!(fingerprint(b"abc"), fingerprint(b"abc\0"));
+        assert!(!r.add(2, fingerprint(b"dx"), 2));
+        assert_eq!(
+            r.check(None, &[]).unwrap_err().evidence,
+            "batch 2 is recorded twice with different contents"
         );
     }
 

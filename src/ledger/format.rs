@@ -96,12 +96,160 @@ pub enum Tail {
     },
 }
 
-/// Scans a whole ledger, calling `f(offset, entry)` for each valid entry in order.
+/// Scans a whole ledger, calling `f(offset, entry)` for each valid entry in order
+/// ([`Scanner`] over one chunk: the bytes are not copied).
 ///
 /// Returns the run id and how the file ends. Errors: [`LedgerError::BadHeader`], or
 /// [`LedgerError::Damaged`] for damage that is not a torn tail (see the module doc),
 /// or [`LedgerError::NoManifest`].
 pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail), LedgerError> {
+    let mut s = Scanner::default();
+    let mut g = |at, _: &[u8], e| f(at, e);
+    s.push(bytes, &mut g)?;
+    s.finish()
+}
+
+/// [`scan`] over a ledger that arrives in chunks: the same entries, errors and tail,
+/// holding only the bytes of the entry a chunk ends inside (at most [`MAX_ENTRY`] +
+/// 8), or, after an entry that fails its check, every byte from it to the end (the
+/// torn-tail rule needs them; only a damaged ledger keeps that much).
+#[derive(Debug, Default)]
+pub struct Scanner {
+    /// Bytes not yet scanned: the header, or the entry a chunk ended inside, or
+    /// everything from a bad entry on.
+    held: Vec<u8>,
+    /// Offset in the file of `held[0]`.
+    at: u64,
+    /// The run id, once the header is read.
+    run: Option<RunId>,
+    /// Entries delivered so far.
+    entries: u64,
+    /// An entry failed its check: only [`Scanner::finish`] can say how.
+    stuck: bool,
+}
+
+impl Scanner {
+    /// Scans the next `chunk` of the file, calling `f(offset, payload, entry)` for
+    /// each valid entry it completes, in order (`payload`: the entry's bytes after its
+    /// length and CRC).
+    ///
+    /// Errors: those of [`scan`] that need no later byte ([`LedgerError::OtherVersion`],
+    /// [`LedgerError::BadHeader`], an entry that passes its CRC but does not decode,
+    /// [`LedgerError::NoManifest`]); after one the scanner is done.
+    pub fn push(
+        &mut self,
+        chunk: &[u8],
+        f: &mut impl FnMut(u64, &[u8], Entry),
+    ) -> Result<(), LedgerError> {
+        if self.stuck || (self.run.is_none() && self.held.len() + chunk.len() < HEADER_LEN) {
+            self.held.extend_from_slice(chunk);
+            return Ok(());
+        }
+        if self.held.is_empty() {
+            let used = self.entries_of(chunk, f)?;
+            self.held.extend_from_slice(&chunk[used..]);
+            self.at += used as u64;
+            return Ok(());
+        }
+        let mut held = std::mem::take(&mut self.held);
+        held.extend_from_slice(chunk);
+        let used = self.entries_of(&held, f)?;
+        held.drain(..used);
+        self.at += used as u64;
+        self.held = held;
+        Ok(())
+    }
+
+    /// Reads the header (when not yet read) and the valid entries at the start of
+    /// `bytes`, which begins at file offset `self.at`; returns how many bytes it used.
+    fn entries_of(
+        &mut self,
+        bytes: &[u8],
+        f: &mut impl FnMut(u64, &[u8], Entry),
+    ) -> Result<usize, LedgerError> {
+        let mut used = 0;
+        if self.run.is_none() {
+            self.run = Some(read_header(bytes)?);
+            used = HEADER_LEN;
+        }
+        while used < bytes.len() {
+            let rest = &bytes[used..];
+            let at = self.at + used as u64;
+            match check_entry(rest) {
+                Ok(end) => {
+                    let payload = &rest[ENTRY_HEADER_LEN..end];
+                    let entry = postcard::from_bytes::<Entry>(payload).map_err(|e| {
+                        LedgerError::Damaged {
+                            offset: at,
+                            reason: format!("entry passes its CRC but does not decode ({e})"),
+                        }
+                    })?;
+                    if self.entries == 0 && !matches!(entry, Entry::Manifest(_)) {
+                        return Err(LedgerError::NoManifest);
+                    }
+                    self.entries += 1;
+                    f(at, payload, entry);
+                    used += end;
+                }
+                Err((_, end)) => {
+                    self.stuck = end.is_some();
+                    break;
+                }
+            }
+        }
+        Ok(used)
+    }
+
+    /// Ends the scan: the run id and how the file ends, as [`scan`] returns them.
+    ///
+    /// Errors: as [`scan`].
+    pub fn finish(self) -> Result<(RunId, Tail), LedgerError> {
+        // Without a run id, fewer bytes than a header arrived.
+        let Some(run) = self.run else {
+            return Err(LedgerError::BadHeader);
+        };
+        let rest = &self.held[..];
+        if rest.is_empty() {
+            return match self.entries {
+                0 => Err(LedgerError::NoManifest),
+                _ => Ok((run, Tail::Clean)),
+            };
+        }
+        let at = self.at;
+        let total = at + rest.len() as u64;
+        let (reason, end) = check_entry(rest).expect_err("push scans every valid entry");
+        let after_is_zero = end
+            .map(|e| rest[e.min(rest.len())..].iter().all(|&b| b == 0))
+            .unwrap_or(true);
+        let near_end = total - at <= MAX_COMMIT;
+        // A valid entry further on means the bad one is not the last write: a
+        // damaged length in the middle must never pass for a torn tail.
+        if let Some(k) = (1..rest.len()).find(|&k| check_entry(&rest[k..]).is_ok()) {
+            return Err(LedgerError::Damaged {
+                offset: at,
+                reason: format!(
+                    "{reason}, yet a valid entry follows at byte {}",
+                    at + k as u64
+                ),
+            });
+        }
+        if near_end && after_is_zero {
+            return Ok((
+                run,
+                Tail::Torn {
+                    valid_len: at,
+                    torn_bytes: total - at,
+                },
+            ));
+        }
+        Err(LedgerError::Damaged { offset: at, reason })
+    }
+}
+
+/// The run id of a ledger's header at the start of `bytes`.
+///
+/// Errors: [`LedgerError::OtherVersion`], [`LedgerError::BadHeader`].
+fn read_header(bytes: &[u8]) -> Result<RunId, LedgerError> {
     if bytes.len() >= HEADER_LEN && bytes[..7] == MAGIC[..7] && bytes[7] != MAGIC[7] {
         return Err(LedgerError::OtherVersion {
             found: bytes[7] as char,
@@ -110,65 +258,7 @@ pub fn scan(bytes: &[u8], mut f: impl FnMut(u64, Entry)) -> Result<(RunId, Tail)
     if bytes.len() < HEADER_LEN || bytes[..8] != MAGIC {
         return Err(LedgerError::BadHeader);
     }
-    let run = RunId(u64::from_le_bytes(bytes[8..16].try_into().unwrap()));
-    let total = bytes.len() as u64;
-    let mut at = HEADER_LEN;
-    let mut first = true;
-    while at < bytes.len() {
-        let rest = &bytes[at..];
-        match check_entry(rest) {
-            Ok(end) => {
-                let payload = &rest[ENTRY_HEADER_LEN..end];
-                match postcard::from_bytes::<Entry>(payload) {
-                    Ok(entry) => {
-                        if first && !matches!(entry, Entry::Manifest(_)) {
-                            return Err(LedgerError::NoManifest);
-                        }
-                        first = false;
-                        f(at as u64, entry);
-                        at += end;
-                    }
-                    Err(e) => {
-                        return Err(LedgerError::Damaged {
-                            offset: at as u64,
-                            reason: format!("entry passes its CRC but does not decode ({e})"),
-                        })
-                    }
-                }
-            }
-            Err((reason, end)) => {
-                let after_is_zero = end
-                    .map(|e| rest[e.min(rest.len())..].iter().all(|&b| b == 0))
-                    .unwrap_or(true);
-                let near_end = total - at as u64 <= MAX_COMMIT;
-                // A valid entry further on means the bad one is not the last write: a
-                // damaged length in the middle must never pass for a torn tail.
-                if let Some(k) = (1..rest.len()).find(|&k| check_entry(&rest[k..]).is_ok()) {
-                    return Err(LedgerError::Damaged {
-                        offset: at as u64,
-                        reason: format!("{reason}, yet a valid entry follows at byte {}", at + k),
-                    });
-                }
-                if near_end && after_is_zero {
-                    return Ok((
-                        run,
-                        Tail::Torn {
-                            valid_len: at as u64,
-                            torn_bytes: total - at as u64,
-                        },
-                    ));
-                }
-                return Err(LedgerError::Damaged {
-                    offset: at as u64,
-                    reason,
-                });
-            }
-        }
-    }
-    if first {
-        return Err(LedgerError::NoManifest);
-    }
-    Ok((run, Tail::Clean))
+    Ok(RunId(u64::from_le_bytes(bytes[8..16].try_into().unwrap())))
 }
 
 /// Checks the entry at the start of `rest`, the one place an entry's length is read.
@@ -427,6 +517,36 @@ mod proptests {
                     if at == bytes.len() { prop_assert_eq!(tail, Tail::Clean); prop_assert_eq!(got.len(), entries.len()); }
                 }
                 Err(e) => prop_assert!(matches!(e, LedgerError::BadHeader | LedgerError::NoManifest | LedgerError::OtherVersion { .. }), "{e}"),
+            }
+        }
+
+        /// The ledger fed to a [`Scanner`] in chunks of any size, whole, cut short or with
+        /// a flipped byte, reads as [`scan`] reads it: the same entries at the same
+        /// offsets, the same tail or error.
+        #[test]
+        fn chunks_scan_as_the_whole(batches in prop::collection::vec(prop::collection::vec((any::<u64>(), any::<u64>()), 1..20), 0..6), cut in any::<prop::sample::Index>(), flip in any::<Option<(prop::sample::Index, u8)>>(), chunk in 1usize..70) {
+            let (mut bytes, _) = ledger_of(&batches);
+            if let Some((pos, bit)) = flip {
+                let at = pos.index(bytes.len());
+                bytes[at] ^= 1 << (bit % 8);
+            }
+            let bytes = &bytes[..cut.index(bytes.len() + 1)];
+            let mut whole = Vec::new();
+            let want = scan(bytes, |at, e| whole.push((at, e)));
+            let mut got = Vec::new();
+            let mut s = Scanner::default();
+            let mut f = |at, payload: &[u8], e| got.push((at, e, payload.len()));
+            let mut pushed = Ok(());
+            for c in bytes.chunks(chunk) {
+                pushed = s.push(c, &mut f);
+                if pushed.is_err() { break; }
+            }
+            let res = pushed.and_then(|()| s.finish());
+            prop_assert_eq!(res, want);
+            prop_assert_eq!(got.iter().map(|(at, e, _)| (*at, e.clone())).collect::<Vec<_>>(), whole);
+            for (at, _, len) in &got {
+                let at = *at as usize;
+                prop_assert_eq!(*len as u32, u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()));
             }
         }
 

@@ -38,36 +38,48 @@
 //!   type that is wire payload, ledger entry and verifier input), [`Acks`],
 //!   [`FileAck`], [`PgAckRange`], [`RunSummary`], [`DeviceError`], [`TornTail`].
 //! * `format.rs` — the bytes: [`header`], [`encode_entry`], [`scan`] with its torn-tail
-//!   rule, [`Tail`], [`LedgerError`].
-//! * `check.rs` — what verify checks in the record itself: [`check_record`],
-//!   [`check_device_error_count`], [`is_device_errno`].
+//!   rule and [`Scanner`] (the same over chunks), [`Tail`], [`LedgerError`].
+//! * `check.rs` — what verify checks in the record itself: [`check_record`] (and
+//!   [`BatchRecord`], the same as a ledger streams), [`check_device_error_count`],
+//!   [`is_device_errno`].
 //! * `gather.rs` — acks on their way into a batch: [`Ack`] as a workload hands one
 //!   over, [`Gather`] the next batch's, [`Acks::write_log`] the ack log's lines.
-//! * `run.rs` — a run's ledger as verify reads it, checked whole:
-//!   [`RunLedger::from_bytes`], [`RunLedgerError`].
+//! * `run.rs` — a run's ledger as verify reads it: [`RunLedger`] (its batches'
+//!   [`BatchMeta`], its acknowledgements folded), [`RunLedger::from_bytes`],
+//!   [`RunLedgerError`].
+//! * `read.rs` — [`LedgerReader`]: the ledger read, folded and checked chunk by chunk.
+//! * `acks.rs` — [`AckTable`]: a file run's highest acknowledged seq per block.
+//! * `clock.rs` — [`AckClock`]: acknowledgements per millisecond of the run.
 
+mod acks;
 mod check;
+mod clock;
 mod entry;
 mod format;
 mod gather;
 mod manifest;
+mod read;
 mod run;
 
 pub use crate::probe::pg::PgSettings;
+pub use acks::AckTable;
 pub use check::{
-    check_device_error_count, check_record, is_device_errno, RecordCheck, WitnessLoss,
+    check_device_error_count, check_record, fingerprint, is_device_errno, BatchRecord, RecordCheck,
+    WitnessLoss,
 };
+pub use clock::AckClock;
 pub use entry::{
     AckBatch, Acks, DeviceError, Entry, FileAck, FilesAck, PgAckRange, RunSummary, TornTail,
     HEARTBEAT_MS,
 };
 pub use format::{
-    encode_entry, header, scan, LedgerError, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC, MAX_COMMIT,
-    MAX_ENTRY,
+    encode_entry, header, scan, LedgerError, Scanner, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC,
+    MAX_COMMIT, MAX_ENTRY,
 };
 pub use gather::{Ack, Gather};
 pub use manifest::{
     CanaryManifest, FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgRelation,
     Storage, TargetIdentity, Workload,
 };
-pub use run::{RunLedger, RunLedgerError};
+pub use read::LedgerReader;
+pub use run::{BatchMeta, FileAcks, RunLedger, RunLedgerError};

@@ -1,27 +1,44 @@
-//! A run's ledger as verify reads it: the bytes the listener sent, scanned and checked
-//! whole ([`RunLedger::from_bytes`]), before any workload judges its target.
+//! A run's ledger as verify reads it: the bytes the listener sent, scanned, folded and
+//! checked as they arrive ([`LedgerReader`], [`RunLedger::from_bytes`]), before any
+//! workload judges its target.
 //!
-//! The checks, in order: every entry's length and CRC ([`scan`]); the ledger is the
+//! The checks, in order: every entry's length and CRC ([`scan`](super::scan)); the ledger is the
 //! run asked for; no torn tail at its end; no witness fault the agent recorded
-//! ([`Entry::Invalid`]); the record of acknowledgements is whole ([`check_record`]);
+//! ([`Entry::Invalid`](super::Entry::Invalid)); the record of acknowledgements is whole
+//! ([`check_record`](super::check_record));
 //! and a run a device error ended holds every acknowledgement the agent handed over
-//! ([`check_device_error_count`]).
+//! ([`check_device_error_count`](super::check_device_error_count)).
 
+use super::read::{Fold, LedgerReader};
 use super::{
-    check_device_error_count, check_record, scan, AckBatch, DeviceError, Entry, FlushSample,
-    LedgerError, Manifest, Tail, TornTail, WitnessLoss,
+    AckBatch, AckClock, AckTable, DeviceError, FilesAck, FlushSample, LedgerError, Manifest,
+    TornTail, WitnessLoss,
 };
 use crate::RunId;
 
-/// A fetched and checked ledger: what every workload's verify starts from.
-#[derive(Clone, Debug, PartialEq)]
+/// A fetched and checked ledger: what every workload's verify starts from. Its
+/// acknowledgements are folded as the ledger is read ([`LedgerReader`]): per block
+/// for a file run, per millisecond for their times; only a files run's steps and a
+/// pgbench run's ranges (one per client per batch) are kept as they came.
+#[derive(Clone, Debug)]
 pub struct RunLedger {
     /// The run.
     pub run: RunId,
     /// Its manifest.
     pub manifest: Manifest,
-    /// Its ack batches, in ledger order, each recorded once.
-    pub batches: Vec<AckBatch>,
+    /// Its ack batches, in ledger order, each recorded once, without their
+    /// acknowledgements.
+    pub batches: Vec<BatchMeta>,
+    /// When its file and files acknowledgements were made (each once).
+    pub clock: AckClock,
+    /// When its pgbench commits were made (a range's commits at its `ms`).
+    pub pg_clock: AckClock,
+    /// A file run's acknowledged state per block (`None` for other workloads).
+    pub file_acks: Option<FileAcks>,
+    /// A files run's acknowledged steps, in ledger order.
+    pub files_acks: Vec<FilesAck>,
+    /// The batches holding pgbench ranges, whole, in ledger order.
+    pub pg_batches: Vec<AckBatch>,
     /// Whether the agent finished normally.
     pub finished: bool,
     /// When a finished run saw what it writes go away ([`RunSummary::lost_ms`](super::RunSummary::lost_ms)):
@@ -42,6 +59,53 @@ pub struct RunLedger {
     /// is full), as the listener said when it sent the ledger; `None` when it did not
     /// (the listener restarted since, or nothing failed).
     pub witness_stopped: Option<String>,
+}
+
+/// One ack batch of a ledger without its acknowledgements: what the cut evidence
+/// and the flush counts need of it (64 bytes, and a sample's counters when it carries
+/// one; an agent seals up to a few hundred a second).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchMeta {
+    /// The agent's batch number.
+    pub batch: u64,
+    /// Whether the configuration promised durability for its acks.
+    pub promised: bool,
+    /// Its acknowledgements ([`Acks::count`](super::Acks::count): commits for pgbench).
+    pub acks: u64,
+    /// The leaf disks' flush counters when it was sealed ([`AckBatch::flushes`]).
+    pub flushes: Option<FlushSample>,
+    /// When it was sealed, ms after the run's start ([`AckBatch::sealed_ms`]).
+    pub sealed_ms: u32,
+    /// The highest canary record written when it was sealed ([`AckBatch::canary`]).
+    pub canary: u64,
+    /// When the oldest write in flight at its sealing was issued, ms after the run's
+    /// start ([`AckBatch::oldest_in_flight_ms`]).
+    pub oldest_in_flight_ms: Option<u32>,
+}
+
+impl BatchMeta {
+    /// What `b` says besides its acknowledgements.
+    pub fn of(b: &AckBatch) -> BatchMeta {
+        BatchMeta {
+            batch: b.batch,
+            promised: b.promised,
+            acks: b.acks.count(),
+            flushes: b.flushes.clone(),
+            sealed_ms: b.sealed_ms,
+            canary: b.canary,
+            oldest_in_flight_ms: b.oldest_in_flight_ms,
+        }
+    }
+}
+
+/// A file run's acknowledgements folded per block.
+#[derive(Clone, Debug)]
+pub struct FileAcks {
+    /// Per block of the target, the highest acknowledged seq and when.
+    pub table: AckTable,
+    /// The first acknowledged block at or beyond the target's blocks, in ledger
+    /// order (such acks are not in `table`; verify refuses the run).
+    pub beyond: Option<u64>,
 }
 
 /// Why a run's ledger cannot be judged (verify exits 2). The messages name the run.
@@ -68,15 +132,15 @@ pub enum RunLedgerError {
         /// Bytes before the torn entry.
         valid_len: u64,
     },
-    /// The agent recorded a witness fault ([`Entry::Invalid`]).
+    /// The agent recorded a witness fault ([`Entry::Invalid`](super::Entry::Invalid)).
     WitnessFault {
         /// The run.
         run: RunId,
         /// What the agent saw (starts with `witness fault`).
         error: String,
     },
-    /// The witness's record is provably incomplete ([`check_record`],
-    /// [`check_device_error_count`]).
+    /// The witness's record is provably incomplete ([`check_record`](super::check_record),
+    /// [`check_device_error_count`](super::check_device_error_count)).
     WitnessLoss {
         /// The run.
         run: RunId,
@@ -119,9 +183,8 @@ impl std::error::Error for RunLedgerError {
 
 impl RunLedger {
     /// Reads the ledger file `bytes` of run `run`, with the `torn` tails the listener
-    /// cut off it when it restarted, and checks it whole (the module's list).
-    ///
-    /// Memory: every ack batch is kept (about 10 bytes per file acknowledgement).
+    /// cut off it when it restarted, and checks it whole (the module's list): a
+    /// [`LedgerReader`] given all of it at once.
     ///
     /// Errors: [`RunLedgerError`], the first check that fails.
     pub fn from_bytes(
@@ -129,64 +192,28 @@ impl RunLedger {
         bytes: &[u8],
         torn: &[TornTail],
     ) -> Result<RunLedger, RunLedgerError> {
-        let mut manifest = None;
-        let mut batches = Vec::new();
-        let mut finished = None;
-        let mut invalid = None;
-        let mut device_error: Option<DeviceError> = None;
-        let mut acks_after_error = 0;
-        let (id, tail) = scan(bytes, |_, e| match e {
-            Entry::Manifest(m) => manifest = Some(*m),
-            Entry::Acks(b) => {
-                if device_error.is_some() {
-                    acks_after_error += b.acks.count();
-                }
-                batches.push(b)
-            }
-            Entry::Finished(s) => finished = Some(s),
-            Entry::DeviceError(d) => device_error = Some(d),
-            Entry::Invalid { error } => invalid = Some(error),
-        })
-        .map_err(|source| RunLedgerError::Unreadable { run, source })?;
-        if id != run {
-            return Err(RunLedgerError::OtherRun {
-                asked: run,
-                sent: id,
-            });
+        let mut r = LedgerReader::new(run);
+        r.push(bytes)?;
+        r.finish(torn)
+    }
+
+    /// The ledger of run `run` holding `manifest` and the ack `batches` in that
+    /// order, folded as a read ledger folds them, with no check and no end: for
+    /// tests and tools that build a ledger in memory.
+    pub fn of_batches(run: RunId, manifest: Manifest, batches: Vec<AckBatch>) -> RunLedger {
+        let mut f = Fold::new(&manifest);
+        for b in batches {
+            f.batch(b);
         }
-        if let Tail::Torn { valid_len, .. } = tail {
-            return Err(RunLedgerError::TornTail { run, valid_len });
-        }
-        if let Some(error) = invalid {
-            return Err(RunLedgerError::WitnessFault { run, error });
-        }
-        let loss = |source| RunLedgerError::WitnessLoss { run, source };
-        let record = check_record(&mut batches, finished.as_ref(), torn).map_err(loss)?;
-        if let Some(end) = &device_error {
-            check_device_error_count(record.acks, end).map_err(loss)?;
-        }
-        Ok(RunLedger {
-            run,
-            manifest: manifest.expect("scan guarantees a manifest"),
-            batches,
-            end_flushes: finished
-                .as_ref()
-                .and_then(|f| f.flushes.clone())
-                .or_else(|| device_error.as_ref().and_then(|d| d.flushes.clone())),
-            finished: finished.is_some(),
-            lost_ms: finished.as_ref().and_then(|f| f.lost_ms),
-            device_error,
-            acks_after_error,
-            chosen: String::new(),
-            witness_stopped: None,
-        })
+        f.into_ledger(run, manifest)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{encode_entry, header, Acks, FileAck, RunSummary};
+    use crate::ledger::LedgerReader;
+    use crate::ledger::{encode_entry, header, Acks, Entry, FileAck, RunSummary};
 
     const RUN: RunId = RunId(0x1000_0000_0000_00a7);
 
@@ -248,7 +275,7 @@ mod tests {
         assert_eq!(l.manifest.host, "sut");
         // The batch recorded twice is kept once.
         assert_eq!(l.batches.len(), 2);
-        assert_eq!(l.batches.iter().map(|b| b.acks.count()).sum::<u64>(), 5);
+        assert_eq!(l.batches.iter().map(|b| b.acks).sum::<u64>(), 5);
         assert!(l.finished);
         assert_eq!((l.device_error, l.acks_after_error), (None, 0));
     }
@@ -306,6 +333,45 @@ mod tests {
             short.to_string(),
             "run 10000000000000a7: the witness lost 1 acknowledged writes: this run cannot be judged \
              (the agent handed over 3 acknowledgements before its device error, the ledger holds 2)"
+        );
+    }
+
+    #[test]
+    fn a_ledger_read_in_chunks_folds_as_the_whole_and_keeps_the_first_copy_of_a_batch() {
+        let mut beyond = acks(3, 2);
+        if let Entry::Acks(b) = &mut beyond {
+            if let Acks::File(v) = &mut b.acks {
+                v[1].block = 1 << 20; // beyond the target's 256 blocks
+            }
+        }
+        let bytes = ledger(RUN, &[acks(1, 3), acks(2, 2), acks(2, 2), beyond]);
+        let whole = RunLedger::from_bytes(RUN, &bytes, &[]).unwrap();
+        for size in [1, 7, 64, bytes.len()] {
+            let mut r = LedgerReader::new(RUN);
+            for c in bytes.chunks(size) {
+                r.push(c).unwrap();
+            }
+            let l = r.finish(&[]).unwrap();
+            assert_eq!(l.batches, whole.batches);
+            assert_eq!(l.clock, whole.clock);
+            let f = l.file_acks.as_ref().unwrap();
+            assert_eq!(f.beyond, Some(1 << 20));
+            assert_eq!(f.table.acknowledged, 6);
+            assert_eq!(
+                (f.table.seq(0), f.table.seq(1), f.table.seq(2)),
+                (300, 201, 102)
+            );
+            assert_eq!(f.table.acked_ms(0), Some(10));
+        }
+        assert_eq!(whole.batches.iter().map(|b| b.acks).sum::<u64>(), 7);
+        assert_eq!(whole.clock.iter().collect::<Vec<_>>(), vec![(10, 7)]);
+        let built = RunLedger::of_batches(RUN, whole.manifest.clone(), Vec::new());
+        assert_eq!(
+            (
+                built.batches.len(),
+                built.file_acks.unwrap().table.acknowledged
+            ),
+            (0, 0)
         );
     }
 

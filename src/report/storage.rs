@@ -5,7 +5,7 @@
 //!
 //! Warnings never change a verdict: they say what a PASS is worth.
 
-use crate::ledger::{AckBatch, FlushSample, Storage};
+use crate::ledger::{BatchMeta, FlushSample, Storage};
 use crate::probe::evidence::{compare, Snapshot};
 use crate::probe::flush::WriteCache;
 use crate::probe::{Probe, Warning, WarningId};
@@ -58,7 +58,7 @@ pub struct RunFlushes {
 pub fn run_flushes(
     storage: &Storage,
     probe: Option<&Probe>,
-    batches: &[AckBatch],
+    batches: &[BatchMeta],
     end: Option<&FlushSample>,
 ) -> (Vec<RunFlushes>, String) {
     if storage.disks.is_empty() {
@@ -73,7 +73,7 @@ pub fn run_flushes(
     let mut acked = 0u64;
     let mut samples: Vec<(&FlushSample, u64)> = Vec::new();
     for b in batches {
-        acked += b.acks.count();
+        acked += b.acks;
         if let Some(s) = &b.flushes {
             samples.push((s, acked));
         }
@@ -175,7 +175,7 @@ pub fn run_warnings(
 #[derive(Clone, Copy, Debug)]
 pub struct RunFacts<'a> {
     /// The run's ack batches, in ledger order.
-    pub batches: &'a [AckBatch],
+    pub batches: &'a [BatchMeta],
     /// The flush counters at the run's end ([`crate::ledger::RunSummary::flushes`]
     /// or [`crate::ledger::DeviceError::flushes`]).
     pub end: Option<&'a FlushSample>,

@@ -17,7 +17,7 @@
 //! [`sealed_ms`](crate::ledger::AckBatch::sealed_ms) (the agent seals one at least
 //! every [`HEARTBEAT_MS`](crate::ledger::HEARTBEAT_MS) while it runs).
 
-use crate::ledger::{Acks, RunLedger};
+use crate::ledger::RunLedger;
 use serde::{Deserialize, Serialize};
 
 /// The short exposure window before the cut, ms.
@@ -247,14 +247,17 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
     };
     let cut_ms = r.cut_ms;
     if let Some(at) = cut_ms {
-        for b in &l.batches {
-            for (ms, n) in ack_times(&b.acks) {
-                if ms > at {
-                    continue;
+        for clock in [&l.clock, &l.pg_clock] {
+            for (ms, n) in clock.down_from(at) {
+                let before = at - u64::from(ms);
+                if before >= LONG_WINDOW_MS {
+                    break;
                 }
-                let before = at - ms;
                 r.acks_last_100ms += if before < SHORT_WINDOW_MS { n } else { 0 };
-                r.acks_last_1s += if before < LONG_WINDOW_MS { n } else { 0 };
+                r.acks_last_1s += n;
+            }
+            if let Some((ms, _)) = clock.down_from(at).next() {
+                let before = at - u64::from(ms);
                 r.last_ack_before_cut_ms =
                     Some(r.last_ack_before_cut_ms.map_or(before, |b| b.min(before)));
             }
@@ -311,19 +314,6 @@ pub(crate) const ENOSPC: i32 = 28;
 pub(crate) fn errno_of(msg: &str) -> Option<i32> {
     let (_, tail) = msg.rsplit_once("(os error ")?;
     tail.strip_suffix(')')?.parse().ok()
-}
-
-/// `(ms, count)` of each acknowledgement (a pgbench range counts its commits at its
-/// last one's time).
-fn ack_times(acks: &Acks) -> Vec<(u64, u64)> {
-    match acks {
-        Acks::File(v) => v.iter().map(|a| (u64::from(a.ms), 1)).collect(),
-        Acks::Files(v) => v.iter().map(|a| (u64::from(a.ms), 1)).collect(),
-        Acks::Pg(v) => v
-            .iter()
-            .map(|r| (u64::from(r.ms), r.last + 1 - r.first))
-            .collect(),
-    }
 }
 
 fn canary_report(cut: CutKind, issued: u64, read: CanaryRead) -> CanaryReport {

@@ -4,7 +4,7 @@
 //! ("fsyncgate": after a failed write or durability call, a later success proves
 //! nothing).
 
-use crate::ledger::{Acks, DeviceError, RunLedger};
+use crate::ledger::{DeviceError, RunLedger};
 use crate::RunId;
 
 /// Why a run a device error ended cannot be judged (verify exits 2).
@@ -63,16 +63,9 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, DeviceErrorRef
     let Some(end) = &l.device_error else {
         return Ok(None);
     };
-    let stamped_later = |ms: u32| ms as u64 > end.ms;
-    let later = l.acks_after_error
-        + l.batches
-            .iter()
-            .map(|b| match &b.acks {
-                Acks::File(v) => v.iter().filter(|a| stamped_later(a.ms)).count() as u64,
-                Acks::Files(v) => v.iter().filter(|a| stamped_later(a.ms)).count() as u64,
-                Acks::Pg(_) => 0,
-            })
-            .sum::<u64>();
+    // File and files acknowledgements stamped after the error (a pgbench range's
+    // time is its last commit's, which the rule does not judge).
+    let later = l.acks_after_error + l.clock.count_after(end.ms);
     let DeviceError {
         error, ms, device, ..
     } = end;
@@ -106,7 +99,7 @@ pub fn device_error_rule(l: &RunLedger) -> Result<Option<String>, DeviceErrorRef
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{AckBatch, FileAck, Manifest};
+    use crate::ledger::{AckBatch, Acks, FileAck, Manifest};
 
     /// A file run's ledger holding acks stamped at `ms`, ended by `end`.
     fn ledger(ms: &[u32], end: Option<DeviceError>) -> RunLedger {
@@ -119,25 +112,19 @@ mod tests {
                 ms,
             })
             .collect();
+        let manifest = Manifest::example_file("sut", "/mnt/t.dat", 1 << 20, 4096);
+        let batch = AckBatch {
+            batch: 1,
+            promised: true,
+            acks: Acks::File(acks),
+            flushes: None,
+            canary: Default::default(),
+            sealed_ms: 0,
+            oldest_in_flight_ms: None,
+        };
         RunLedger {
-            run: RunId(0x3f9c_0e12_a4b5_d678),
-            manifest: Manifest::example_file("sut", "/mnt/t.dat", 1 << 20, 4096),
-            batches: vec![AckBatch {
-                batch: 1,
-                promised: true,
-                acks: Acks::File(acks),
-                flushes: None,
-                canary: Default::default(),
-                sealed_ms: 0,
-                oldest_in_flight_ms: None,
-            }],
-            finished: false,
-            end_flushes: None,
             device_error: end,
-            acks_after_error: 0,
-            chosen: String::new(),
-            witness_stopped: None,
-            lost_ms: None,
+            ..RunLedger::of_batches(RunId(0x3f9c_0e12_a4b5_d678), manifest, vec![batch])
         }
     }
 

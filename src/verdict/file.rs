@@ -46,8 +46,7 @@ use super::{Classification, Content, Finding, LaterWrite, SectorSpan, Verdict, V
 use crate::record::{decode_sector, Encoder, InvalidReason, Sector, SectorHeader, SECTOR};
 use crate::RunId;
 
-mod acks;
-pub use acks::AckTable;
+pub use crate::ledger::AckTable;
 
 /// The classification of one block before the unserializable pass.
 #[derive(Clone, Debug, PartialEq, Eq)]

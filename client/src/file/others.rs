@@ -98,16 +98,8 @@ mod tests {
     async fn other_runs_are_placed_by_target_and_listener_order() {
         let me = run_on("/mnt/t.dat", 5);
         let l = RunLedger {
-            run: RunId(50),
-            manifest: me.clone(),
-            batches: Vec::new(),
             finished: true,
-            end_flushes: None,
-            device_error: None,
-            acks_after_error: 0,
-            chosen: String::new(),
-            witness_stopped: None,
-            lost_ms: None,
+            ..RunLedger::of_batches(RunId(50), me.clone(), Vec::new())
         };
         let Workload::File(mut fm) = me.workload else {
             unreachable!()

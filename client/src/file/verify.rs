@@ -11,7 +11,7 @@ use super::others::{place_other_runs, OtherRuns};
 use super::parallel;
 use crate::target_id;
 use crate::Error;
-use plugpull::ledger::{Acks, FileManifest, RunLedger};
+use plugpull::ledger::{FileAcks, FileManifest, RunLedger};
 use plugpull::report::{FileReport, ReportHead, TargetFinding};
 use plugpull::units::human_bytes;
 use plugpull::verdict::{classify_block, AckTable, Tally};
@@ -62,8 +62,8 @@ pub async fn verify_file_run(
 
 /// What reading a file run's target found, before the other runs' records on it are
 /// placed as earlier or later than the run.
-struct TargetRead {
-    acks: AckTable,
+struct TargetRead<'l> {
+    acks: &'l AckTable,
     tally: Tally,
     target_findings: Vec<TargetFinding>,
     shown_path: PathBuf,
@@ -76,28 +76,35 @@ struct TargetRead {
 }
 
 /// Reads the target of a file run (or finds it gone) and adds every block's check.
-fn read_file_target(
-    l: &RunLedger,
+fn read_file_target<'l>(
+    l: &'l RunLedger,
     fm: &FileManifest,
     opts: &FileVerifyOptions,
-) -> Result<TargetRead, Error> {
+) -> Result<TargetRead<'l>, Error> {
     let blocks = fm.blocks();
     let bs = fm.block_size as usize;
-    let mut acks = AckTable::new(blocks);
-    for b in &l.batches {
-        if let Acks::File(v) = &b.acks {
-            for a in v {
-                if !acks.add(a.seq, a.block, a.ms) {
-                    return Err(Error::Msg(format!("ledger of run {} acknowledges block {} beyond the target's {blocks} blocks", l.run, a.block)));
-                }
-            }
-        }
-    }
-    if acks.acknowledged == 0 {
-        return Err(Error::Msg(format!(
+    let no_acks = || {
+        Error::Msg(format!(
             "not measured: run {} has no acknowledged writes in the ledger",
             l.run
+        ))
+    };
+    // The ledger's reader folded the file acks per block as they arrived.
+    let Some(FileAcks {
+        table: acks,
+        beyond,
+    }) = &l.file_acks
+    else {
+        return Err(no_acks());
+    };
+    if let Some(block) = beyond {
+        return Err(Error::Msg(format!(
+            "ledger of run {} acknowledges block {block} beyond the target's {blocks} blocks",
+            l.run
         )));
+    }
+    if acks.acknowledged == 0 {
+        return Err(no_acks());
     }
     let mut tally = Tally::expecting_atomic(fm.atomic.is_some());
     let mut target_findings = Vec::new();
@@ -118,7 +125,7 @@ fn read_file_target(
             });
             for b in 0..blocks {
                 if let Some(c) = classify_block(l.run, b, bs, acks.seq(b), &[], fm.prior_foreign) {
-                    tally.add(b, c, &acks);
+                    tally.add(b, c, acks);
                 }
             }
         }
@@ -156,7 +163,7 @@ fn read_file_target(
                     ),
                 });
             }
-            let (mode, note) = read_blocks(l, fm, &acks, opts.quiet, o, &mut tally)?;
+            let (mode, note) = read_blocks(l, fm, acks, opts.quiet, o, &mut tally)?;
             (read_mode, read_note) = (mode, note);
         }
     }

@@ -9,7 +9,7 @@
 use super::MARKER;
 use crate::target_id::{self, OnRunFs};
 use crate::Error;
-use plugpull::ledger::{Acks, FilesAck, FilesManifest, RunLedger};
+use plugpull::ledger::{FilesManifest, RunLedger};
 use plugpull::report::{FilesHead, FilesReport};
 use plugpull::verdict::files::schedule::{parse_name, Unsafe};
 use plugpull::verdict::files::{judge, FilesRun, Found, Walk, READ_CAP};
@@ -91,14 +91,7 @@ pub fn verify_files_run(
             )),
         ),
     };
-    let acks: Vec<FilesAck> = l
-        .batches
-        .iter()
-        .flat_map(|b| match &b.acks {
-            Acks::Files(v) => v.clone(),
-            _ => Vec::new(),
-        })
-        .collect();
+    let acks = &l.files_acks;
     let window = if l.finished && l.device_error.is_none() {
         0
     } else if fm.max_unconfirmed == 0 {
@@ -118,7 +111,7 @@ pub fn verify_files_run(
         },
         window,
     };
-    let outcome = judge(&run, &acks, &w).map_err(|e| Error::Msg(format!("run {}: {e}", l.run)))?;
+    let outcome = judge(&run, acks, &w).map_err(|e| Error::Msg(format!("run {}: {e}", l.run)))?;
     let head = FilesHead {
         run_id: l.run.to_string(),
         host: l.manifest.host.clone(),

@@ -3,7 +3,6 @@
 //! binned into a map coloured by verdict class, lost commits per client. Nothing here
 //! judges a block or a commit again: the verdicts are the report's.
 
-use plugpull::ledger::Acks;
 use plugpull::ledger::RunLedger;
 use plugpull::report::{FileReport, PgReport};
 use plugpull::verdict::Verdict;
@@ -184,18 +183,11 @@ pub fn block_map(
     }
 }
 
-/// Acknowledgements of a ledger: (ms after the run's start, count). A pgbench range
-/// counts all its commits at the time of its last.
+/// Acknowledgements of a ledger: (ms after the run's start, count), one pair per
+/// millisecond and kind that holds any. A pgbench range counts all its commits at
+/// the time of its last.
 pub fn ack_times(l: &RunLedger) -> Vec<(u32, u64)> {
-    let mut out = Vec::new();
-    for b in &l.batches {
-        match &b.acks {
-            Acks::File(v) => out.extend(v.iter().map(|a| (a.ms, 1))),
-            Acks::Pg(v) => out.extend(v.iter().map(|r| (r.ms, r.last + 1 - r.first))),
-            Acks::Files(v) => out.extend(v.iter().map(|a| (a.ms, 1))),
-        }
-    }
-    out
+    l.clock.iter().chain(l.pg_clock.iter()).collect()
 }
 
 /// The run's end in ms after its start, and what it is: the device error that ended
@@ -213,10 +205,7 @@ pub fn run_end(l: &RunLedger, acks: &[(u32, u64)]) -> (u32, &'static str) {
 /// The map of a file run's target from its ledger and report (every failed block
 /// the verdict engine found, not only the report's capped list of findings).
 pub fn file_map(l: &RunLedger, r: &FileReport) -> BlockMap {
-    let acked = l.batches.iter().flat_map(|b| match &b.acks {
-        Acks::File(v) => v.iter().map(|a| a.block).collect(),
-        Acks::Pg(_) | Acks::Files(_) => Vec::new(),
-    });
+    let acked = l.file_acks.iter().flat_map(|f| f.table.acked_blocks());
     let total = r.failures();
     if r.failed_blocks.len() as u64 == total {
         return block_map(r.blocks, acked, &r.failed_blocks, total);

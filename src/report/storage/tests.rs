@@ -1,10 +1,10 @@
 use super::*;
-use crate::ledger::{Acks, FileAck, FlushSample};
+use crate::ledger::{AckBatch, Acks, FileAck, FlushSample};
 use crate::probe::evidence::CutEvidence;
 use crate::probe::Leaf;
 
-fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> AckBatch {
-    AckBatch {
+fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> BatchMeta {
+    BatchMeta::of(&AckBatch {
         batch: n,
         promised: true,
         acks: Acks::File(
@@ -20,7 +20,7 @@ fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> AckBatch {
         canary: Default::default(),
         sealed_ms: 0,
         oldest_in_flight_ms: None,
-    }
+    })
 }
 
 fn storage(disks: &[&str], start: Vec<Option<u64>>, probe: Option<&Probe>) -> Storage {
@@ -49,7 +49,7 @@ fn probe(cache: &str) -> Probe {
 }
 
 fn facts<'a>(
-    batches: &'a [AckBatch],
+    batches: &'a [BatchMeta],
     end: Option<&'a FlushSample>,
     device_error: bool,
 ) -> RunFacts<'a> {

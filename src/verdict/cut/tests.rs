@@ -1,5 +1,5 @@
 use super::*;
-use crate::ledger::{AckBatch, DeviceError, FileAck, Manifest, PgAckRange};
+use crate::ledger::{AckBatch, Acks, DeviceError, FileAck, Manifest, PgAckRange};
 use crate::RunId;
 
 /// The canary found on the medium: records 1..=n.
@@ -10,18 +10,8 @@ fn found(n: u64) -> CanaryRead {
 }
 
 fn ledger(batches: Vec<AckBatch>) -> RunLedger {
-    RunLedger {
-        run: RunId(7),
-        manifest: Manifest::example_file("sut", "/t", 1 << 20, 4096),
-        batches,
-        finished: false,
-        lost_ms: None,
-        end_flushes: None,
-        device_error: None,
-        acks_after_error: 0,
-        chosen: String::new(),
-        witness_stopped: None,
-    }
+    let manifest = Manifest::example_file("sut", "/t", 1 << 20, 4096);
+    RunLedger::of_batches(RunId(7), manifest, batches)
 }
 
 /// A batch sealed at `sealed` with file acks at `ms`, canary record `canary`.
@@ -478,4 +468,38 @@ fn a_reset_is_no_power_cut_of_the_disk() {
         (r.measured, r.disk_kept_power, r.not_measured),
         (false, true, why)
     );
+}
+
+/// Batch `n` sealed at `sealed`, holding one pgbench range of `commits` commits at `ms`.
+fn pg_batch(n: u64, commits: u64, ms: u32, sealed: u32) -> AckBatch {
+    AckBatch {
+        acks: Acks::Pg(vec![PgAckRange {
+            client: 0,
+            first: 1,
+            last: commits,
+            ms,
+        }]),
+        ..batch(n, &[], sealed, 10)
+    }
+}
+
+#[test]
+fn file_and_pgbench_acks_both_count_and_the_newest_of_either_is_the_last() {
+    // The file clock's newest is 30 ms before the cut, the pgbench clock's 10 ms.
+    let l = ledger(vec![
+        batch(1, &[3000, 4500, 4970], 4980, 10),
+        pg_batch(2, 3, 4990, 5000),
+    ]);
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!(r.cut_ms, Some(5000));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (4, 5));
+    assert_eq!(r.last_ack_before_cut_ms, Some(10));
+    // The other way round: the file ack is the newer one.
+    let l = ledger(vec![
+        batch(1, &[4996], 4998, 10),
+        pg_batch(2, 2, 4800, 5000),
+    ]);
+    let r = judge_cut(&l, Some(false), found(0));
+    assert_eq!((r.acks_last_100ms, r.acks_last_1s), (1, 3));
+    assert_eq!(r.last_ack_before_cut_ms, Some(4));
 }

@@ -95,6 +95,19 @@ impl AckTable {
         (seq > 0).then_some(ms)
     }
 
+    /// Every block with an acknowledged write (a seq above 0), in no order.
+    pub fn acked_blocks(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match &self.table {
+            Table::Map(m) => Box::new(m.iter().filter(|(_, e)| e.0 > 0).map(|(&b, _)| b)),
+            Table::Every { seq, .. } => Box::new(
+                seq.iter()
+                    .enumerate()
+                    .filter(|(_, &s)| s > 0)
+                    .map(|(b, _)| b as u64),
+            ),
+        }
+    }
+
     fn entry(&self, block: u64) -> (u64, u32) {
         match &self.table {
             Table::Map(m) => m.get(&block).copied().unwrap_or((0, 0)),
@@ -105,7 +118,9 @@ impl AckTable {
         }
     }
 
-    pub(super) fn secs_before_end(&self, block: u64) -> Option<f64> {
+    /// How long before the run's last acknowledgement (`end_ms`) `block`'s highest
+    /// acknowledged seq was acknowledged, seconds; `None` when the block has none.
+    pub fn secs_before_end(&self, block: u64) -> Option<f64> {
         self.acked_ms(block)
             .map(|ms| (self.end_ms - ms) as f64 / 1000.0)
     }
@@ -115,7 +130,7 @@ impl AckTable {
 impl AckTable {
     /// Whether the table covers every block of the target (else it maps the written
     /// ones).
-    pub(super) fn covers_every_block(&self) -> bool {
+    pub(crate) fn covers_every_block(&self) -> bool {
         matches!(self.table, Table::Every { .. })
     }
 }
