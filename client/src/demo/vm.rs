@@ -207,7 +207,7 @@ async fn machine_run(
     println!("\n== {}: {uri}", m.name);
     let driver = Powered(crate::power::open(&uri)?);
     driver.0.on()?;
-    let run = run_id(&mdir.join("console.log"))?;
+    let run = vm::guest_run_id(&mdir.join("console.log"), BOOT_LIMIT)?;
     println!("== {}: run {run} writes for {secs} s", m.name);
     if m.clean {
         wait_off(&*driver.0, Duration::from_secs(u64::from(secs) + 120))?;
@@ -221,27 +221,6 @@ async fn machine_run(
     let report = verify(addr, run, &mount.at.join("target")).await;
     mount.umount()?;
     report
-}
-
-/// Waits until the guest's console `console` shows its run id.
-fn run_id(console: &Path) -> Result<plugpull::RunId, Error> {
-    let end = Instant::now() + BOOT_LIMIT;
-    loop {
-        let text = std::fs::read_to_string(console).unwrap_or_default();
-        if let Some((_, id)) = text.lines().find_map(|l| l.split_once("run id: ")) {
-            return id.trim().parse().map_err(Error::Msg);
-        }
-        if Instant::now() >= end {
-            let tail: Vec<&str> = text.lines().rev().take(15).collect();
-            return Err(Error::Msg(format!(
-                "the guest started no run within {} s; {} ends:\n{}",
-                BOOT_LIMIT.as_secs(),
-                console.display(),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            )));
-        }
-        proc::sleep(Duration::from_millis(200))?;
-    }
 }
 
 /// Waits up to `limit` for the driver to report the machine off (the guest

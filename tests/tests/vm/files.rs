@@ -39,11 +39,9 @@ fn spec(image: PathBuf, l: &Listener, shutdown_s: Option<u32>) -> qemu::Spec {
 /// record `n` acks of it; the run id.
 pub(super) fn acked_run(console: &Path, l: &Listener, n: u64) -> String {
     let text = || std::fs::read_to_string(console).unwrap_or_default();
-    let started = wait_for(Duration::from_secs(120), || text().contains("run id: "));
-    assert!(started, "no run started; console:\n{}", text());
-    let t = text();
-    let line = t.lines().find(|l| l.contains("run id: ")).unwrap();
-    let run = line.rsplit_once("run id: ").unwrap().1.trim().to_string();
+    let run = vm::guest_run_id(console, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("no run started: {e}"))
+        .to_string();
     let ledger = l.ledger_path(&run);
     let acks = || {
         ledger_file::batches(&ledger)

@@ -110,6 +110,31 @@ pub fn make_image(path: &Path, mib: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// Waits up to `limit` until the guest's console file `console` shows the run id
+/// `plugpull write` prints (`run id: ID`); the run id.
+///
+/// Errors: no run id within `limit` (the message ends with the console's last 15
+/// lines), or one that does not parse.
+pub fn guest_run_id(console: &Path, limit: std::time::Duration) -> Result<plugpull::RunId, Error> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(console).unwrap_or_default();
+        if let Some((_, id)) = text.lines().find_map(|l| l.split_once("run id: ")) {
+            return id.trim().parse().map_err(Error::Msg);
+        }
+        if std::time::Instant::now() >= end {
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            return Err(Error::Msg(format!(
+                "the guest started no run within {} s; {} ends:\n{}",
+                limit.as_secs(),
+                console.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )));
+        }
+        proc::sleep(std::time::Duration::from_millis(200))?;
+    }
+}
+
 /// The guest's kernel command line settings for `plugpull ARGS` (each argument free
 /// of spaces and commas), then `end` (`hang` or `poweroff`, init.sh), and a clean
 /// shutdown `shutdown_s` seconds after the command started, when given.
