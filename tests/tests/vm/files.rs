@@ -152,6 +152,14 @@ fn honest_image_loses_nothing_acknowledged() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["ok"], json!(true));
     assert_eq!(report["findings"], json!([]));
+    // The PASS carries the evidence that the cut could have failed: the guest's
+    // memory lost the canary's newest records.
+    let cut = &report["cut"];
+    assert_eq!(
+        (&cut["measured"], &cut["canary"]["state"]),
+        (&json!(true), &json!("lost")),
+        "{report}"
+    );
     assert!(
         report["verdicts"]["intact"].as_u64().unwrap() > 0,
         "{report}"
