@@ -129,6 +129,22 @@ pub fn moved(m: &CanaryManifest, target: &Path, at: &Path) -> CanaryManifest {
     out
 }
 
+/// The canary of a run whose canary directory the verifier finds at `dir` now
+/// (`verify --canary-dir`: the disk mounted elsewhere, e.g. a virtual machine's image
+/// on the host): each file by its name in `dir`.
+pub fn in_dir(m: &CanaryManifest, dir: &Path) -> CanaryManifest {
+    let mut out = m.clone();
+    out.files = m
+        .files
+        .iter()
+        .map(|f| match Path::new(f).file_name() {
+            Some(name) => dir.join(name).display().to_string(),
+            None => f.clone(),
+        })
+        .collect();
+    out
+}
+
 /// Whether `dir`'s filesystem keeps data across a power cut: tmpfs and ramfs never
 /// do, so their loss would prove nothing.
 fn persistent(dir: &Path) -> Result<(), String> {

@@ -52,6 +52,11 @@ pub struct VerifyArgs {
     /// power cut (exit 2); a FAIL stays a FAIL.
     #[arg(long, conflicts_with = "history")]
     pub reset: bool,
+    /// Where the run's canary directory is now, when its filesystem is mounted
+    /// elsewhere than the run saw it (a virtual machine's image mounted on the host):
+    /// the canary files are read there by name.
+    #[arg(long, value_name = "DIR", conflicts_with = "history")]
+    pub canary_dir: Option<PathBuf>,
 }
 
 /// How `plugpull verify` ended once it printed its report (one JSON object with
@@ -170,9 +175,25 @@ pub struct VerifyOptions<'a> {
     pub read_back: bool,
     /// The run was cut by a reset: the disk kept power (`--reset`).
     pub reset: bool,
+    /// Where the run's canary directory is now (`--canary-dir`), over where the
+    /// manifest (or `target`) puts it.
+    pub canary_dir: Option<PathBuf>,
 }
 
 impl<'a> VerifyOptions<'a> {
+    /// The options of a plain `plugpull verify --run RUN` with server options `pg`:
+    /// the manifest's target and canary, a progress bar, a power cut.
+    pub fn plain(pg: &'a crate::pgbench::PgVerifyArgs) -> VerifyOptions<'a> {
+        VerifyOptions {
+            target: None,
+            quiet: false,
+            pg,
+            read_back: false,
+            reset: false,
+            canary_dir: None,
+        }
+    }
+
     /// The options `plugpull verify`'s arguments give.
     pub fn of(args: &VerifyArgs, pg: &'a crate::pgbench::PgVerifyArgs) -> VerifyOptions<'a> {
         VerifyOptions {
@@ -181,6 +202,7 @@ impl<'a> VerifyOptions<'a> {
             pg,
             read_back: args.read_back,
             reset: args.reset,
+            canary_dir: args.canary_dir.clone(),
         }
     }
 }
@@ -230,8 +252,11 @@ pub async fn judge_ledger(
         }
     };
     report.set_device_error(device_error);
-    let canary = match (&opts.target, l.manifest.workload.target()) {
-        (Some(at), Some(target)) => crate::canary::moved(&l.manifest.canary, Path::new(target), at),
+    let canary = match (&opts.canary_dir, &opts.target, l.manifest.workload.target()) {
+        (Some(dir), _, _) => crate::canary::in_dir(&l.manifest.canary, dir),
+        (None, Some(at), Some(target)) => {
+            crate::canary::moved(&l.manifest.canary, Path::new(target), at)
+        }
         _ => l.manifest.canary.clone(),
     };
     let read = tokio::task::spawn_blocking(move || crate::canary::read(&canary))
@@ -300,11 +325,13 @@ mod tests {
             history: false,
             read_back: false,
             reset: true,
+            canary_dir: Some(PathBuf::from("/mnt/image/canary")),
         };
         let pg = crate::pgbench::PgVerifyArgs::default();
         let o = VerifyOptions::of(&args, &pg);
         assert_eq!(o.target, Some(PathBuf::from("/dev/sdb")));
         assert!(o.quiet);
         assert!(o.reset);
+        assert_eq!(o.canary_dir, Some(PathBuf::from("/mnt/image/canary")));
     }
 }

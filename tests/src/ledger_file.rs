@@ -33,6 +33,29 @@ pub fn batches(path: &Path) -> BTreeMap<u64, (u64, u64)> {
     m
 }
 
+/// Every commit the listener confirmed, as (client, seq), from a pgbench run's
+/// ledger file; panics when one is there twice.
+pub fn pg_commits(path: &Path) -> std::collections::BTreeSet<(u32, u64)> {
+    use plugpull::ledger::Acks;
+    let mut set = std::collections::BTreeSet::new();
+    for (_, _, e) in entries(path) {
+        if let Entry::Acks(b) = e {
+            if let Acks::Pg(v) = b.acks {
+                for r in v {
+                    for s in r.first..=r.last {
+                        assert!(
+                            set.insert((r.client, s)),
+                            "client {} seq {s} twice in the ledger",
+                            r.client
+                        );
+                    }
+                }
+            }
+        }
+    }
+    set
+}
+
 /// Lines in a file (an `--ack-log`: one confirmed ack each).
 pub fn lines(path: &Path) -> u64 {
     std::fs::read_to_string(path).unwrap().lines().count() as u64

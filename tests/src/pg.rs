@@ -234,29 +234,7 @@ impl PgCluster {
 
     /// Runs `sql` with psql in database `db`; `Err` carries stderr.
     pub fn try_psql_in(&self, db: &str, sql: &str) -> Result<String, String> {
-        let o = Command::new(self.bin.join("psql"))
-            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h"])
-            .arg(&self.sock)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                db,
-                "-c",
-                sql,
-            ])
-            .env_remove("PGPASSWORD")
-            .env_remove("PGDATABASE")
-            .env_remove("PGUSER")
-            .output()
-            .map_err(|e| format!("cannot run psql: {e}"))?;
-        if o.status.success() {
-            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-        } else {
-            Err(String::from_utf8_lossy(&o.stderr).into_owned())
-        }
+        psql(&self.inner, db, sql)
     }
 
     /// Sets a server parameter with `ALTER SYSTEM` and applies it: a reload, or a
@@ -330,6 +308,35 @@ impl PgCluster {
         f.write_all(&page).unwrap();
         f.sync_all().unwrap();
         (lower, upper)
+    }
+}
+
+/// Runs `sql` with psql (the cluster's own, as the caller, connecting as the
+/// `postgres` role over the cluster's socket) in database `db`, stopping at the first
+/// error; its unaligned, tuples-only output, trimmed, or `Err` with stderr.
+pub fn psql(c: &Cluster, db: &str, sql: &str) -> Result<String, String> {
+    let o = Command::new(c.bin.join("psql"))
+        .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h"])
+        .arg(&c.sock)
+        .args([
+            "-p",
+            &c.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            db,
+            "-c",
+            sql,
+        ])
+        .env_remove("PGPASSWORD")
+        .env_remove("PGDATABASE")
+        .env_remove("PGUSER")
+        .output()
+        .map_err(|e| format!("cannot run psql: {e}"))?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
     }
 }
 

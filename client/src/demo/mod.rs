@@ -330,6 +330,7 @@ async fn verify_run(
         pg,
         read_back: false,
         reset: false,
+        canary_dir: None,
     };
     let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
     crate::verify::print_report(&report, false, show);

@@ -252,6 +252,7 @@ async fn verify(addr: &str, run: plugpull::RunId, target: &Path) -> Result<FileR
         pg: &pg,
         read_back: false,
         reset: false,
+        canary_dir: None,
     };
     let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
     crate::verify::print_report(&report, false, 3);

@@ -85,6 +85,9 @@ pub struct Cluster {
     pub running: bool,
     /// The postmaster's pid, read from `postmaster.pid` after the last start.
     pub postmaster: Option<u32>,
+    /// Server options `pg_ctl start` passes on (`-o`), over `postgresql.conf`; empty
+    /// for a cluster made here, which has its port and socket in its configuration.
+    pub options: String,
 }
 
 impl Cluster {
@@ -104,12 +107,7 @@ impl Cluster {
         let owner = owner().map_err(Error::Msg)?;
         let run_dir = layout.log.parent().unwrap_or(Path::new("/")).to_path_buf();
         for d in [&layout.data, &layout.sock, &run_dir] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| Error::Msg(format!("cannot create {}: {e}", d.display())))?;
-            if let Some((uid, gid)) = owner {
-                std::os::unix::fs::chown(d, Some(uid), Some(gid))
-                    .map_err(|e| Error::Msg(format!("cannot chown {}: {e}", d.display())))?;
-            }
+            make_owned(d, owner)?;
         }
         let c = Cluster {
             data: layout.data,
@@ -120,6 +118,7 @@ impl Cluster {
             owner,
             running: false,
             postmaster: None,
+            options: String::new(),
         };
         let mut cmd = c.server_cmd("initdb");
         cmd.arg("-D")
@@ -149,6 +148,34 @@ impl Cluster {
             .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|_| f.sync_all()))
             .map_err(|e| Error::Msg(format!("cannot write postgresql.conf: {e}")))?;
         Ok(c)
+    }
+
+    /// An existing cluster in `layout.data` (made elsewhere: in a virtual machine's
+    /// image mounted on the host), not started; socket and log directories created,
+    /// owned by the server's user. A free TCP port is picked; port, socket directory
+    /// and `listen_addresses = 'listen'` are passed at start over its configuration.
+    /// Errors: the directories cannot be made, or root without a `postgres` user.
+    pub fn existing(bin: &Path, layout: Layout, listen: &str) -> Result<Cluster, Error> {
+        let owner = owner().map_err(Error::Msg)?;
+        let run_dir = layout.log.parent().unwrap_or(Path::new("/")).to_path_buf();
+        for d in [&layout.sock, &run_dir] {
+            make_owned(d, owner)?;
+        }
+        let port = proc::free_port()?;
+        Ok(Cluster {
+            options: format!(
+                "-p {port} -k {} -c listen_addresses='{listen}'",
+                layout.sock.display()
+            ),
+            data: layout.data,
+            sock: layout.sock,
+            log: layout.log,
+            port,
+            bin: bin.to_path_buf(),
+            owner,
+            running: false,
+            postmaster: None,
+        })
     }
 
     /// A server program of the binary directory, as the server's user, in the log's
@@ -200,7 +227,11 @@ impl Cluster {
     ) -> Result<Result<(), String>, Error> {
         let log = self.log.display().to_string();
         let t = timeout_s.to_string();
-        let o = self.pg_ctl_env(&["-l", &log, "-w", "-t", &t, "start"], env)?;
+        let mut args = vec!["-l", &log, "-w", "-t", &t, "start"];
+        if !self.options.is_empty() {
+            args.extend(["-o", &self.options]);
+        }
+        let o = self.pg_ctl_env(&args, env)?;
         self.postmaster = std::fs::read_to_string(self.data.join("postmaster.pid"))
             .ok()
             .and_then(|s| s.lines().next()?.trim().parse().ok());
@@ -291,6 +322,17 @@ impl Drop for Cluster {
         }
         let _ = self.kill_all();
     }
+}
+
+/// Creates directory `d` (with its parents) owned by `owner` when given.
+fn make_owned(d: &Path, owner: Option<(u32, u32)>) -> Result<(), Error> {
+    std::fs::create_dir_all(d)
+        .map_err(|e| Error::Msg(format!("cannot create {}: {e}", d.display())))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(d, Some(uid), Some(gid))
+            .map_err(|e| Error::Msg(format!("cannot chown {}: {e}", d.display())))?;
+    }
+    Ok(())
 }
 
 /// A finished command's stdout then stderr, as text.

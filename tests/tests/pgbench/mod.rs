@@ -276,30 +276,6 @@ fn wait_output(child: Child, limit: Duration) -> Output {
     }
 }
 
-/// Every commit the listener confirmed, as (client, seq), from a ledger file.
-fn ledger_commits(path: &std::path::Path) -> std::collections::BTreeSet<(u32, u64)> {
-    use plugpull::ledger::{scan, Acks, Entry};
-    let bytes = std::fs::read(path).unwrap();
-    let mut set = std::collections::BTreeSet::new();
-    scan(&bytes, |_, e| {
-        if let Entry::Acks(b) = e {
-            if let Acks::Pg(v) = b.acks {
-                for r in v {
-                    for s in r.first..=r.last {
-                        assert!(
-                            set.insert((r.client, s)),
-                            "client {} seq {s} twice in the ledger",
-                            r.client
-                        );
-                    }
-                }
-            }
-        }
-    })
-    .unwrap();
-    set
-}
-
 #[test]
 fn every_confirmed_commit_survives_listener_kills() {
     let Some((dir, _pg, mut l)) = setup("every_confirmed_commit_survives_listener_kills") else {
@@ -355,7 +331,7 @@ fn every_confirmed_commit_survives_listener_kills() {
             (v[1]..=v[2]).map(move |s| (v[0] as u32, s))
         })
         .collect();
-    let in_ledger = ledger_commits(&l.ledger_path(&run));
+    let in_ledger = ledger_file::pg_commits(&l.ledger_path(&run));
     assert_eq!(confirmed, in_ledger);
     let acked = figure(&out, "acknowledged by listener: ").expect("acknowledged line");
     assert_eq!(acked, in_ledger.len() as u64);

@@ -18,21 +18,31 @@ const LOAD: &str = "--size 1MiB --block-size 4KiB";
 /// The guest for `image` running the file workload against `l`, shut down cleanly
 /// `shutdown_s` seconds after the workload started, when given.
 fn spec(image: PathBuf, l: &Listener, shutdown_s: Option<u32>) -> qemu::Spec {
-    let b = bundle();
-    let port = l.addr().rsplit_once(':').unwrap().1.parse().unwrap();
+    let settings = vm::settings(
+        &vm::write_settings(port(l), "target", LOAD),
+        "hang",
+        shutdown_s,
+    );
+    guest(bundle(), image, settings)
+}
+
+/// A guest of `b` (512 MiB, one CPU) with `image` as its disk (`cache=writeback`)
+/// and `settings` on its kernel command line.
+pub(super) fn guest(b: vm::bundle::Bundle, image: PathBuf, settings: Vec<String>) -> qemu::Spec {
     qemu::Spec {
         kernel: b.kernel,
         initrd: b.initrd,
         image,
         cache: "writeback".into(),
-        settings: vm::settings(
-            &vm::write_settings(port, "target", LOAD),
-            "hang",
-            shutdown_s,
-        ),
+        settings,
         mem_mib: 512,
         cpus: 1,
     }
+}
+
+/// The listener's port on the host's loopback.
+pub(super) fn port(l: &Listener) -> u16 {
+    l.addr().rsplit_once(':').unwrap().1.parse().unwrap()
 }
 
 /// Waits for the guest (console file `console`) to start its run and for `l` to
@@ -112,6 +122,17 @@ fn extent_map(file: &Path) -> Vec<u64> {
     map
 }
 
+/// Asserts that a verify `report` carries the evidence that its cut could have
+/// failed: the cut measured, the guest's memory lost the canary's newest records.
+pub(super) fn assert_cut_measured(report: &Value) {
+    let cut = &report["cut"];
+    assert_eq!(
+        (&cut["measured"], &cut["canary"]["state"]),
+        (&json!(true), &json!("lost")),
+        "{report}"
+    );
+}
+
 /// A machine in `tmp/vm` whose image sits on a lying simfs mount (destage after
 /// 1 s), its guest running the file workload against `l`; its directory and URI.
 pub(super) fn lying_machine(
@@ -152,14 +173,7 @@ fn honest_image_loses_nothing_acknowledged() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["ok"], json!(true));
     assert_eq!(report["findings"], json!([]));
-    // The PASS carries the evidence that the cut could have failed: the guest's
-    // memory lost the canary's newest records.
-    let cut = &report["cut"];
-    assert_eq!(
-        (&cut["measured"], &cut["canary"]["state"]),
-        (&json!(true), &json!("lost")),
-        "{report}"
-    );
+    assert_cut_measured(&report);
     assert!(
         report["verdicts"]["intact"].as_u64().unwrap() > 0,
         "{report}"

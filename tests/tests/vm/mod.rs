@@ -2,7 +2,9 @@
 //! the guest bundle boots and runs `plugpull` (`boot.rs`); the `qemu://` power
 //! driver turns a guest on, reads and cuts it (`power.rs`); the file workload in a
 //! guest, cut, verified on the host: an honest and a lying disk, and a clean
-//! shutdown (`files.rs`); the lying machine reset instead of cut (`reset.rs`);
+//! shutdown (`files.rs`); the pgbench workload in a guest with PostgreSQL, cut and
+//! recovered on the host: an honest and a lying disk (`pgbench.rs`); the lying
+//! machine reset instead of cut (`reset.rs`);
 //! `plugpull demo --vm` (`demo.rs`). Each test skips loudly where QEMU, busybox or the kernel
 //! package is missing (`scripts/deps` installs them), and fails instead when
 //! `PLUGPULL_REQUIRE_VM` is set (CI).
@@ -14,6 +16,7 @@ mod boot;
 mod campaign;
 mod demo;
 mod files;
+mod pgbench;
 mod power;
 mod reset;
 

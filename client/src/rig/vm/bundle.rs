@@ -42,6 +42,20 @@ pub struct Inputs<'a> {
     pub busybox: &'a Path,
     /// The cache directory (created when missing).
     pub cache: &'a Path,
+    /// What a bundle variant adds (PostgreSQL's server: [`super::pg::extra`]).
+    pub extra: &'a Extra,
+}
+
+/// What a bundle variant adds to the guest, each file at its host path (the guest's
+/// `/usr/lib/…` is the host's); part of the bundle's content hash.
+#[derive(Clone, Debug, Default)]
+pub struct Extra {
+    /// Executables, with the shared libraries `ldd` names for each.
+    pub programs: Vec<PathBuf>,
+    /// Further files; a directory adds every file under it (symbolic links followed).
+    pub files: Vec<PathBuf>,
+    /// Files made for the guest: (path without the leading `/`, content).
+    pub written: Vec<(String, Vec<u8>)>,
 }
 
 /// A built bundle.
@@ -76,14 +90,30 @@ pub fn find_kernel_deb(dir: &Path) -> Option<PathBuf> {
 /// the file: an unreadable input, `dpkg-deb`, `depmod`, `ldd` or `strip` failing, a
 /// module missing from the package.
 pub fn build(inp: &Inputs) -> Result<Bundle, Error> {
-    let libs = shared_libs(inp.plugpull)?;
+    let mut libs = shared_libs(inp.plugpull)?;
+    let mut copied = inp.extra.programs.clone();
+    for p in &inp.extra.programs {
+        libs.extend(shared_libs(p)?);
+    }
+    for f in &inp.extra.files {
+        copied.extend(files_under(f)?);
+    }
+    libs.sort();
+    libs.dedup();
+    copied.extend(libs.iter().cloned());
+    copied.sort();
+    copied.dedup();
     let mut h = Sha256::new();
     for p in [inp.kernel_deb, inp.plugpull, inp.busybox]
         .into_iter()
-        .chain(libs.iter().map(PathBuf::as_path))
+        .chain(copied.iter().map(PathBuf::as_path))
     {
         h.update(p.as_os_str().as_encoded_bytes());
         h.update(read(p)?);
+    }
+    for (name, data) in &inp.extra.written {
+        h.update(name.as_bytes());
+        h.update(data);
     }
     h.update(INIT);
     h.update(MODULES.join(","));
@@ -108,7 +138,7 @@ pub fn build(inp: &Inputs) -> Result<Bundle, Error> {
     let work = inp
         .cache
         .join(format!(".build-{hex}-{:08x}", rand::random::<u32>()));
-    let built = assemble(inp, &libs, &work);
+    let built = assemble(inp, &copied, &work);
     let result = built.and_then(|modules| match std::fs::rename(work.join("out"), &dir) {
         Ok(()) => Ok(modules),
         Err(_) if initrd.exists() && order.exists() => Ok(modules),
@@ -124,8 +154,9 @@ pub fn build(inp: &Inputs) -> Result<Bundle, Error> {
 }
 
 /// Unpacks the package into `work/deb`, writes `work/out/{vmlinuz,initrd.cpio,
-/// modules.order}`; the modules in load order.
-fn assemble(inp: &Inputs, libs: &[PathBuf], work: &Path) -> Result<Vec<String>, Error> {
+/// modules.order}` with `copied` (libraries and the variant's files) at their host
+/// paths; the modules in load order.
+fn assemble(inp: &Inputs, copied: &[PathBuf], work: &Path) -> Result<Vec<String>, Error> {
     let (deb, out) = (work.join("deb"), work.join("out"));
     mkdir(&out)?;
     mkdir(&deb)?;
@@ -142,7 +173,8 @@ fn assemble(inp: &Inputs, libs: &[PathBuf], work: &Path) -> Result<Vec<String>, 
     let mods = deb.join("lib/modules").join(&release);
     let order = load_order(&read_text(&mods.join("modules.dep"))?, MODULES)?;
     let mut a = Cpio::default();
-    for d in ["bin", "dev", "modules", "etc"] {
+    let top = ["bin", "dev", "modules", "etc"];
+    for d in top {
         a.dir(d);
     }
     a.char_dev("dev/console", 5, 1);
@@ -155,21 +187,15 @@ fn assemble(inp: &Inputs, libs: &[PathBuf], work: &Path) -> Result<Vec<String>, 
     c.arg("-o").arg(&stripped).arg(inp.plugpull);
     run(c, "strip")?;
     a.file("bin/plugpull", 0o755, &read(&stripped)?);
-    let mut dirs = std::collections::BTreeSet::new();
-    for lib in libs {
-        let name = lib.to_string_lossy().trim_start_matches('/').to_string();
-        let mut parent = Path::new(&name).parent();
-        let mut chain = Vec::new();
-        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
-            chain.push(p.to_string_lossy().to_string());
-            parent = p.parent();
-        }
-        for d in chain.into_iter().rev() {
-            if dirs.insert(d.clone()) {
-                a.dir(&d);
-            }
-        }
-        a.file(&name, 0o755, &read(lib)?);
+    let mut dirs: std::collections::BTreeSet<String> = top.map(String::from).into();
+    for f in copied {
+        let name = f.to_string_lossy().trim_start_matches('/').to_string();
+        add_parents(&mut a, &mut dirs, &name);
+        a.file(&name, 0o755, &read(f)?);
+    }
+    for (name, data) in &inp.extra.written {
+        add_parents(&mut a, &mut dirs, name);
+        a.file(name, 0o644, data);
     }
     let mut names = Vec::new();
     for rel in &order {
@@ -186,6 +212,41 @@ fn assemble(inp: &Inputs, libs: &[PathBuf], work: &Path) -> Result<Vec<String>, 
     write(&out.join("initrd.cpio"), &a.finish())?;
     write(&out.join("modules.order"), list.as_bytes())?;
     Ok(names)
+}
+
+/// Adds to `a` the directories on the way to `name` that `dirs` (those added so
+/// far) does not hold yet, outermost first.
+fn add_parents(a: &mut Cpio, dirs: &mut std::collections::BTreeSet<String>, name: &str) {
+    let mut parent = Path::new(name).parent();
+    let mut chain = Vec::new();
+    while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+        chain.push(p.to_string_lossy().to_string());
+        parent = p.parent();
+    }
+    for d in chain.into_iter().rev() {
+        if dirs.insert(d.clone()) {
+            a.dir(&d);
+        }
+    }
+}
+
+/// `path` when it is a file, else every file under the directory `path`, sorted
+/// (symbolic links followed). Errors: `path` cannot be read, named.
+fn files_under(path: &Path) -> Result<Vec<PathBuf>, Error> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::Msg(format!("cannot read {}: {e}", path.display())))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(path)
+        .map_err(|e| Error::Msg(format!("cannot read {}: {e}", path.display())))?;
+    for e in entries {
+        let e = e.map_err(|e| Error::Msg(format!("cannot read {}: {e}", path.display())))?;
+        out.extend(files_under(&e.path())?);
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// The modules to load for `wanted` (names as `modinfo` spells them, `_` or `-`),

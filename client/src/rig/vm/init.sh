@@ -10,6 +10,10 @@
 #                            it (as a shutdown's last kill), sync, unmount, power off
 #   plugpull.hostname=NAME   the guest's host name (default: /etc/hostname, plugpull-vm),
 #                            which its runs and reports name
+#   plugpull.pgdata=DIR      before the command: start PostgreSQL (the bundle's, its
+#                            binary directory in /etc/plugpull-pgbin) on the cluster in
+#                            DIR as user postgres, socket /tmp port 5432, no TCP; wait
+#                            until it accepts connections (its log goes to the console)
 # Every step prints one `plugpull-vm: ...` line on the console (ttyS0).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /mnt /bin /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
@@ -21,7 +25,7 @@ echo "plugpull-vm: kernel up after $(cut -d' ' -f1 /proc/uptime) s"
 for m in $(cat /modules/order); do
     insmod "/modules/$m.ko" || echo "plugpull-vm: insmod $m failed"
 done
-args=""; end=hang; shutdown=""
+args=""; end=hang; shutdown=""; pgdata=""
 hostname -F /etc/hostname
 for w in $(cat /proc/cmdline); do
     case "$w" in
@@ -29,6 +33,7 @@ for w in $(cat /proc/cmdline); do
         plugpull.end=*) end="${w#plugpull.end=}";;
         plugpull.shutdown=*) shutdown="${w#plugpull.shutdown=}";;
         plugpull.hostname=*) hostname "${w#plugpull.hostname=}";;
+        plugpull.pgdata=*) pgdata="${w#plugpull.pgdata=}";;
     esac
 done
 ip link set lo up
@@ -37,6 +42,17 @@ ip addr add 10.0.2.15/24 dev eth0
 ip route add default via 10.0.2.2
 mount -t ext4 /dev/vda /mnt || { echo "plugpull-vm: cannot mount /dev/vda"; poweroff -f; }
 echo "plugpull-vm: booted in $(cut -d' ' -f1 /proc/uptime) s"
+if [ -n "$pgdata" ]; then
+    mkdir -p /dev/shm
+    mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+    chmod 1777 /tmp
+    su -s /bin/sh -c "exec $(cat /etc/plugpull-pgbin)/postgres -D $pgdata -k /tmp -p 5432 -c listen_addresses=''" postgres &
+    n=0
+    until grep -q ready "$pgdata/postmaster.pid" 2>/dev/null || [ $n -ge 600 ]; do
+        sleep 0.2; n=$((n + 1))
+    done
+    echo "plugpull-vm: postgres ready after $(cut -d' ' -f1 /proc/uptime) s"
+fi
 finish() {
     sync
     umount /mnt && echo "plugpull-vm: unmounted /mnt"

@@ -15,6 +15,7 @@
 pub mod bundle;
 pub mod cpio;
 pub mod machine;
+pub mod pg;
 pub mod qemu;
 
 use crate::rig::proc;
@@ -74,6 +75,12 @@ pub fn unavailable() -> Option<String> {
 /// Builds (or finds in the cache) the bundle running `plugpull` (the binary at
 /// `me`) with the newest kernel package of the cache directory.
 pub fn default_bundle(me: &Path) -> Result<bundle::Bundle, Error> {
+    bundle_with(me, &bundle::Extra::default())
+}
+
+/// [`default_bundle`] with `extra` added (a bundle variant, cached apart: PostgreSQL's
+/// server, [`pg::extra`]). Errors: as [`bundle::build`], or no kernel package.
+pub fn bundle_with(me: &Path, extra: &bundle::Extra) -> Result<bundle::Bundle, Error> {
     let cache = cache_dir();
     let deb = bundle::find_kernel_deb(&cache).ok_or_else(|| {
         Error::Msg(format!(
@@ -86,6 +93,7 @@ pub fn default_bundle(me: &Path) -> Result<bundle::Bundle, Error> {
         plugpull: me,
         busybox: Path::new(BUSYBOX),
         cache: &cache,
+        extra,
     })
 }
 
