@@ -56,7 +56,7 @@ pub(super) fn pg_setup() -> Result<PathBuf, String> {
 }
 
 /// `plugpull verify` options for a pgbench run, parsed as the command line would be.
-fn pg_verify_args(
+pub(super) fn pg_verify_args(
     dsn: &str,
     log: &Path,
     wait: &str,
@@ -178,7 +178,8 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
     println!();
     println!("== verify: files workload (run {files_run})");
     let pg_none = crate::pgbench::PgVerifyArgs::default();
-    let (files_ledger, report) = super::verify_run(&ctx.addr, files_run, 5, &pg_none).await?;
+    let opts = crate::verify::VerifyOptions::plain(&pg_none);
+    let (files_ledger, report) = super::verify_run(&ctx.addr, files_run, 5, &opts).await?;
     let Report::Files(files) = report.clone() else {
         return Err(Error::Msg(format!("run {files_run} is not a files run")));
     };
@@ -194,7 +195,8 @@ pub(super) async fn device(ctx: &Ctx, mode: &'static str) -> Result<DeviceResult
             "30s"
         };
         let dsn = p.cluster.conninfo_db("postgres");
-        let opts = pg_verify_args(&dsn, &p.cluster.log, wait).map_err(Error::Msg)?;
+        let pg_args = pg_verify_args(&dsn, &p.cluster.log, wait).map_err(Error::Msg)?;
+        let opts = crate::verify::VerifyOptions::plain(&pg_args);
         let (pg_ledger, report) = super::verify_run(&ctx.addr, p.run, 10, &opts).await?;
         let Report::Pgbench(r) = report.clone() else {
             return Err(Error::Msg(format!("run {} is not a pgbench run", p.run)));

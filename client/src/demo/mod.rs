@@ -21,8 +21,9 @@
 //! is SIGKILLed mid-run on the local disk (the page cache survives, so nothing may be
 //! lost). Without PostgreSQL it runs the file workload only and says so.
 //!
-//! `--vm` runs three virtual machines instead ([`vm`]): honest PASS, lying FAIL,
-//! clean shutdown NOT MEASURED.
+//! `--vm` runs virtual machines instead ([`vm`]): with the file workload honest PASS,
+//! lying FAIL, clean shutdown NOT MEASURED; with pgbench (where PostgreSQL is
+//! installed) honest PASS, lying FAIL.
 //!
 //! Rooms: this file is the flow; [`device`] runs one simulated device end to end;
 //! [`compare`] puts the two devices' reports side by side. The processes come from
@@ -71,10 +72,12 @@ pub struct DemoArgs {
     /// demo. Default: `plugpull-demo-PID.html` in the temp directory.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Instead: three QEMU virtual machines with a real kernel and ext4 (docs/vm.md):
-    /// an honest disk cut (PASS), a lying one cut (FAIL), the lying one shut down
-    /// cleanly (NOT MEASURED). Needs root, QEMU, busybox-static and the kernel
-    /// package (scripts/deps); exit 2 when they are missing.
+    /// Instead: QEMU virtual machines with a real kernel and ext4 (docs/vm.md): the
+    /// file workload on an honest disk cut (PASS), a lying one cut (FAIL), the lying
+    /// one shut down cleanly (NOT MEASURED); pgbench in the guest (where PostgreSQL
+    /// is installed) on an honest disk (PASS) and a lying one (FAIL). Needs root,
+    /// QEMU, busybox-static and the kernel package (scripts/deps); exit 2 when they
+    /// are missing.
     #[arg(long, conflicts_with_all = ["cuts", "no_pg", "report"])]
     pub vm: bool,
     /// With --vm: seconds each machine's workload writes before its cut (or its
@@ -314,25 +317,17 @@ fn start_writer(
 
 /// Verifies run `run` at the listener `addr` exactly as `plugpull verify` does
 /// ([`crate::verify::judge_ledger`]: device-error rule, the workload's verify, the
-/// storage section), with `pg` for a pgbench run's server; prints its human report
-/// (`show` findings of each kind) and returns the ledger and the report.
+/// storage section) with `opts`; prints its human report (`show` findings of each
+/// kind) and returns the ledger and the report.
 async fn verify_run(
     addr: &str,
     run: plugpull::RunId,
     show: usize,
-    pg: &crate::pgbench::PgVerifyArgs,
+    opts: &crate::verify::VerifyOptions<'_>,
 ) -> Result<(plugpull::ledger::RunLedger, plugpull::report::Report), Error> {
     let secret = plugpull::auth::Secret::default();
     let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
-    let opts = crate::verify::VerifyOptions {
-        target: None,
-        quiet: false,
-        pg,
-        read_back: false,
-        reset: false,
-        canary_dir: None,
-    };
-    let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
+    let report = crate::verify::judge_ledger(&l, opts, addr, &secret).await?;
     crate::verify::print_report(&report, false, show);
     Ok((l, report))
 }
@@ -344,7 +339,8 @@ async fn verify_file(
     show: usize,
 ) -> Result<(plugpull::ledger::RunLedger, FileReport), Error> {
     let pg = crate::pgbench::PgVerifyArgs::default();
-    match verify_run(addr, run, show, &pg).await? {
+    let opts = crate::verify::VerifyOptions::plain(&pg);
+    match verify_run(addr, run, show, &opts).await? {
         (l, plugpull::report::Report::File(r)) => Ok((l, r)),
         _ => Err(Error::Msg(format!("run {run} is not a file run"))),
     }

@@ -1,9 +1,10 @@
 //! `plugpull demo --vm`: whole machines instead of simulated disks (docs/vm.md).
 //!
-//! Three QEMU guests with Debian's stock kernel (the bundle of
-//! [`crate::rig::vm::bundle`]), each running the file workload on ext4 on its virtio
-//! disk for `--vm-secs` seconds (15 by default) against a listener on the host's
-//! loopback, driven through the `qemu://` power driver as a campaign drives one:
+//! QEMU guests with Debian's stock kernel (the bundle of
+//! [`crate::rig::vm::bundle`]), each running a workload on ext4 on its virtio disk
+//! for `--vm-secs` seconds (15 by default) against a listener on the host's
+//! loopback, driven through the `qemu://` power driver as a campaign drives one.
+//! Three run the file workload:
 //!
 //! * the **honest machine**: its image a plain file (the host keeps every write
 //!   QEMU completed), cut (QEMU killed): PASS;
@@ -23,8 +24,14 @@
 //! lying machine, clean shutdown: NOT MEASURED: the canary survived the cut …
 //! ```
 //!
+//! Two more run pgbench against PostgreSQL in the guest, where PostgreSQL is
+//! installed ([`pg`]): an honest and a lying machine, PASS and FAIL with lost
+//! commits; without PostgreSQL the demo says so and leaves them out.
+//!
 //! Where QEMU, busybox, the kernel package, root or FUSE is missing it says what and
 //! exits 2 (`scripts/deps` installs them).
+
+mod pg;
 
 use super::start_listener;
 use crate::rig::vm::{self, machine, qemu, HostMount};
@@ -126,18 +133,36 @@ pub(super) async fn run(dir: &Path, args: &super::DemoArgs) -> Result<bool, Erro
         println!("== {}: {:.1} s", m.name, t.elapsed().as_secs_f64());
         reports.push(r);
     }
-    println!();
-    for (m, r) in MACHINES.iter().zip(&reports) {
-        println!("{}", verdict_line(m.name, r));
-    }
+    let mut lines: Vec<String> = MACHINES
+        .iter()
+        .zip(&reports)
+        .map(|(m, r)| verdict_line(m.name, r))
+        .collect();
     let [honest, lying, clean] = [&reports[0], &reports[1], &reports[2]];
-    let works = honest.ok && !lying.ok && !lying.not_measured && clean.not_measured;
+    let mut works = honest.ok && !lying.ok && !lying.not_measured && clean.not_measured;
+    let with_pg = match pg::setup(&me) {
+        Ok(setup) => {
+            let (pg_lines, pg_works) =
+                pg::machines(dir, &setup, (addr, port), &simfs, args).await?;
+            lines.extend(pg_lines);
+            works &= pg_works;
+            true
+        }
+        Err(why) => {
+            println!("\n== the pgbench machines are left out: {why}");
+            false
+        }
+    };
+    println!();
+    for l in &lines {
+        println!("{l}");
+    }
     println!(
         "{}",
-        if works {
-            "the tool works: the honest machine kept every acknowledged write, the lying one was caught, and its clean shutdown was not taken for a power cut"
-        } else {
-            "UNEXPECTED: see the verdicts above"
+        match (works, with_pg) {
+            (true, true) => "the tool works: the honest machines kept every acknowledged write and commit, the lying ones were caught, and the clean shutdown was not taken for a power cut",
+            (true, false) => "the tool works: the honest machine kept every acknowledged write, the lying one was caught, and its clean shutdown was not taken for a power cut",
+            (false, _) => "UNEXPECTED: see the verdicts above",
         }
     );
     Ok(works)
@@ -170,14 +195,51 @@ async fn machine_run(
     simfs: &Path,
     args: &super::DemoArgs,
 ) -> Result<FileReport, Error> {
+    let settings = vm::settings(
+        &vm::write_settings(port, "target", LOAD),
+        "hang",
+        m.clean.then_some(args.vm_secs),
+    );
+    let make = |image: &Path| vm::make_image(image, 64);
+    let (run, backing) = cut_machine(dir, m, bundle, settings, simfs, args, make)?;
+    let mut mount = HostMount::mount(&backing, &dir.join(m.slug).join("host"))?;
+    let target = mount.at.join("target");
+    let pg = crate::pgbench::PgVerifyArgs::default();
+    let opts = crate::verify::VerifyOptions {
+        target: Some(target),
+        ..crate::verify::VerifyOptions::plain(&pg)
+    };
+    let report = super::verify_run(addr, run, 3, &opts).await;
+    mount.umount()?;
+    match report? {
+        (_, plugpull::report::Report::File(r)) => Ok(r),
+        _ => Err(Error::Msg(format!("run {run} is not a file run"))),
+    }
+}
+
+/// Machine `m` in `dir/SLUG`, its guest from `bundle` with `settings`, its image
+/// made by `make` (on a lying simfs mount when `m.lying`): turned on through the
+/// `qemu://` driver, written `--vm-secs` seconds from the start of its run, then
+/// cut (or, `m.clean`, left to shut itself down) and turned off. The run's id and
+/// the image's file as the host keeps it.
+///
+/// Errors: the machine, the image, QEMU, or no run within the boot limit.
+fn cut_machine(
+    dir: &Path,
+    m: &Machine,
+    bundle: &vm::bundle::Bundle,
+    settings: Vec<String>,
+    simfs: &Path,
+    args: &super::DemoArgs,
+    make: impl FnOnce(&Path) -> Result<(), Error>,
+) -> Result<(plugpull::RunId, PathBuf), Error> {
     let secs = args.vm_secs;
     let root = dir.join(m.slug);
     let image = match m.lying {
         true => root.join("disk/disk.img"),
         false => root.join("disk.img"),
     };
-    let shutdown = m.clean.then_some(secs);
-    let mut settings = vm::settings(&vm::write_settings(port, "target", LOAD), "hang", shutdown);
+    let mut settings = settings;
     settings.push(format!("plugpull.hostname=vm-{}", m.slug));
     let spec = qemu::Spec {
         kernel: bundle.kernel.clone(),
@@ -199,7 +261,7 @@ async fn machine_run(
         true => mdir.join("backing/disk.img"),
         false => mdir.join("disk.img"),
     };
-    vm::make_image(&backing, 64)?;
+    make(&backing)?;
     let uri = PowerUri::Qemu {
         dir: mdir.clone(),
         reset: false,
@@ -217,10 +279,7 @@ async fn machine_run(
     }
     driver.0.off()?;
     println!("== {}: off; verifying its image on the host", m.name);
-    let mut mount = HostMount::mount(&backing, &root.join("host"))?;
-    let report = verify(addr, run, &mount.at.join("target")).await;
-    mount.umount()?;
-    report
+    Ok((run, backing))
 }
 
 /// Waits up to `limit` for the driver to report the machine off (the guest
@@ -237,27 +296,4 @@ fn wait_off(d: &dyn crate::power::Driver, limit: Duration) -> Result<(), Error> 
         proc::sleep(Duration::from_millis(500))?;
     }
     Ok(())
-}
-
-/// Verifies file run `run` (the listener at `addr`) with its target read at `target`
-/// (the image mounted on the host), as `plugpull verify --target` does; prints the
-/// human report.
-async fn verify(addr: &str, run: plugpull::RunId, target: &Path) -> Result<FileReport, Error> {
-    let secret = plugpull::auth::Secret::default();
-    let l = crate::ledger::fetch(addr, &secret, Some(run), "").await?;
-    let pg = crate::pgbench::PgVerifyArgs::default();
-    let opts = crate::verify::VerifyOptions {
-        target: Some(target.to_path_buf()),
-        quiet: false,
-        pg: &pg,
-        read_back: false,
-        reset: false,
-        canary_dir: None,
-    };
-    let report = crate::verify::judge_ledger(&l, &opts, addr, &secret).await?;
-    crate::verify::print_report(&report, false, 3);
-    match report {
-        plugpull::report::Report::File(r) => Ok(r),
-        _ => Err(Error::Msg(format!("run {run} is not a file run"))),
-    }
 }

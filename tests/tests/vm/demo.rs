@@ -1,17 +1,22 @@
-//! `plugpull demo --vm`: three virtual machines written for a few seconds each, one
-//! verdict line each, in a fixed order with fixed words.
+//! `plugpull demo --vm`: five virtual machines written for a few seconds each (the
+//! file workload on three, pgbench on two), one verdict line each, in a fixed order
+//! with fixed words.
 
 use plugpull_tests::{plugpull, stderr, stdout};
 use std::time::Instant;
 
 /// The honest machine passes, the lying one fails, the lying one shut down cleanly
-/// is NOT MEASURED by its surviving canary; exit 0 ("the tool works").
+/// is NOT MEASURED by its surviving canary; with pgbench, the honest machine passes
+/// and the lying one fails with lost commits; exit 0 ("the tool works").
 #[test]
 fn demo_vm_passes_the_honest_fails_the_lying_and_measures_no_clean_shutdown() {
     let test = "vm::demo::demo_vm_passes_the_honest_fails_the_lying_and_measures_no_clean_shutdown";
     let Some(_guests) = super::guest_on_simfs(test) else {
         return;
     };
+    if plugpull_tests::pg::PgCluster::skip(test) {
+        return;
+    }
     let t = Instant::now();
     let o = plugpull(&["demo", "--vm", "--vm-secs", "5"]);
     let out = stdout(&o);
@@ -50,9 +55,23 @@ fn demo_vm_passes_the_honest_fails_the_lying_and_measures_no_clean_shutdown() {
         ),
         "{out}"
     );
+    let honest_pg = line("honest machine, pgbench");
+    assert!(
+        honest_pg.starts_with("honest machine, pgbench: PASS, ")
+            && honest_pg.ends_with(" acknowledged commits, 0 lost"),
+        "{out}"
+    );
+    let lying_pg = line("lying machine, pgbench");
+    let lost: u64 = lying_pg
+        .strip_prefix("lying machine, pgbench: FAIL, ")
+        .and_then(|r| r.strip_suffix(" acknowledged commits lost"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    assert!(lost > 0, "{out}");
     assert_eq!(
         out.lines().last(),
-        Some("the tool works: the honest machine kept every acknowledged write, the lying one was caught, and its clean shutdown was not taken for a power cut"),
+        Some("the tool works: the honest machines kept every acknowledged write and commit, the lying ones were caught, and the clean shutdown was not taken for a power cut"),
         "{out}"
     );
 }
