@@ -393,6 +393,21 @@ mod tests {
     }
 
     #[test]
+    fn a_canary_directory_mounted_elsewhere_is_read_there_by_name() {
+        let m = CanaryManifest {
+            files: vec!["/mnt/canary/.c-0".into(), "/mnt/canary/.c-1".into()],
+            nonce: 7,
+            ..CanaryManifest::default()
+        };
+        let now = in_dir(&m, Path::new("/tmp/host/canary"));
+        assert_eq!(
+            now.files,
+            ["/tmp/host/canary/.c-0", "/tmp/host/canary/.c-1"]
+        );
+        assert_eq!(now.nonce, 7);
+    }
+
+    #[test]
     fn turns_go_round_three_files_and_the_newest_records_are_all_readable() {
         let dir = std::env::temp_dir().join(format!("pp-canary-turns-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
