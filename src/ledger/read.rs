@@ -3,10 +3,10 @@
 //! at the end, applies [`RunLedger::from_bytes`]'s checks in their order. Its memory
 //! is that of the fold (per block, per millisecond, per batch), not the ledger's.
 
-use super::run::{BatchMeta, FileAcks, RunLedger, RunLedgerError};
+use super::run::{FileAcks, RunLedger, RunLedgerError};
 use super::{
     check_device_error_count, fingerprint, AckBatch, AckClock, AckTable, Acks, BatchRecord,
-    DeviceError, Entry, FilesAck, Manifest, RunSummary, Scanner, Tail, TornTail, Workload,
+    Batches, DeviceError, Entry, FilesAck, Manifest, RunSummary, Scanner, Tail, TornTail, Workload,
 };
 use crate::RunId;
 
@@ -15,7 +15,7 @@ use crate::RunId;
 /// run's steps and a pgbench run's batches.
 #[derive(Debug)]
 pub(super) struct Fold {
-    batches: Vec<BatchMeta>,
+    batches: Batches,
     clock: AckClock,
     pg_clock: AckClock,
     file_acks: Option<FileAcks>,
@@ -34,7 +34,7 @@ impl Fold {
             _ => None,
         };
         Fold {
-            batches: Vec::new(),
+            batches: Batches::default(),
             clock: AckClock::default(),
             pg_clock: AckClock::default(),
             file_acks,
@@ -45,7 +45,7 @@ impl Fold {
 
     /// Folds batch `b` (its first copy in the ledger).
     pub(super) fn batch(&mut self, b: AckBatch) {
-        self.batches.push(BatchMeta::of(&b));
+        self.batches.add(&b);
         match &b.acks {
             Acks::File(v) => {
                 for a in v {
