@@ -45,11 +45,17 @@ impl Fold {
 
     /// Folds batch `b` (its first copy in the ledger).
     pub(super) fn batch(&mut self, b: AckBatch) {
+        // The cut of a stalled run is put at the latest-sealed batch's oldest write
+        // in flight: the clocks keep the second before it per millisecond.
+        if self.batches.last_sealed_ms.is_none_or(|s| b.sealed_ms >= s) {
+            self.clock.pin(b.oldest_in_flight_ms);
+            self.pg_clock.pin(b.oldest_in_flight_ms);
+        }
         self.batches.add(&b);
         match &b.acks {
             Acks::File(v) => {
+                self.clock.add_each(v.iter().map(|a| a.ms));
                 for a in v {
-                    self.clock.add(a.ms, 1);
                     if let Some(f) = &mut self.file_acks {
                         if !f.table.add(a.seq, a.block, a.ms) && f.beyond.is_none() {
                             f.beyond = Some(a.block);
@@ -58,9 +64,7 @@ impl Fold {
                 }
             }
             Acks::Files(v) => {
-                for a in v {
-                    self.clock.add(a.ms, 1);
-                }
+                self.clock.add_each(v.iter().map(|a| a.ms));
                 self.files_acks.extend_from_slice(v);
             }
             Acks::Pg(v) => {
