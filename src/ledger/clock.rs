@@ -24,11 +24,11 @@ const FINE_PAGES: u32 = 300;
 /// (reported as the total at the last millisecond: [`AckClock::iter`]). So the cut's
 /// windows (the second before the cut), the last acknowledgement before it, the
 /// device-error rule's count after the error and the timeline (whose bins are whole
-/// seconds for any run longer than 60 s) are exact while the cut or error lies in
+/// seconds for any run longer than 60 s and shorter than 120 h) are exact while the cut or error lies in
 /// the last 300 s of acknowledgements or at the pinned time, as in a run the agent
 /// recorded; a cut or error further back (a ledger with acknowledgements long after
 /// its device error or server loss) is counted per second there. Memory: at most
-/// 302 pages of up to 8 KB (0.3 to 2.4 MB), plus about 40 bytes per older second.
+/// 303 pages of up to 8 KB (0.3 to 2.4 MB), plus about 40 bytes per older second.
 ///
 /// A millisecond whose count is 0 holds no acknowledgement (a pgbench range of no
 /// commit adds nothing).
