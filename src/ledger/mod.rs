@@ -51,6 +51,7 @@
 //! * `read.rs` — [`LedgerReader`]: the ledger read, folded and checked chunk by chunk.
 //! * `acks.rs` — [`AckTable`]: a file run's highest acknowledged seq per block.
 //! * `clock.rs` — [`AckClock`]: acknowledgements per millisecond of the run.
+//! * `pg_ranges.rs` — [`PgRanges`]: a pgbench run's ranges per client, packed.
 //! * `prints.rs` — the fingerprint of each batch number's first copy, for
 //!   [`BatchRecord`].
 
@@ -62,6 +63,7 @@ mod entry;
 mod format;
 mod gather;
 mod manifest;
+mod pg_ranges;
 mod prints;
 mod read;
 mod run;
@@ -87,5 +89,6 @@ pub use manifest::{
     CanaryManifest, FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgRelation,
     Storage, TargetIdentity, Workload,
 };
+pub use pg_ranges::{PgRange, PgRanges};
 pub use read::LedgerReader;
 pub use run::{FileAcks, RunLedger, RunLedgerError};

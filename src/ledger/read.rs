@@ -6,7 +6,8 @@
 use super::run::{FileAcks, RunLedger, RunLedgerError};
 use super::{
     check_device_error_count, fingerprint, AckBatch, AckClock, AckTable, Acks, BatchRecord,
-    Batches, DeviceError, Entry, FilesAck, Manifest, RunSummary, Scanner, Tail, TornTail, Workload,
+    Batches, DeviceError, Entry, FilesAck, Manifest, PgRanges, RunSummary, Scanner, Tail, TornTail,
+    Workload,
 };
 use crate::RunId;
 
@@ -20,7 +21,7 @@ pub(super) struct Fold {
     pg_clock: AckClock,
     file_acks: Option<FileAcks>,
     files_acks: Vec<FilesAck>,
-    pg_batches: Vec<AckBatch>,
+    pg_ranges: PgRanges,
 }
 
 impl Fold {
@@ -39,7 +40,7 @@ impl Fold {
             pg_clock: AckClock::default(),
             file_acks,
             files_acks: Vec::new(),
-            pg_batches: Vec::new(),
+            pg_ranges: PgRanges::default(),
         }
     }
 
@@ -71,7 +72,7 @@ impl Fold {
                 for r in v {
                     self.pg_clock.add(r.ms, (r.last + 1).wrapping_sub(r.first));
                 }
-                self.pg_batches.push(b);
+                self.pg_ranges.add(&b);
             }
         }
     }
@@ -87,7 +88,7 @@ impl Fold {
             pg_clock: self.pg_clock,
             file_acks: self.file_acks,
             files_acks: self.files_acks,
-            pg_batches: self.pg_batches,
+            pg_ranges: self.pg_ranges,
             finished: false,
             lost_ms: None,
             end_flushes: None,

@@ -12,14 +12,14 @@
 use super::read::{Fold, LedgerReader};
 use super::{
     AckBatch, AckClock, AckTable, Batches, DeviceError, FilesAck, FlushSample, LedgerError,
-    Manifest, TornTail, WitnessLoss,
+    Manifest, PgRanges, TornTail, WitnessLoss,
 };
 use crate::RunId;
 
 /// A fetched and checked ledger: what every workload's verify starts from. Its
 /// acknowledgements are folded as the ledger is read ([`LedgerReader`]): per block
-/// for a file run, per millisecond for their times; only a files run's steps and a
-/// pgbench run's ranges (one per client per batch) are kept as they came.
+/// for a file run, per millisecond for their times, per client for a pgbench run
+/// (every range, packed); only a files run's steps are kept as they came.
 #[derive(Clone, Debug)]
 pub struct RunLedger {
     /// The run.
@@ -37,8 +37,8 @@ pub struct RunLedger {
     pub file_acks: Option<FileAcks>,
     /// A files run's acknowledged steps, in ledger order.
     pub files_acks: Vec<FilesAck>,
-    /// The batches holding pgbench ranges, whole, in ledger order.
-    pub pg_batches: Vec<AckBatch>,
+    /// A pgbench run's ranges per client, in ledger order.
+    pub pg_ranges: PgRanges,
     /// Whether the agent finished normally.
     pub finished: bool,
     /// When a finished run saw what it writes go away ([`RunSummary::lost_ms`](super::RunSummary::lost_ms)):
