@@ -3,7 +3,8 @@
 //! `--window` batches in flight per agent, `--batch` acks each), against a listener
 //! whose ledger is durable (group commit + fdatasync). Prints acks/s confirmed and
 //! ledger bytes per ack. Used by bench/listener.sh, and by bench/ledger_memory.sh to
-//! make a big ledger (`--acks`).
+//! make a big ledger (`--acks`), and by bench/fold_memory.sh to make the ledger of
+//! a run of a given length without writing for that long (`--span-secs`).
 
 use clap::Parser;
 use plugpull::auth::Secret;
@@ -34,6 +35,34 @@ struct Args {
     /// bench/ledger_memory.sh.
     #[arg(long, default_value_t = u64::MAX)]
     acks: u64,
+    /// Stamp the acknowledgements as if the run lasted this many seconds (0: stamp
+    /// them by seq, the old way): batch n is sealed at n × 1000 / `--batches-per-sec`
+    /// ms, all its acks 1 ms before (so every other ms holds a batch's acks), with
+    /// the oldest write in flight 1 ms before its sealing, a flush sample once a
+    /// second and a growing canary record; each agent stops at the span's end.
+    #[arg(long, default_value_t = 0.0)]
+    span_secs: f64,
+    /// Batches sealed per second of the simulated span (500: the reporter's 2 ms
+    /// linger, the most it seals while acks keep coming).
+    #[arg(long, default_value_t = 500)]
+    batches_per_sec: u64,
+}
+
+/// How one agent stamps its batches.
+#[derive(Clone, Copy)]
+struct Stamping {
+    /// The simulated span, ms (0: stamp by seq).
+    span_ms: u64,
+    /// Batches per second of it.
+    per_sec: u64,
+}
+
+impl Stamping {
+    /// When batch `n` (from 1) is sealed, ms; `None` when it falls past the span.
+    fn sealed_ms(self, n: u64) -> Option<u32> {
+        let ms = n * 1000 / self.per_sec.max(1);
+        (self.span_ms == 0 || ms <= self.span_ms).then_some(ms as u32)
+    }
 }
 
 async fn agent(
@@ -43,6 +72,7 @@ async fn agent(
     window: usize,
     end: Instant,
     most: u64,
+    stamping: Stamping,
 ) -> (u64, String) {
     let (mut r, mut w) = net::connect(&addr, &Secret::default())
         .await
@@ -84,28 +114,42 @@ async fn agent(
         while sent < confirmed + window as u64
             && Instant::now() < end
             && sent.saturating_mul(batch as u64) < most
+            && stamping.sealed_ms(sent + 1).is_some()
         {
             sent += 1;
+            let span = stamping.span_ms > 0;
+            let sealed = if span {
+                stamping.sealed_ms(sent).unwrap_or(0)
+            } else {
+                0
+            };
             let acks = (0..batch)
                 .map(|i| {
                     seq += 1;
                     FileAck {
                         seq,
                         block: (seq.wrapping_mul(0x9E37_79B9) + i as u64) % blocks,
-                        ms: (seq / 1000) as u32,
+                        ms: if span {
+                            sealed.saturating_sub(1)
+                        } else {
+                            (seq / 1000) as u32
+                        },
                     }
                 })
                 .collect();
+            let second = span && sent % stamping.per_sec.max(1) == 0;
             w.send(&Request::Acks {
                 run,
                 batch: AckBatch {
                     batch: sent,
                     promised: true,
                     acks: Acks::File(acks),
-                    flushes: None,
-                    canary: Default::default(),
-                    sealed_ms: 0,
-                    oldest_in_flight_ms: None,
+                    flushes: second.then(|| plugpull::ledger::FlushSample {
+                        counts: vec![Some(sent)],
+                    }),
+                    canary: if span { sent / 10 } else { 0 },
+                    sealed_ms: sealed,
+                    oldest_in_flight_ms: span.then(|| sealed.saturating_sub(1)),
                 },
             })
             .await
@@ -128,8 +172,15 @@ async fn main() {
     let a = Args::parse();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.seconds);
+    let stamping = Stamping {
+        span_ms: (a.span_secs * 1000.0) as u64,
+        per_sec: a.batches_per_sec,
+    };
     let tasks: Vec<_> = (0..a.agents)
-        .map(|i| tokio::spawn(agent(a.listener.clone(), i, a.batch, a.window, end, a.acks)))
+        .map(|i| {
+            let l = a.listener.clone();
+            tokio::spawn(agent(l, i, a.batch, a.window, end, a.acks, stamping))
+        })
         .collect();
     let mut total = 0;
     let mut runs = Vec::new();

@@ -286,7 +286,7 @@ mod tests {
     fn cut_evidence_is_taken_only_on_the_runs_host_where_its_storage_was_found() {
         let here = crate::manifest::hostname();
         let facts = plugpull::report::storage::RunFacts {
-            batches: &[],
+            batches: &Default::default(),
             end: None,
             device_error: false,
             uses_flush: true,

@@ -246,7 +246,7 @@ pub async fn judge_ledger(
             tokio::task::block_in_place(|| crate::files::verify::verify_files_run(l, fm, t))?.into()
         }
         Workload::Pgbench(pm) => {
-            crate::pgbench::verify(l.run, &l.manifest, pm, &l.pg_batches, l.finished, opts.pg)
+            crate::pgbench::verify(l.run, &l.manifest, pm, &l.pg_ranges, l.finished, opts.pg)
                 .await?
                 .into()
         }

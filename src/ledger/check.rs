@@ -3,9 +3,8 @@
 //! run a device error ended holds every acknowledgement the agent handed over
 //! ([`check_device_error_count`]), and which errors are a device's ([`is_device_errno`]).
 
+use super::prints::Prints;
 use super::{AckBatch, DeviceError, RunSummary, TornTail, ENTRY_HEADER_LEN};
-use std::collections::hash_map::Entry as Slot;
-use std::collections::HashMap;
 
 /// Whether `errno` (from a failed `pwrite`/`fsync`/`fdatasync`) is what a device that
 /// lost power, went away or filled up gives: EIO (the drive failed or lost power),
@@ -92,12 +91,13 @@ pub fn fingerprint(payload: &[u8]) -> (usize, u64) {
 
 /// [`check_record`] for a ledger read as it streams: each batch is added as it is
 /// read ([`BatchRecord::add`] says whether it is the first copy, the one to keep),
-/// then [`BatchRecord::check`] applies the rules. Memory: a batch number and a
-/// fingerprint per distinct batch, never the acknowledgements.
+/// then [`BatchRecord::check`] applies the rules. Memory: a fingerprint per
+/// distinct batch (12 bytes in a table indexed by batch number), never the
+/// acknowledgements.
 #[derive(Clone, Debug, Default)]
 pub struct BatchRecord {
     /// Batch number → the fingerprint of its first copy.
-    seen: HashMap<u64, (usize, u64)>,
+    seen: Prints,
     duplicates: u64,
     /// The first batch recorded twice with different fingerprints.
     conflict: Option<u64>,
@@ -111,16 +111,16 @@ impl BatchRecord {
     /// that number (a later copy is counted as a duplicate, or a conflict when its
     /// fingerprint differs, and is not to be used).
     pub fn add(&mut self, batch: u64, print: (usize, u64), acks: u64) -> bool {
-        match self.seen.entry(batch) {
-            Slot::Occupied(first) => {
-                if *first.get() != print && self.conflict.is_none() {
+        match self.seen.get(batch) {
+            Some(first) => {
+                if first != print && self.conflict.is_none() {
                     self.conflict = Some(batch);
                 }
                 self.duplicates += 1;
                 false
             }
-            Slot::Vacant(slot) => {
-                slot.insert(print);
+            None => {
+                self.seen.put(batch, print);
                 self.acks += acks;
                 true
             }
@@ -146,10 +146,8 @@ impl BatchRecord {
                 "batch {b} is recorded twice with different contents"
             ));
         }
-        let mut numbers: Vec<u64> = self.seen.into_keys().collect();
-        numbers.sort_unstable();
         let mut prev = 0;
-        for &n in &numbers {
+        for n in self.seen.numbers() {
             if n != prev + 1 {
                 return fail(if prev + 1 == n - 1 {
                     format!(

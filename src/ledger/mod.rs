@@ -44,25 +44,33 @@
 //!   [`is_device_errno`].
 //! * `gather.rs` — acks on their way into a batch: [`Ack`] as a workload hands one
 //!   over, [`Gather`] the next batch's, [`Acks::write_log`] the ack log's lines.
-//! * `run.rs` — a run's ledger as verify reads it: [`RunLedger`] (its batches'
-//!   [`BatchMeta`], its acknowledgements folded), [`RunLedger::from_bytes`],
-//!   [`RunLedgerError`].
+//! * `run.rs` — a run's ledger as verify reads it: [`RunLedger`] (its batches and
+//!   acknowledgements folded), [`RunLedger::from_bytes`], [`RunLedgerError`].
+//! * `batches.rs` — [`Batches`]: a run's ack batches folded for the cut evidence and
+//!   the flush counts.
 //! * `read.rs` — [`LedgerReader`]: the ledger read, folded and checked chunk by chunk.
 //! * `acks.rs` — [`AckTable`]: a file run's highest acknowledged seq per block.
 //! * `clock.rs` — [`AckClock`]: acknowledgements per millisecond of the run.
+//! * `pg_ranges.rs` — [`PgRanges`]: a pgbench run's ranges per client, packed.
+//! * `prints.rs` — the fingerprint of each batch number's first copy, for
+//!   [`BatchRecord`].
 
 mod acks;
+mod batches;
 mod check;
 mod clock;
 mod entry;
 mod format;
 mod gather;
 mod manifest;
+mod pg_ranges;
+mod prints;
 mod read;
 mod run;
 
 pub use crate::probe::pg::PgSettings;
 pub use acks::AckTable;
+pub use batches::Batches;
 pub use check::{
     check_device_error_count, check_record, fingerprint, is_device_errno, BatchRecord, RecordCheck,
     WitnessLoss,
@@ -81,5 +89,6 @@ pub use manifest::{
     CanaryManifest, FileManifest, FilesManifest, FlushSample, Manifest, PgManifest, PgRelation,
     Storage, TargetIdentity, Workload,
 };
+pub use pg_ranges::{PgRange, PgRanges};
 pub use read::LedgerReader;
-pub use run::{BatchMeta, FileAcks, RunLedger, RunLedgerError};
+pub use run::{FileAcks, RunLedger, RunLedgerError};

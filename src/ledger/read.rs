@@ -3,10 +3,11 @@
 //! at the end, applies [`RunLedger::from_bytes`]'s checks in their order. Its memory
 //! is that of the fold (per block, per millisecond, per batch), not the ledger's.
 
-use super::run::{BatchMeta, FileAcks, RunLedger, RunLedgerError};
+use super::run::{FileAcks, RunLedger, RunLedgerError};
 use super::{
     check_device_error_count, fingerprint, AckBatch, AckClock, AckTable, Acks, BatchRecord,
-    DeviceError, Entry, FilesAck, Manifest, RunSummary, Scanner, Tail, TornTail, Workload,
+    Batches, DeviceError, Entry, FilesAck, Manifest, PgRanges, RunSummary, Scanner, Tail, TornTail,
+    Workload,
 };
 use crate::RunId;
 
@@ -15,12 +16,12 @@ use crate::RunId;
 /// run's steps and a pgbench run's batches.
 #[derive(Debug)]
 pub(super) struct Fold {
-    batches: Vec<BatchMeta>,
+    batches: Batches,
     clock: AckClock,
     pg_clock: AckClock,
     file_acks: Option<FileAcks>,
     files_acks: Vec<FilesAck>,
-    pg_batches: Vec<AckBatch>,
+    pg_ranges: PgRanges,
 }
 
 impl Fold {
@@ -34,22 +35,28 @@ impl Fold {
             _ => None,
         };
         Fold {
-            batches: Vec::new(),
+            batches: Batches::default(),
             clock: AckClock::default(),
             pg_clock: AckClock::default(),
             file_acks,
             files_acks: Vec::new(),
-            pg_batches: Vec::new(),
+            pg_ranges: PgRanges::default(),
         }
     }
 
     /// Folds batch `b` (its first copy in the ledger).
     pub(super) fn batch(&mut self, b: AckBatch) {
-        self.batches.push(BatchMeta::of(&b));
+        // The cut of a stalled run is put at the latest-sealed batch's oldest write
+        // in flight: the clocks keep the second before it per millisecond.
+        if self.batches.last_sealed_ms.is_none_or(|s| b.sealed_ms >= s) {
+            self.clock.pin(b.oldest_in_flight_ms);
+            self.pg_clock.pin(b.oldest_in_flight_ms);
+        }
+        self.batches.add(&b);
         match &b.acks {
             Acks::File(v) => {
+                self.clock.add_each(v.iter().map(|a| a.ms));
                 for a in v {
-                    self.clock.add(a.ms, 1);
                     if let Some(f) = &mut self.file_acks {
                         if !f.table.add(a.seq, a.block, a.ms) && f.beyond.is_none() {
                             f.beyond = Some(a.block);
@@ -58,16 +65,14 @@ impl Fold {
                 }
             }
             Acks::Files(v) => {
-                for a in v {
-                    self.clock.add(a.ms, 1);
-                }
+                self.clock.add_each(v.iter().map(|a| a.ms));
                 self.files_acks.extend_from_slice(v);
             }
             Acks::Pg(v) => {
                 for r in v {
                     self.pg_clock.add(r.ms, (r.last + 1).wrapping_sub(r.first));
                 }
-                self.pg_batches.push(b);
+                self.pg_ranges.add(&b);
             }
         }
     }
@@ -83,7 +88,7 @@ impl Fold {
             pg_clock: self.pg_clock,
             file_acks: self.file_acks,
             files_acks: self.files_acks,
-            pg_batches: self.pg_batches,
+            pg_ranges: self.pg_ranges,
             finished: false,
             lost_ms: None,
             end_flushes: None,

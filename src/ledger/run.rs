@@ -11,24 +11,24 @@
 
 use super::read::{Fold, LedgerReader};
 use super::{
-    AckBatch, AckClock, AckTable, DeviceError, FilesAck, FlushSample, LedgerError, Manifest,
-    TornTail, WitnessLoss,
+    AckBatch, AckClock, AckTable, Batches, DeviceError, FilesAck, FlushSample, LedgerError,
+    Manifest, PgRanges, TornTail, WitnessLoss,
 };
 use crate::RunId;
 
 /// A fetched and checked ledger: what every workload's verify starts from. Its
 /// acknowledgements are folded as the ledger is read ([`LedgerReader`]): per block
-/// for a file run, per millisecond for their times; only a files run's steps and a
-/// pgbench run's ranges (one per client per batch) are kept as they came.
+/// for a file run, per millisecond for their times, per client for a pgbench run
+/// (every range, packed); only a files run's steps are kept as they came.
 #[derive(Clone, Debug)]
 pub struct RunLedger {
     /// The run.
     pub run: RunId,
     /// Its manifest.
     pub manifest: Manifest,
-    /// Its ack batches, in ledger order, each recorded once, without their
+    /// Its ack batches (each recorded once), folded without their
     /// acknowledgements.
-    pub batches: Vec<BatchMeta>,
+    pub batches: Batches,
     /// When its file and files acknowledgements were made (each once).
     pub clock: AckClock,
     /// When its pgbench commits were made (a range's commits at its `ms`).
@@ -37,8 +37,8 @@ pub struct RunLedger {
     pub file_acks: Option<FileAcks>,
     /// A files run's acknowledged steps, in ledger order.
     pub files_acks: Vec<FilesAck>,
-    /// The batches holding pgbench ranges, whole, in ledger order.
-    pub pg_batches: Vec<AckBatch>,
+    /// A pgbench run's ranges per client, in ledger order.
+    pub pg_ranges: PgRanges,
     /// Whether the agent finished normally.
     pub finished: bool,
     /// When a finished run saw what it writes go away ([`RunSummary::lost_ms`](super::RunSummary::lost_ms)):
@@ -59,43 +59,6 @@ pub struct RunLedger {
     /// is full), as the listener said when it sent the ledger; `None` when it did not
     /// (the listener restarted since, or nothing failed).
     pub witness_stopped: Option<String>,
-}
-
-/// One ack batch of a ledger without its acknowledgements: what the cut evidence
-/// and the flush counts need of it (64 bytes, and a sample's counters when it carries
-/// one; an agent seals up to a few hundred a second).
-#[derive(Clone, Debug, PartialEq)]
-pub struct BatchMeta {
-    /// The agent's batch number.
-    pub batch: u64,
-    /// Whether the configuration promised durability for its acks.
-    pub promised: bool,
-    /// Its acknowledgements ([`Acks::count`](super::Acks::count): commits for pgbench).
-    pub acks: u64,
-    /// The leaf disks' flush counters when it was sealed ([`AckBatch::flushes`]).
-    pub flushes: Option<FlushSample>,
-    /// When it was sealed, ms after the run's start ([`AckBatch::sealed_ms`]).
-    pub sealed_ms: u32,
-    /// The highest canary record written when it was sealed ([`AckBatch::canary`]).
-    pub canary: u64,
-    /// When the oldest write in flight at its sealing was issued, ms after the run's
-    /// start ([`AckBatch::oldest_in_flight_ms`]).
-    pub oldest_in_flight_ms: Option<u32>,
-}
-
-impl BatchMeta {
-    /// What `b` says besides its acknowledgements.
-    pub fn of(b: &AckBatch) -> BatchMeta {
-        BatchMeta {
-            batch: b.batch,
-            promised: b.promised,
-            acks: b.acks.count(),
-            flushes: b.flushes.clone(),
-            sealed_ms: b.sealed_ms,
-            canary: b.canary,
-            oldest_in_flight_ms: b.oldest_in_flight_ms,
-        }
-    }
 }
 
 /// A file run's acknowledgements folded per block.
@@ -274,8 +237,8 @@ mod tests {
         assert_eq!(l.run, RUN);
         assert_eq!(l.manifest.host, "sut");
         // The batch recorded twice is kept once.
-        assert_eq!(l.batches.len(), 2);
-        assert_eq!(l.batches.iter().map(|b| b.acks).sum::<u64>(), 5);
+        assert_eq!(l.batches.count, 2);
+        assert_eq!(l.batches.acks, 5);
         assert!(l.finished);
         assert_eq!((l.device_error, l.acks_after_error), (None, 0));
     }
@@ -363,12 +326,12 @@ mod tests {
             );
             assert_eq!(f.table.acked_ms(0), Some(10));
         }
-        assert_eq!(whole.batches.iter().map(|b| b.acks).sum::<u64>(), 7);
+        assert_eq!(whole.batches.acks, 7);
         assert_eq!(whole.clock.iter().collect::<Vec<_>>(), vec![(10, 7)]);
         let built = RunLedger::of_batches(RUN, whole.manifest.clone(), Vec::new());
         assert_eq!(
             (
-                built.batches.len(),
+                built.batches.count,
                 built.file_acks.unwrap().table.acknowledged
             ),
             (0, 0)

@@ -5,7 +5,7 @@
 //!
 //! Warnings never change a verdict: they say what a PASS is worth.
 
-use crate::ledger::{BatchMeta, FlushSample, Storage};
+use crate::ledger::{Batches, FlushSample, Storage};
 use crate::probe::evidence::{compare, Snapshot};
 use crate::probe::flush::WriteCache;
 use crate::probe::{Probe, Warning, WarningId};
@@ -58,7 +58,7 @@ pub struct RunFlushes {
 pub fn run_flushes(
     storage: &Storage,
     probe: Option<&Probe>,
-    batches: &[BatchMeta],
+    batches: &Batches,
     end: Option<&FlushSample>,
 ) -> (Vec<RunFlushes>, String) {
     if storage.disks.is_empty() {
@@ -70,14 +70,9 @@ pub fn run_flushes(
         };
         return (Vec::new(), why.into());
     }
-    let mut acked = 0u64;
-    let mut samples: Vec<(&FlushSample, u64)> = Vec::new();
-    for b in batches {
-        acked += b.acks;
-        if let Some(s) = &b.flushes {
-            samples.push((s, acked));
-        }
-    }
+    let acked = batches.acks;
+    let mut samples: Vec<(&FlushSample, u64)> =
+        batches.samples.iter().map(|(s, n)| (s, *n)).collect();
     if let Some(e) = end {
         samples.push((e, acked));
     }
@@ -174,8 +169,8 @@ pub fn run_warnings(
 /// What the section needs to know of a run besides its storage record.
 #[derive(Clone, Copy, Debug)]
 pub struct RunFacts<'a> {
-    /// The run's ack batches, in ledger order.
-    pub batches: &'a [BatchMeta],
+    /// The run's ack batches, folded.
+    pub batches: &'a Batches,
     /// The flush counters at the run's end ([`crate::ledger::RunSummary::flushes`]
     /// or [`crate::ledger::DeviceError::flushes`]).
     pub end: Option<&'a FlushSample>,

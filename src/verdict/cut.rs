@@ -218,7 +218,7 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
             None => (CutKind::Finished, None),
         }
     } else {
-        let heard = l.batches.iter().map(|b| u64::from(b.sealed_ms)).max();
+        let heard = l.batches.last_sealed_ms.map(u64::from);
         match l.witness_stopped {
             Some(_) => (CutKind::WitnessStopped, heard),
             None => (CutKind::LastHeard, heard),
@@ -227,14 +227,10 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
     // A write in flight since well before the moment (the newest batch sealed by
     // then says since when): the storage stopped answering at its issue at the latest.
     let stalled = moment.and_then(|at| {
-        let b = l
-            .batches
-            .iter()
-            .filter(|b| u64::from(b.sealed_ms) <= at)
-            .max_by_key(|b| b.sealed_ms)?;
+        let (_, oldest_in_flight_ms) = l.batches.newest_sealed_by(at)?;
         // A write in flight for less than a heartbeat's interval is a write, not a
         // stall.
-        b.oldest_in_flight_ms
+        oldest_in_flight_ms
             .map(u64::from)
             .filter(|&t| t + u64::from(crate::ledger::HEARTBEAT_MS) <= at)
             .map(|t| (t, at - t))
@@ -263,7 +259,7 @@ pub fn judge_cut(l: &RunLedger, same_boot: Option<bool>, canary: CanaryRead) -> 
             }
         }
     }
-    let issued = l.batches.iter().map(|b| b.canary).max().unwrap_or(0);
+    let issued = l.batches.canary;
     r.canary = canary_report(cut, issued, canary);
     let full = l
         .device_error

@@ -23,7 +23,7 @@
 //! those (and the damage found) into problems, and [`judge`] says pass, fail or not
 //! measured.
 
-use crate::ledger::{AckBatch, Acks};
+use crate::ledger::{AckBatch, PgRanges};
 use std::collections::BTreeMap;
 
 pub mod relations;
@@ -101,29 +101,37 @@ impl ClientAcks {
     }
 }
 
-/// Every valid pgbench range of the ledger's batches, per client, unsorted.
-fn ranges_per_client(batches: &[AckBatch]) -> BTreeMap<u32, Vec<AckRange>> {
+/// Every valid pgbench range of the ledger's ranges, per client, unsorted.
+fn ranges_per_client(ranges: &PgRanges) -> BTreeMap<u32, Vec<AckRange>> {
     let mut raw: BTreeMap<u32, Vec<AckRange>> = BTreeMap::new();
-    for b in batches {
-        if let Acks::Pg(ranges) = &b.acks {
-            for r in ranges.iter().filter(|r| r.first >= 1 && r.last >= r.first) {
-                raw.entry(r.client).or_default().push(AckRange {
-                    first: r.first,
-                    last: r.last,
-                    promised: b.promised,
-                    ms: r.ms,
-                });
-            }
+    for (client, rs) in ranges.clients() {
+        for r in rs.filter(|r| r.first >= 1 && r.last >= r.first) {
+            raw.entry(client).or_default().push(AckRange {
+                first: r.first,
+                last: r.last,
+                promised: r.promised,
+                ms: r.ms,
+            });
         }
     }
     raw
 }
 
-/// Merges the ledger's batches into per-client ranges: adjacent or overlapping
+/// [`merge_ranges`] of `batches` (in ledger order) folded per client.
+pub fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
+    merge_ranges(&PgRanges::of(batches))
+}
+
+/// [`raw_ranges`] of `batches` (in ledger order) folded per client.
+pub fn raw_acks(batches: &[AckBatch]) -> BTreeMap<u32, Vec<AckRange>> {
+    raw_ranges(&PgRanges::of(batches))
+}
+
+/// Merges the ledger's ranges into per-client ranges: adjacent or overlapping
 /// ranges with the same promise flag become one (taking the later `ms`); where
 /// ranges of different flags overlap, the first keeps the overlap.
-pub fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
-    ranges_per_client(batches)
+pub fn merge_ranges(ranges: &PgRanges) -> BTreeMap<u32, ClientAcks> {
+    ranges_per_client(ranges)
         .into_iter()
         .map(|(c, mut v)| {
             v.sort();
@@ -158,8 +166,8 @@ pub fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
 /// sorted by `first`, repeats (a resent batch) dropped. A range's `ms` is when its
 /// `last` was acknowledged; the others of the range were acknowledged after the
 /// client's previous range's `ms` and by this one's.
-pub fn raw_acks(batches: &[AckBatch]) -> BTreeMap<u32, Vec<AckRange>> {
-    let mut raw = ranges_per_client(batches);
+pub fn raw_ranges(ranges: &PgRanges) -> BTreeMap<u32, Vec<AckRange>> {
+    let mut raw = ranges_per_client(ranges);
     for v in raw.values_mut() {
         v.sort();
         v.dedup_by_key(|r| (r.first, r.last));

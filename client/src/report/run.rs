@@ -184,8 +184,10 @@ pub fn block_map(
 }
 
 /// Acknowledgements of a ledger: (ms after the run's start, count), one pair per
-/// millisecond and kind that holds any. A pgbench range counts all its commits at
-/// the time of its last.
+/// millisecond and kind that holds any (per second, at its last such millisecond,
+/// for the seconds the ledger's clock keeps per second: [`plugpull::ledger::AckClock`];
+/// the timeline's bins are then whole seconds). A pgbench range counts all its
+/// commits at the time of its last.
 pub fn ack_times(l: &RunLedger) -> Vec<(u32, u64)> {
     l.clock.iter().chain(l.pg_clock.iter()).collect()
 }

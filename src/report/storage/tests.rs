@@ -3,8 +3,8 @@ use crate::ledger::{AckBatch, Acks, FileAck, FlushSample};
 use crate::probe::evidence::CutEvidence;
 use crate::probe::Leaf;
 
-fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> BatchMeta {
-    BatchMeta::of(&AckBatch {
+fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> AckBatch {
+    AckBatch {
         batch: n,
         promised: true,
         acks: Acks::File(
@@ -20,7 +20,16 @@ fn batch(n: u64, acks: u64, sample: Option<Vec<Option<u64>>>) -> BatchMeta {
         canary: Default::default(),
         sealed_ms: 0,
         oldest_in_flight_ms: None,
-    })
+    }
+}
+
+/// `batches` folded in order, as a read ledger folds them.
+fn fold<const N: usize>(batches: [AckBatch; N]) -> Batches {
+    let mut f = Batches::default();
+    for b in &batches {
+        f.add(b);
+    }
+    f
 }
 
 fn storage(disks: &[&str], start: Vec<Option<u64>>, probe: Option<&Probe>) -> Storage {
@@ -49,7 +58,7 @@ fn probe(cache: &str) -> Probe {
 }
 
 fn facts<'a>(
-    batches: &'a [BatchMeta],
+    batches: &'a Batches,
     end: Option<&'a FlushSample>,
     device_error: bool,
 ) -> RunFacts<'a> {
@@ -66,10 +75,10 @@ fn facts<'a>(
 #[test]
 fn the_end_sample_counts_every_ack_and_a_disk_gone_at_the_end_keeps_its_last_count() {
     let s = storage(&["vda", "sdb"], vec![Some(100), Some(50)], None);
-    let batches = [
+    let batches = fold([
         batch(1, 3, Some(vec![Some(104), Some(53)])),
         batch(2, 2, None),
-    ];
+    ]);
     // The end: vda counted on; sdb went away at a device error (or reads a reset counter).
     let end = FlushSample {
         counts: vec![Some(106), Some(0)],
@@ -86,12 +95,12 @@ fn the_end_sample_counts_every_ack_and_a_disk_gone_at_the_end_keeps_its_last_cou
 #[test]
 fn flushes_count_from_the_start_to_the_latest_known_sample_over_the_acks_up_to_it() {
     let s = storage(&["vda", "vdb"], vec![Some(100), Some(7)], None);
-    let batches = [
+    let batches = fold([
         batch(1, 3, Some(vec![Some(103), Some(7)])),
         batch(2, 2, None),
         batch(3, 5, Some(vec![Some(110), None])),
         batch(4, 4, None),
-    ];
+    ]);
     let (f, note) = run_flushes(&s, None, &batches, None);
     assert_eq!(note, "");
     assert_eq!(
@@ -119,7 +128,7 @@ fn without_disks_or_samples_nothing_is_counted_and_the_note_says_why() {
     let (f, note) = run_flushes(
         &storage(&[], vec![], None),
         None,
-        &[batch(1, 3, None)],
+        &fold([batch(1, 3, None)]),
         None,
     );
     assert!(f.is_empty());
@@ -127,7 +136,7 @@ fn without_disks_or_samples_nothing_is_counted_and_the_note_says_why() {
     let (f, note) = run_flushes(
         &storage(&["vda"], vec![Some(1)], None),
         None,
-        &[batch(1, 3, None)],
+        &fold([batch(1, 3, None)]),
         None,
     );
     assert!(f.is_empty());
@@ -223,7 +232,7 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         disks: vec![disk(4)],
         notes: vec![],
     };
-    let batches = [batch(1, 2, Some(vec![Some(5)]))];
+    let batches = fold([batch(1, 2, Some(vec![Some(5)]))]);
     let r = StorageReport::build(&s, &facts(&batches, None, false), Ok(after.clone()));
     assert_eq!(r.not_probed, "");
     assert_eq!(
@@ -240,7 +249,11 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
     );
     assert_eq!(r.evidence_after.as_ref(), Some(&after));
     let why = "verify runs on host b, the run ran on host a: no cut evidence taken";
-    let r = StorageReport::build(&s, &facts(&[], None, false), Err(why.into()));
+    let r = StorageReport::build(
+        &s,
+        &facts(&Batches::default(), None, false),
+        Err(why.into()),
+    );
     assert_eq!(r.cut_evidence, [why]);
     assert_eq!(r.evidence_after, None);
     // A device error on a host that stayed up: not "its power was not cut".
@@ -248,9 +261,13 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
         boot_id: "a".into(),
         ..after.clone()
     };
-    let r = StorageReport::build(&s, &facts(&[], None, true), Ok(same.clone()));
+    let r = StorageReport::build(
+        &s,
+        &facts(&Batches::default(), None, true),
+        Ok(same.clone()),
+    );
     assert_eq!(r.cut_evidence[0], DEVICE_ERROR_SAME_BOOT);
-    let r = StorageReport::build(&s, &facts(&[], None, false), Ok(same));
+    let r = StorageReport::build(&s, &facts(&Batches::default(), None, false), Ok(same));
     assert_eq!(
         r.cut_evidence[0],
         "same boot id: the machine did not reboot \u{2014} the host kept power (only its storage may have lost it)"
@@ -260,7 +277,11 @@ fn the_section_carries_the_probe_its_warnings_and_the_cut_evidence_deltas() {
 #[test]
 fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
     let s = storage(&[], vec![], None);
-    let r = StorageReport::build(&s, &facts(&[], None, false), Err("x".into()));
+    let r = StorageReport::build(
+        &s,
+        &facts(&Batches::default(), None, false),
+        Err("x".into()),
+    );
     assert_eq!(
         (r.probe, r.not_probed.as_str()),
         (None, "data directory hidden")
@@ -269,7 +290,11 @@ fn an_unprobed_run_says_why_and_a_probe_this_version_cannot_read_is_named() {
         probe_json: "{\"layers\":7}".into(),
         ..Storage::default()
     };
-    let r = StorageReport::build(&bad, &facts(&[], None, false), Err("x".into()));
+    let r = StorageReport::build(
+        &bad,
+        &facts(&Batches::default(), None, false),
+        Err("x".into()),
+    );
     assert!(
         r.not_probed
             .starts_with("the run's stored probe cannot be read: "),

@@ -2,7 +2,7 @@
 //! the verifier does ([`tags::TagCounter`]).
 
 use super::*;
-use crate::ledger::PgAckRange;
+use crate::ledger::{Acks, PgAckRange};
 
 /// A batch of promised or unpromised ranges `(client, first, last)`, acknowledged
 /// `n` ms into the run.

@@ -26,7 +26,7 @@ use crate::pg::{self, describe};
 use crate::pgbench::{print, schema, tag};
 use crate::Error;
 use pages::Damage;
-use plugpull::ledger::{AckBatch, Manifest, PgManifest};
+use plugpull::ledger::{Manifest, PgManifest, PgRanges};
 use plugpull::report::{Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings};
 use plugpull::verdict::pgbench::relations::relation_changes;
 use plugpull::verdict::pgbench::{self as rules, ClientAcks, Counts};
@@ -99,7 +99,7 @@ pub async fn verify(
     run: RunId,
     manifest: &Manifest,
     pg: &PgManifest,
-    batches: &[AckBatch],
+    ranges: &PgRanges,
     finished: bool,
     opts: &PgVerifyArgs,
 ) -> Result<PgReport, Error> {
@@ -107,8 +107,8 @@ pub async fn verify(
     let dsn = opts.dsn.as_deref().unwrap_or(&pg.conninfo);
     let cfg = pg::config(Some(dsn)).map_err(Error::Msg)?;
     let conninfo = pg::redacted(&cfg);
-    let acks = rules::merge_acks(batches);
-    let raw = rules::raw_acks(batches);
+    let acks = rules::merge_ranges(ranges);
+    let raw = rules::raw_ranges(ranges);
     let end_ms = rules::end_ms(&raw);
     let clients = rules::clients(pg.clients, &acks);
     let mut rep = head(run, manifest, pg, finished, &acks);
