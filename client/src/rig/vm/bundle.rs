@@ -124,6 +124,7 @@ pub fn build(inp: &Inputs) -> Result<Bundle, Error> {
     let dir = inp.cache.join(format!("bundle-{hex}"));
     let (kernel, initrd) = (dir.join("vmlinuz"), dir.join("initrd.cpio"));
     let order = dir.join("modules.order");
+    prune(inp.cache, &dir, STALE);
     if let (true, true, Ok(text)) = (kernel.exists(), initrd.exists(), read_text(&order)) {
         let modules = text.lines().map(String::from).collect();
         return Ok(Bundle {
@@ -151,6 +152,40 @@ pub fn build(inp: &Inputs) -> Result<Bundle, Error> {
         modules: result?,
         cached: false,
     })
+}
+
+/// How long a bundle nobody used stays in the cache: 14 days.
+const STALE: std::time::Duration = std::time::Duration::from_secs(14 * 86_400);
+
+/// Marks `keep` (a bundle about to be used) as used now (its directory's mtime) and
+/// removes every other bundle in `cache` unused for longer than `stale`: each new
+/// `plugpull` binary makes a new bundle (20–90 MB), and nothing else would ever delete
+/// the old ones. Only directories named `bundle-` + 16 hex digits holding an
+/// `initrd.cpio` are touched, so a cache directory shared with other files loses
+/// nothing else. Errors are ignored: pruning is housekeeping, never a reason to fail.
+pub fn prune(cache: &Path, keep: &Path, stale: std::time::Duration) {
+    if let Ok(d) = std::fs::File::open(keep) {
+        let _ = d.set_modified(std::time::SystemTime::now());
+    }
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let ours = e.file_name().to_str().is_some_and(|n| {
+            n.strip_prefix("bundle-")
+                .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        }) && path.join("initrd.cpio").is_file();
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > stale);
+        if ours && old && path != keep {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// Unpacks the package into `work/deb`, writes `work/out/{vmlinuz,initrd.cpio,
@@ -356,6 +391,55 @@ fn mkdir(p: &Path) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bundles_unused_for_long_are_pruned_and_nothing_else() {
+        let cache = std::env::temp_dir().join(format!("pp-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        let day = std::time::Duration::from_secs(86_400);
+        let long_ago = std::time::SystemTime::now() - 20 * day;
+        let names = [
+            "bundle-00112233445566aa",
+            "bundle-00112233445566bb",
+            "bundle-00112233445566cc",
+            "bundle-not-hex-digits!!",
+            "bundle-00112233445566dd",
+        ];
+        for (i, n) in names.iter().enumerate() {
+            let d = cache.join(n);
+            std::fs::create_dir_all(&d).unwrap();
+            if i != 4 {
+                std::fs::write(d.join("initrd.cpio"), b"x").unwrap();
+            }
+            if i != 1 {
+                let f = std::fs::File::open(&d).unwrap();
+                f.set_modified(long_ago).unwrap();
+            }
+        }
+        std::fs::write(cache.join("linux-image-x.deb"), b"deb").unwrap();
+        prune(&cache, &cache.join(names[2]), 14 * day);
+        let mut left: Vec<String> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "bundle-00112233445566bb",
+                "bundle-00112233445566cc",
+                "bundle-00112233445566dd",
+                "bundle-not-hex-digits!!",
+                "linux-image-x.deb"
+            ]
+        );
+        let kept = std::fs::metadata(cache.join(names[2]))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert!(kept.elapsed().unwrap() < day);
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
 
     #[test]
     fn dependencies_load_first_and_once() {
