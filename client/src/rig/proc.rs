@@ -127,6 +127,19 @@ pub fn output(cmd: Command, what: &str) -> Result<Output, Error> {
     output_limited(cmd, what, None)
 }
 
+/// [`output`], and an error unless the command succeeded: `"{what} failed: STDERR"`
+/// (stderr trimmed) when it exited non-zero or was killed.
+pub fn output_ok(cmd: Command, what: &str) -> Result<Output, Error> {
+    let o = output(cmd, what)?;
+    if o.status.success() {
+        return Ok(o);
+    }
+    Err(Error::Msg(format!(
+        "{what} failed: {}",
+        String::from_utf8_lossy(&o.stderr).trim()
+    )))
+}
+
 /// [`output`], but a child still running after `limit` is SIGKILLed and reaped, and
 /// the error says `"{what}: no answer within N s"` (for tools that can hang on a
 /// wedged or sleeping device).

@@ -120,13 +120,7 @@ impl SimMount {
     fn ctl(&self, sub: &str) -> Result<String, Error> {
         let mut c = proc::command(&self.bin);
         c.arg(sub).arg("--mountpoint").arg(&self.mnt);
-        let o = proc::output(c, &format!("plugpull-simfs {sub}"))?;
-        if !o.status.success() {
-            return Err(Error::Msg(format!(
-                "plugpull-simfs {sub} failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )));
-        }
+        let o = proc::output_ok(c, &format!("plugpull-simfs {sub}"))?;
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
     }
 

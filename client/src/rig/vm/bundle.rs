@@ -197,14 +197,14 @@ fn assemble(inp: &Inputs, copied: &[PathBuf], work: &Path) -> Result<Vec<String>
     mkdir(&deb)?;
     let mut c = Command::new("dpkg-deb");
     c.arg("-x").arg(inp.kernel_deb).arg(&deb);
-    run(c, "dpkg-deb -x")?;
+    proc::output_ok(c, "dpkg-deb -x")?;
     let release = only_entry(&deb.join("lib/modules"))?;
     let vmlinuz = deb.join(format!("boot/vmlinuz-{release}"));
     std::fs::copy(&vmlinuz, out.join("vmlinuz"))
         .map_err(|e| Error::Msg(format!("cannot copy {}: {e}", vmlinuz.display())))?;
     let mut c = Command::new("depmod");
     c.arg("-b").arg(&deb).arg(&release);
-    run(c, "depmod -b")?;
+    proc::output_ok(c, "depmod -b")?;
     let mods = deb.join("lib/modules").join(&release);
     let order = load_order(&read_text(&mods.join("modules.dep"))?, MODULES)?;
     let mut a = Cpio::default();
@@ -220,7 +220,7 @@ fn assemble(inp: &Inputs, copied: &[PathBuf], work: &Path) -> Result<Vec<String>
     let stripped = work.join("plugpull");
     let mut c = Command::new("strip");
     c.arg("-o").arg(&stripped).arg(inp.plugpull);
-    run(c, "strip")?;
+    proc::output_ok(c, "strip")?;
     a.file("bin/plugpull", 0o755, &read(&stripped)?);
     let mut dirs: std::collections::BTreeSet<String> = top.map(String::from).into();
     for f in copied {
@@ -358,17 +358,6 @@ fn only_entry(dir: &Path) -> Result<String, Error> {
             names.len()
         ))),
     }
-}
-
-fn run(c: Command, what: &str) -> Result<(), Error> {
-    let o = proc::output(c, what)?;
-    if o.status.success() {
-        return Ok(());
-    }
-    Err(Error::Msg(format!(
-        "{what} failed: {}",
-        String::from_utf8_lossy(&o.stderr).trim()
-    )))
 }
 
 fn read(p: &Path) -> Result<Vec<u8>, Error> {

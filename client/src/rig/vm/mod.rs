@@ -107,14 +107,7 @@ pub fn make_image(path: &Path, mib: u64) -> Result<(), Error> {
         .map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
     let mut c = Command::new("mkfs.ext4");
     c.args(["-q", "-F", "-m", "0", "-b", "4096"]).arg(path);
-    let o = proc::output(c, "mkfs.ext4")?;
-    if !o.status.success() {
-        return Err(Error::Msg(format!(
-            "mkfs.ext4 {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
-    }
+    proc::output_ok(c, &format!("mkfs.ext4 {}", path.display()))?;
     Ok(())
 }
 

@@ -80,14 +80,7 @@ fn pg_config(bin: &Path, option: &str) -> Result<PathBuf, Error> {
     };
     let mut c = proc::command(&prog);
     c.arg(option);
-    let o = proc::output(c, "pg_config")?;
-    if !o.status.success() {
-        return Err(Error::Msg(format!(
-            "{} {option} failed: {}",
-            prog.display(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
-    }
+    let o = proc::output_ok(c, &format!("{} {option}", prog.display()))?;
     Ok(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
 }
 
@@ -127,13 +120,7 @@ pub fn make_pg_image(
         .args(["-q", "-s", &SCALE.to_string(), "-U", "postgres", "-h"])
         .arg(&c.sock)
         .args(["-p", &c.port.to_string(), "postgres"]);
-    let o = proc::output(cmd, "pgbench -i")?;
-    if !o.status.success() {
-        return Err(Error::Msg(format!(
-            "pgbench -i failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
-    }
+    proc::output_ok(cmd, "pgbench -i")?;
     if let Err(out) = c.stop("fast", 60)? {
         return Err(Error::Msg(format!("pg_ctl stop failed: {out}")));
     }
