@@ -140,13 +140,28 @@ pub fn mount(args: MountArgs) -> io::Result<()> {
 }
 
 /// Pulls the plug of the mount at `mountpoint` and returns the cut's summary line
-/// once the ground truth is written and fsynced.
+/// once the ground truth is written and fsynced. With `when_tearable`, the cut waits
+/// up to that long for the cache to hold a write it could tear (`torn` mode: longer
+/// than the atomic unit) and happens at that moment.
 ///
 /// # Errors
-/// No mount answers on the control socket, or the cut failed.
-pub fn cut(mountpoint: &Path, control: Option<&Path>) -> io::Result<String> {
+/// No mount answers on the control socket, or the cut failed; with `when_tearable`,
+/// the mount is not in `torn` mode or no write that could tear came in time (then
+/// nothing is cut).
+pub fn cut(
+    mountpoint: &Path,
+    control: Option<&Path>,
+    when_tearable: Option<Duration>,
+) -> io::Result<String> {
     let socket = socket_for(mountpoint, control)?;
-    control::request(&socket, "cut", Duration::from_secs(60))
+    match when_tearable {
+        None => control::request(&socket, "cut", Duration::from_secs(60)),
+        Some(w) => control::request(
+            &socket,
+            &format!("cut-tearable {}", w.as_millis()),
+            w + Duration::from_secs(60),
+        ),
+    }
 }
 
 /// Counters of the running mount, as JSON.

@@ -8,6 +8,7 @@
 //! | request | answer |
 //! |---------|--------|
 //! | `cut`   | after the cut is complete and the ground truth is written and fsynced: `ok` + the summary JSON (the ground truth's last line) |
+//! | `cut-tearable MS` | as `cut`, at the first moment within MS milliseconds that the cache holds a write the cut could tear (`torn` mode); `err` and no cut if none came |
 //! | `stats` | `ok` + counters as JSON (`writes_total`, `cached_writes`, `cached_bytes`, …) |
 //! | `info`  | `ok {"pid": N}` |
 //! | `exit`  | clean shutdown (flush the cache unless cut), `ok`, then the process exits; used after a lazy unmount that left the mount busy |
@@ -119,6 +120,15 @@ fn handle(conn: UnixStream, shared: &Shared) -> io::Result<()> {
             Ok(summary) => format!("ok {summary}"),
             Err(e) => format!("err {e}"),
         },
+        req if req.starts_with("cut-tearable ") => {
+            match req["cut-tearable ".len()..].trim().parse::<u64>() {
+                Ok(ms) => match shared.cut_when_tearable(Duration::from_millis(ms)) {
+                    Ok(summary) => format!("ok {summary}"),
+                    Err(e) => format!("err {e}"),
+                },
+                Err(e) => format!("err cut-tearable wants milliseconds: {e}"),
+            }
+        }
         "stats" => format!(
             "ok {}",
             serde_json::to_string(&shared.stats()).map_err(io::Error::other)?

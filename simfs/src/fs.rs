@@ -580,7 +580,43 @@ impl Shared {
     /// The mount was already shut down cleanly, or the ground truth could not be
     /// written (the cut itself has happened regardless).
     pub fn cut(&self) -> io::Result<String> {
-        let mut st = self.lock();
+        self.cut_locked(self.lock())
+    }
+
+    /// Cuts at the first moment the cache holds a write the cut could tear
+    /// ([`Sim::can_tear`]), looking every millisecond for at most `wait`; the look and
+    /// the cut hold the state's lock together, so that write is in the cut. Then as
+    /// [`Shared::cut`].
+    ///
+    /// # Errors
+    /// The mount is not in `torn` mode, no such write was cached within `wait`
+    /// (nothing is cut then), or as
+    /// [`Shared::cut`].
+    pub fn cut_when_tearable(&self, wait: Duration) -> io::Result<String> {
+        if self.mode != Mode::Torn {
+            return Err(io::Error::other(format!(
+                "waiting for a write that can tear needs --mode torn (this mount is {})",
+                self.mode.name()
+            )));
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            let st = self.lock();
+            if st.power != Power::On || st.sim.can_tear() {
+                return self.cut_locked(st);
+            }
+            drop(st);
+            if Instant::now() >= deadline {
+                return Err(io::Error::other(format!(
+                    "no cached write could tear within {} s (torn mode, a write longer than the atomic unit): not cut",
+                    wait.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn cut_locked(&self, mut st: MutexGuard<'_, State>) -> io::Result<String> {
         match st.power {
             Power::Cut => return Ok(st.cut_summary.clone().unwrap_or_default()),
             Power::Stopped => return Err(io::Error::other("already unmounted cleanly")),

@@ -110,6 +110,12 @@ enum Command {
         /// Control socket path, if the mount was given one.
         #[arg(long)]
         control: Option<PathBuf>,
+        /// Torn mode: wait up to SECS for the cache to hold a write the cut could
+        /// tear (longer than --atomic-unit) and cut at that moment; if none comes,
+        /// cut nothing and exit 1. A rehearsal then never wastes a cut on an idle
+        /// moment.
+        #[arg(long, value_name = "SECS")]
+        when_tearable: Option<f64>,
     },
     /// Unmount (fusermount3 -u, lazily if busy) and wait for the mount process to exit.
     Umount {
@@ -196,7 +202,17 @@ fn main() -> ExitCode {
         Command::Cut {
             mountpoint,
             control,
-        } => cmd::cut(&mountpoint, control.as_deref()).map(|s| println!("{s}")),
+            when_tearable,
+        } => {
+            let wait = when_tearable
+                .map(|s| {
+                    Duration::try_from_secs_f64(s)
+                        .map_err(|e| std::io::Error::other(format!("--when-tearable {s}: {e}")))
+                })
+                .transpose();
+            wait.and_then(|w| cmd::cut(&mountpoint, control.as_deref(), w))
+                .map(|s| println!("{s}"))
+        }
         Command::Umount {
             mountpoint,
             control,

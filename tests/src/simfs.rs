@@ -107,10 +107,20 @@ impl SimFs {
     /// Pulls the plug and returns the ground truth (written and fsynced when `cut`
     /// returns). Every operation on the mount fails with EIO afterwards.
     pub fn cut(&mut self) -> Truth {
-        let out = self
-            .0
-            .cut()
-            .unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log_text()));
+        let out = self.0.cut();
+        self.truth_of_cut(out)
+    }
+
+    /// [`SimFs::cut`] at the first moment within `secs` seconds that the cache holds a
+    /// write the cut could tear (torn mode: longer than the atomic unit).
+    pub fn cut_when_tearable(&mut self, secs: f64) -> Truth {
+        let out = self.0.cut_when_tearable(secs);
+        self.truth_of_cut(out)
+    }
+
+    /// The ground truth a cut that printed `out` wrote, checked against it.
+    fn truth_of_cut(&mut self, out: Result<String, plugpull_client::Error>) -> Truth {
+        let out = out.unwrap_or_else(|e| panic!("{e}\nlog:\n{}", self.log_text()));
         let text = std::fs::read_to_string(self.truth_path())
             .unwrap_or_else(|e| panic!("ground truth {}: {e}", self.truth_path().display()));
         let truth = Truth::parse(&text).unwrap_or_else(|e| panic!("{e}"));

@@ -118,8 +118,13 @@ impl SimMount {
     /// Runs `plugpull-simfs SUB --mountpoint MNT`; its stdout, trimmed, or `Err` with
     /// its stderr when it fails.
     fn ctl(&self, sub: &str) -> Result<String, Error> {
+        self.ctl_with(sub, &[])
+    }
+
+    /// [`SimMount::ctl`] with `args` after the mountpoint.
+    fn ctl_with(&self, sub: &str, args: &[&str]) -> Result<String, Error> {
         let mut c = proc::command(&self.bin);
-        c.arg(sub).arg("--mountpoint").arg(&self.mnt);
+        c.arg(sub).arg("--mountpoint").arg(&self.mnt).args(args);
         let o = proc::output_ok(c, &format!("plugpull-simfs {sub}"))?;
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
     }
@@ -129,6 +134,15 @@ impl SimMount {
     /// truth's last line, JSON); the ground truth is written and fsynced by then.
     pub fn cut(&self) -> Result<String, Error> {
         self.ctl("cut")
+    }
+
+    /// [`SimMount::cut`] at the first moment within `secs` seconds that the cache
+    /// holds a write the cut could tear (`plugpull-simfs cut --when-tearable`; torn
+    /// mode only).
+    ///
+    /// Errors: no such write came in time (nothing is cut), or as [`SimMount::cut`].
+    pub fn cut_when_tearable(&self, secs: f64) -> Result<String, Error> {
+        self.ctl_with("cut", &["--when-tearable", &secs.to_string()])
     }
 
     /// The mount's counters (`plugpull-simfs stats`), one line of JSON.

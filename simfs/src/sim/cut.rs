@@ -6,6 +6,18 @@ use super::{Mode, Sim, Store, TruthEntry};
 use crate::truth::Fate;
 
 impl Sim {
+    /// Whether a cut now could tear a write: `torn` mode, and a cached write spans
+    /// more than one sector piece and is longer than `atomic_unit` (so its `k` is
+    /// drawn from `0..=n`, see [`Sim::cut`]). Always false in the other modes.
+    pub fn can_tear(&self) -> bool {
+        self.config.mode == Mode::Torn
+            && self.writes.values().any(|w| {
+                let len = w.data.len() as u64;
+                len > self.config.atomic_unit
+                    && sector_bounds(w.offset, len, self.config.sector).len() > 1
+            })
+    }
+
     /// Pulls the plug: empties the cache by the mode's rule and returns the ground
     /// truth, ordered by write_id.
     ///

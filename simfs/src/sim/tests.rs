@@ -337,3 +337,38 @@ fn flush_all_empties_in_order() {
     assert_eq!(s.cached_writes(), 0);
     assert!(s.cut(&mut st).is_empty());
 }
+
+/// `can_tear` answers whether a cut now could tear a write: only in `torn` mode, only
+/// for a cached write longer than the atomic unit and spanning two sector pieces or
+/// more, and no longer once the cut has emptied the cache.
+#[test]
+fn can_tear_needs_a_cached_write_longer_than_the_atomic_unit() {
+    let torn = |atomic_unit| {
+        Sim::new(SimConfig {
+            mode: Mode::Torn,
+            seed: 1,
+            atomic_unit,
+            ..SimConfig::default()
+        })
+    };
+    let mut s = torn(4096);
+    assert!(!s.can_tear(), "nothing cached");
+    s.write(1, 0, &[1u8; 4096], 0);
+    assert!(
+        !s.can_tear(),
+        "a write of the atomic unit is kept or dropped whole"
+    );
+    s.write(1, 8192, &[2u8; 8192], 0);
+    assert!(s.can_tear(), "an 8 KiB write over a 4 KiB unit");
+    s.cut(&mut MemStore::default());
+    assert!(!s.can_tear(), "the cut emptied the cache");
+    // Without an atomic unit any write of two sectors can tear; one sector cannot.
+    let mut s = torn(0);
+    s.write(1, 512, &[3u8; 512], 0);
+    assert!(!s.can_tear(), "one sector piece");
+    s.write(1, 1000, &[4u8; 100], 0);
+    assert!(s.can_tear(), "bytes 1000..1100 span sectors 1 and 2");
+    let mut s = sim(Mode::Lying, 7);
+    s.write(1, 0, &[5u8; 8192], 0);
+    assert!(!s.can_tear(), "only torn mode tears");
+}

@@ -25,7 +25,9 @@ const BLOCKS: u64 = 256;
 /// One cut of a `--expect-atomic` run with 8 KiB blocks on a fresh `torn` mount with
 /// `--atomic-unit unit` and the mount options `sim_extra`: the writer runs `jobs`
 /// jobs, the power goes once `acks` writes are confirmed, the writer stops on EIO
-/// (exit 1, a device error). Returns the ground truth, `verify --json` of the backing
+/// (exit 1, a device error); with `tearable`, at the first moment after that when a
+/// write the cut could tear is cached (`plugpull-simfs cut --when-tearable`). Returns
+/// the ground truth, `verify --json` of the backing
 /// file, and the human report's atomic lines.
 fn cut_with_writer_alive(
     unit: u64,
@@ -33,6 +35,7 @@ fn cut_with_writer_alive(
     acks: u64,
     jobs: &str,
     sim_extra: &[&str],
+    tearable: bool,
 ) -> (Truth, i32, Value, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let l = Listener::start(dir.path());
@@ -63,7 +66,11 @@ fn cut_with_writer_alive(
         "0.05",
     ]);
     w.wait_acknowledged(acks);
-    let truth = sim.cut();
+    let truth = if tearable {
+        sim.cut_when_tearable(30.0)
+    } else {
+        sim.cut()
+    };
     let run = w.run.clone();
     let (status, out, err) = w.finish();
     assert_eq!(
@@ -164,7 +171,7 @@ fn an_atomic_unit_of_8k_tears_no_8k_write_and_the_run_passes() {
         }
         cuts += 1;
         let (truth, code, v, lines) =
-            cut_with_writer_alive(8192, seed, 150 + 50 * (seed % 4), "12", &[]);
+            cut_with_writer_alive(8192, seed, 150 + 50 * (seed % 4), "12", &[], false);
         check_lines(&lines, &v);
         assert_eq!(torn_blocks(&truth), BTreeSet::new());
         assert_eq!(code, 0, "{v}");
@@ -220,7 +227,7 @@ fn an_atomic_unit_of_4k_tears_8k_writes_exactly_as_the_truth_says_and_fails() {
         }
         cuts += 1;
         let (truth, code, v, lines) =
-            cut_with_writer_alive(4096, seed, 150 + 50 * (seed % 4), "12", &[]);
+            cut_with_writer_alive(4096, seed, 150 + 50 * (seed % 4), "12", &[], false);
         check_lines(&lines, &v);
         let torn = torn_blocks(&truth);
         let found: BTreeSet<u64> = v["findings"]
@@ -282,8 +289,10 @@ fn the_documented_atomic_rehearsal_tears_within_five_cuts() {
     let mut cached = Vec::new();
     let mut failed_at = None;
     for (i, seed) in (900..905u64).enumerate() {
-        let (truth, code, v, lines) = cut_with_writer_alive(4096, seed, 100, "6", &latency);
+        let (truth, code, v, lines) = cut_with_writer_alive(4096, seed, 100, "6", &latency, true);
         check_lines(&lines, &v);
+        let at_cut = truth.of_file("t.dat").count();
+        assert!(at_cut >= 1, "cut --when-tearable: no 8 KiB write cached");
         let sentence = v["atomic"]["sentence"].as_str().unwrap();
         assert!(!sentence.contains("consistent"), "{sentence}");
         cached.push(truth.summary.cached_at_cut);

@@ -333,3 +333,68 @@ fn misdirected_writes_match_the_ground_truth() {
     }
     assert!(seen > 0, "no misdirected block survived in any cut");
 }
+
+/// `plugpull-simfs cut --when-tearable SECS` cuts only at a moment the cache holds a
+/// write the cut could tear: with only a write of the atomic unit cached it waits,
+/// cuts nothing and exits 1; with an 8 KiB write arriving 200 ms into the wait it cuts
+/// with that write cached; on a mount in another mode it refuses at once.
+#[test]
+fn cut_when_tearable_waits_for_a_write_that_can_tear() {
+    if skip_without_fuse("cut_when_tearable_waits_for_a_write_that_can_tear") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let extra = ["--atomic-unit", "4096", "--destage-delay-ms", "600000"];
+    let mut sim = SimFs::mount_with(dir.path(), "torn", 5, &extra);
+    std::fs::write(sim.mnt().join("small"), [1u8; 4096]).unwrap();
+    let cut = |mnt: &Path, secs: &str| {
+        let o = std::process::Command::new(bin("plugpull-simfs"))
+            .args(["cut", "--mountpoint", mnt.to_str().unwrap()])
+            .args(["--when-tearable", secs])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(
+        cut(sim.mnt(), "0.3"),
+        (
+            Some(1),
+            "plugpull-simfs: no cached write could tear within 0.3 s (torn mode, a write longer than the atomic unit): not cut\n".to_string()
+        )
+    );
+    let stats = sim.stats();
+    assert_eq!(
+        (&stats["power"], &stats["cached_writes"]),
+        (&json!("on"), &json!(1)),
+        "{stats}"
+    );
+    let mnt = sim.mnt().to_path_buf();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::fs::write(mnt.join("big"), [2u8; 8192])
+    });
+    let truth = sim.cut_when_tearable(10.0);
+    writer.join().unwrap().unwrap();
+    let cached: Vec<(&str, u64)> = truth
+        .writes
+        .iter()
+        .map(|w| (w.file.as_str(), w.len))
+        .collect();
+    assert_eq!(cached, [("small", 4096), ("big", 8192)]);
+    sim.umount();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut lying = SimFs::mount(dir.path(), "lying", 5);
+    assert_eq!(
+        cut(lying.mnt(), "5"),
+        (
+            Some(1),
+            "plugpull-simfs: waiting for a write that can tear needs --mode torn (this mount is lying)\n".to_string()
+        )
+    );
+    assert_eq!(lying.stats()["power"], json!("on"));
+    lying.umount();
+}
