@@ -279,7 +279,14 @@ fn an_atomic_unit_of_4k_tears_8k_writes_exactly_as_the_truth_says_and_fails() {
 /// The rehearsal `docs/atomic.md` gives (issue 41, item 3): `torn --atomic-unit 4096
 /// --flush-latency-ms 20`, 8 KiB blocks, 6 jobs. A flush that takes 20 ms keeps each
 /// job's write cached while it runs, so a cut finds writes there: within 5 cuts one
-/// tears (exit 1), and no cut's sentence says "consistent".
+/// tears (exit 1), and no cut's sentence says "consistent". Each cut waits for a
+/// cached 8 KiB write (`cut --when-tearable`): FUSE runs a file's `fsync` under the
+/// lock its writes take, so at most one is cached, and a cut between a `fdatasync` and
+/// the next `pwrite` found none (one cut in eight, traced). A write that can tear
+/// tears with chance 15/17 (its kept sectors drawn from `0..=16`): no tear in five
+/// cuts has a chance of (2/17)^5, 2 in 100,000. The seeds come from the clock (and are
+/// printed): with fixed ones the 8 KiB write's draw followed about 100 canary writes'
+/// every run, so a seed drew nearly the same outcome run after run.
 #[test]
 fn the_documented_atomic_rehearsal_tears_within_five_cuts() {
     if skip_without_fuse("the_documented_atomic_rehearsal_tears_within_five_cuts") {
