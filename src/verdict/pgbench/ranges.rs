@@ -18,8 +18,28 @@ use crate::ledger::{AckBatch, PgRange, PgRanges};
 use std::collections::BTreeMap;
 use std::iter::Peekable;
 
-/// Ranges in the verdict's order, lazily.
-pub type Ordered<'a> = Box<dyn Iterator<Item = AckRange> + 'a>;
+/// One client's ranges in the verdict's order, lazily: read from the fold, or
+/// unpacked and sorted (a client whose ranges the ledger holds out of that order).
+pub enum Ordered<'a> {
+    /// Read from the fold as they are needed.
+    Fold(Box<dyn Iterator<Item = AckRange> + 'a>),
+    /// Unpacked, sorted, the repeats dropped.
+    Sorted(std::vec::IntoIter<AckRange>),
+}
+
+impl Iterator for Ordered<'_> {
+    type Item = AckRange;
+
+    fn next(&mut self) -> Option<AckRange> {
+        match self {
+            Ordered::Fold(rs) => rs.next(),
+            Ordered::Sorted(rs) => rs.next(),
+        }
+    }
+}
+
+/// Ranges read one by one.
+type Ranges<'a> = Box<dyn Iterator<Item = AckRange> + 'a>;
 
 /// Whether a range is one the verdict judges (`1 ≤ first ≤ last`).
 fn valid(r: &PgRange) -> bool {
@@ -47,12 +67,12 @@ pub fn client_ranges(ranges: &PgRanges, c: u32) -> Ordered<'_> {
         ok
     });
     if in_order {
-        return Box::new(read());
+        return Ordered::Fold(Box::new(read()));
     }
     let mut v: Vec<AckRange> = read().collect();
     v.sort();
     v.dedup_by_key(|r| (r.first, r.last));
-    Box::new(v.into_iter())
+    Ordered::Sorted(v.into_iter())
 }
 
 /// Every client with a range (valid or not), ascending, with its valid ranges in the
@@ -168,10 +188,10 @@ pub fn ack_times(ranges: impl Iterator<Item = AckRange>, seqs: &[u64], end_ms: u
 pub struct LostLags<'a> {
     ranges: &'a PgRanges,
     end_ms: u32,
-    /// The client being read, the last seq given, its promised ranges not reached
-    /// yet, and those reached that may still hold a later seq.
-    at: Option<(u32, u64)>,
-    ahead: Peekable<Ordered<'a>>,
+    /// The client being read, its promised ranges not reached yet, and those
+    /// reached that may still hold a later seq.
+    client: Option<u32>,
+    ahead: Peekable<Ranges<'a>>,
     holding: Vec<AckRange>,
 }
 
@@ -181,23 +201,23 @@ impl<'a> LostLags<'a> {
         LostLags {
             ranges,
             end_ms,
-            at: None,
-            ahead: (Box::new(std::iter::empty()) as Ordered<'a>).peekable(),
+            client: None,
+            ahead: (Box::new(std::iter::empty()) as Ranges<'a>).peekable(),
             holding: Vec::new(),
         }
     }
 
     /// Gives `lag` the lags of client `c`'s lost seq `s`, one per promised range
-    /// holding it. Cheapest with each client's seqs given together and ascending (as
-    /// `ORDER BY client, seq` returns them); any other order reads the client's
-    /// ranges again, with the same lags.
+    /// holding it. Each client's seqs must come ascending (as `ORDER BY client, seq`
+    /// returns them); the clients in any order, a client's ranges read again each
+    /// time it comes back.
     pub fn add(&mut self, c: u32, s: u64, mut lag: impl FnMut(f64)) {
-        if self.at.is_none_or(|(ac, last)| ac != c || s < last) {
+        if self.client != Some(c) {
             let promised = client_ranges(self.ranges, c).filter(|r| r.promised);
-            self.ahead = (Box::new(promised) as Ordered<'a>).peekable();
+            self.ahead = (Box::new(promised) as Ranges<'a>).peekable();
             self.holding.clear();
         }
-        self.at = Some((c, s));
+        self.client = Some(c);
         while let Some(r) = self.ahead.next_if(|r| r.first <= s) {
             self.holding.push(r);
         }

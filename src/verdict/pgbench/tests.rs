@@ -250,6 +250,8 @@ fn each_lost_commit_gets_its_own_time() {
         batch(2, true, &[(0, 5, 9)]),
         batch(2, true, &[(0, 5, 9)]), // resent
     ]);
+    // Ascending, but with a repeat: unpacked to drop it.
+    assert!(matches!(client_ranges(&p, 0), ranges::Ordered::Sorted(_)));
     let raw: Vec<AckRange> = client_ranges(&p, 0).collect();
     assert_eq!(raw, vec![range(1, 4, true, 1), range(5, 9, true, 2)]);
     assert_eq!(end_ms(&p), 2);

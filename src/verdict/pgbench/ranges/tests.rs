@@ -42,13 +42,15 @@ fn range(first: u64, last: u64, promised: bool, ms: u32) -> AckRange {
 
 /// Client 0 out of order, repeated (with other times: the first in order is kept)
 /// and overlapping across flags, with two invalid ranges; client 1 as an agent sends
-/// them; client 2 with an invalid range only.
+/// them; client 2 with an invalid range only; client 3 in order, its second range
+/// inside its first, ending with it.
 fn odd() -> PgRanges {
     PgRanges::of(&[
         batch(true, &[(0, 5, 9, 20), (1, 1, 3, 7)]),
         batch(false, &[(0, 1, 4, 10), (2, 0, 0, 70)]),
         batch(true, &[(0, 5, 9, 30), (1, 4, 8, 15)]),
-        batch(true, &[(0, 3, 6, 25), (0, 0, 2, 50)]),
+        batch(true, &[(0, 3, 6, 25), (0, 0, 2, 50), (3, 1, 5, 10)]),
+        batch(true, &[(3, 3, 5, 20)]),
         batch(false, &[(0, 1, 4, 5), (0, 9, 8, 60)]),
     ])
 }
@@ -197,17 +199,23 @@ fn an_odd_ledger_reads_in_the_verdicts_order_with_exact_values() {
         range(5, 9, true, 20),
     ];
     let want1 = vec![range(1, 3, true, 7), range(4, 8, true, 15)];
+    // Only client 0's are unpacked to be sorted.
+    let fold = |c| matches!(client_ranges(&p, c), Ordered::Fold(_));
+    assert_eq!([0, 1, 2, 3, 4].map(fold), [false, true, true, true, true]);
     assert_eq!(client_ranges(&p, 0).collect::<Vec<_>>(), want0);
     assert_eq!(client_ranges(&p, 1).collect::<Vec<_>>(), want1);
     assert_eq!(client_ranges(&p, 2).count(), 0);
-    assert_eq!(client_ranges(&p, 3).count(), 0);
+    assert_eq!(client_ranges(&p, 3).count(), 2);
+    assert_eq!(client_ranges(&p, 4).count(), 0);
     assert_eq!(lazily(&p), sorted(&p));
     // Not the latest time of every valid range (30: a repeat's), nor of any range (70).
     assert_eq!(end_ms(&p), 25);
     let m = merge_ranges(&p);
-    assert_eq!(m.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(m.keys().copied().collect::<Vec<_>>(), [0, 1, 3]);
     assert_eq!(m[&0].ranges, [range(1, 4, false, 5), range(5, 9, true, 20)]);
     assert_eq!(m[&1].ranges, [range(1, 8, true, 15)]);
+    // A range inside the merged one, ending with it, leaves its time.
+    assert_eq!(m[&3].ranges, [range(1, 5, true, 10)]);
     assert_eq!(m, merged(&p));
 }
 
@@ -236,19 +244,24 @@ fn lost_commits_times_are_those_of_their_first_range_in_order() {
 }
 
 #[test]
-fn lost_lags_count_each_promised_range_holding_a_lost_seq_in_any_order() {
+fn lost_lags_count_each_promised_range_holding_a_lost_seq_clients_in_any_order() {
     let p = odd();
     // Seq 2 only an unpromised range holds; 5 and 6 two promised ones.
     let lost: BTreeSet<(u32, u64)> = [(0, 2), (0, 5), (0, 6), (0, 9), (1, 4)].into();
     let (got, ascending) = lags_given(&p, lost.iter(), 25);
     assert_eq!(got, [0.0, 0.005, 0.0, 0.005, 0.005, 0.01]);
     assert_eq!(ascending, lags_of(&p, &lost, 25));
-    assert_eq!(lags_given(&p, lost.iter().rev(), 25).1, ascending);
+    // Client 1 first, and client 0 coming back after it.
+    let mixed = [(1, 4), (0, 2), (0, 5), (1, 4), (0, 6), (0, 9)];
+    let (got, _) = lags_given(&p, mixed.iter(), 25);
+    assert_eq!(got, [0.01, 0.0, 0.005, 0.01, 0.0, 0.005, 0.005]);
 }
 
 #[test]
 fn an_agents_ledger_reads_lazily_the_same_as_sorted() {
     let p = agents();
+    let fold = |c| matches!(client_ranges(&p, c), Ordered::Fold(_));
+    assert_eq!([0, 1, 2].map(fold), [true; 3]);
     assert_eq!(lazily(&p), sorted(&p));
     assert_eq!(lazily(&p)[&2].len(), 200);
     assert_eq!(end_ms(&p), 997);
