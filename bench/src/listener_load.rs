@@ -4,11 +4,16 @@
 //! whose ledger is durable (group commit + fdatasync). Prints acks/s confirmed and
 //! ledger bytes per ack. Used by bench/listener.sh, and by bench/ledger_memory.sh to
 //! make a big ledger (`--acks`), and by bench/fold_memory.sh to make the ledger of
-//! a run of a given length without writing for that long (`--span-secs`).
+//! a run of a given length without writing for that long (`--span-secs`). With
+//! `--workload pgbench` the run is a pgbench run of `--clients` clients instead, each
+//! batch one range of `--batch` commits per client (the ledger verify of a pgbench
+//! run folds: bench/pg_verify_memory.sh).
 
 use clap::Parser;
 use plugpull::auth::Secret;
-use plugpull::ledger::{AckBatch, Acks, FileAck, FileManifest, Manifest, Workload};
+use plugpull::ledger::{
+    AckBatch, Acks, FileAck, FileManifest, Manifest, PgAckRange, PgManifest, Workload,
+};
 use plugpull::wire::{Request, Response};
 use plugpull_client::net;
 use std::time::{Duration, Instant};
@@ -21,7 +26,7 @@ struct Args {
     /// Concurrent agents.
     #[arg(long, default_value_t = 16)]
     agents: usize,
-    /// Acks per batch.
+    /// Acks per batch (with `--workload pgbench`: commits per client per batch).
     #[arg(long, default_value_t = 8192)]
     batch: usize,
     /// Batches in flight per agent.
@@ -46,15 +51,23 @@ struct Args {
     /// linger, the most it seals while acks keep coming).
     #[arg(long, default_value_t = 500)]
     batches_per_sec: u64,
+    /// The runs' workload: `file` (file acks) or `pgbench` (pgbench ranges).
+    #[arg(long, default_value = "file", value_parser = ["file", "pgbench"])]
+    workload: String,
+    /// pgbench clients (with `--workload pgbench`).
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
 }
 
-/// How one agent stamps its batches.
+/// How one agent stamps its batches, and what they carry.
 #[derive(Clone, Copy)]
 struct Stamping {
     /// The simulated span, ms (0: stamp by seq).
     span_ms: u64,
     /// Batches per second of it.
     per_sec: u64,
+    /// pgbench clients, for a pgbench run (none: a file run).
+    pg_clients: Option<u32>,
 }
 
 impl Stamping {
@@ -81,18 +94,15 @@ async fn agent(
         host: format!("load-{id}"),
         started_unix_ms: 0,
         tool_version: "bench".into(),
-        workload: Workload::File(FileManifest {
-            target: "/dev/null".into(),
-            size: 1 << 30,
-            block_size: 4096,
-            jobs: 1,
-            sync: plugpull::modes::SyncMode::Fdatasync,
-            pattern: plugpull::modes::Pattern::Random,
-            identity: Default::default(),
-            prior_runs: Vec::new(),
-            prior_foreign: false,
-            atomic: None,
-        }),
+        workload: match stamping.pg_clients {
+            Some(clients) => Workload::Pgbench(PgManifest {
+                conninfo: "host=/nonexistent dbname=bench".into(),
+                clients,
+                promised: true,
+                ..Default::default()
+            }),
+            None => file_workload(),
+        },
         boot_id: String::new(),
         listener_order: 0,
         listener_created_unix_ms: 0,
@@ -108,7 +118,6 @@ async fn agent(
     let Response::RunStarted { run, .. } = r.recv().await.unwrap() else {
         panic!("no run")
     };
-    let blocks = (1u64 << 30) / 4096;
     let (mut sent, mut confirmed, mut seq) = (0u64, 0u64, 0u64);
     loop {
         while sent < confirmed + window as u64
@@ -123,27 +132,24 @@ async fn agent(
             } else {
                 0
             };
-            let acks = (0..batch)
-                .map(|i| {
-                    seq += 1;
-                    FileAck {
-                        seq,
-                        block: (seq.wrapping_mul(0x9E37_79B9) + i as u64) % blocks,
-                        ms: if span {
-                            sealed.saturating_sub(1)
-                        } else {
-                            (seq / 1000) as u32
-                        },
-                    }
-                })
-                .collect();
+            let ms = |seq: u64| {
+                if span {
+                    sealed.saturating_sub(1)
+                } else {
+                    (seq / 1000) as u32
+                }
+            };
+            let acks = match stamping.pg_clients {
+                Some(clients) => pg_acks(clients, sent, batch as u64, ms(sent * batch as u64)),
+                None => file_acks(&mut seq, batch, ms),
+            };
             let second = span && sent % stamping.per_sec.max(1) == 0;
             w.send(&Request::Acks {
                 run,
                 batch: AckBatch {
                     batch: sent,
                     promised: true,
-                    acks: Acks::File(acks),
+                    acks,
                     flushes: second.then(|| plugpull::ledger::FlushSample {
                         counts: vec![Some(sent)],
                     }),
@@ -164,7 +170,55 @@ async fn agent(
             other => panic!("{other:?}"),
         }
     }
-    (confirmed * batch as u64, run.to_string())
+    let per_batch = batch as u64 * u64::from(stamping.pg_clients.unwrap_or(1));
+    (confirmed * per_batch, run.to_string())
+}
+
+/// The file workload of the runs: a 1 GiB target of 4 KiB blocks.
+fn file_workload() -> Workload {
+    Workload::File(FileManifest {
+        target: "/dev/null".into(),
+        size: 1 << 30,
+        block_size: 4096,
+        jobs: 1,
+        sync: plugpull::modes::SyncMode::Fdatasync,
+        pattern: plugpull::modes::Pattern::Random,
+        identity: Default::default(),
+        prior_runs: Vec::new(),
+        prior_foreign: false,
+        atomic: None,
+    })
+}
+
+/// File acks of one batch: `batch` writes from seq `*seq + 1`, at `ms(seq)`.
+fn file_acks(seq: &mut u64, batch: usize, ms: impl Fn(u64) -> u32) -> Acks {
+    let blocks = (1u64 << 30) / 4096;
+    let acks = (0..batch)
+        .map(|i| {
+            *seq += 1;
+            FileAck {
+                seq: *seq,
+                block: (seq.wrapping_mul(0x9E37_79B9) + i as u64) % blocks,
+                ms: ms(*seq),
+            }
+        })
+        .collect();
+    Acks::File(acks)
+}
+
+/// pgbench ranges of batch `n` (from 1): each client's commits `(n - 1) × per + 1`
+/// to `n × per`, at `ms`.
+fn pg_acks(clients: u32, n: u64, per: u64, ms: u32) -> Acks {
+    let per = per.max(1);
+    let ranges = (0..clients)
+        .map(|client| PgAckRange {
+            client,
+            first: (n - 1) * per + 1,
+            last: n * per,
+            ms,
+        })
+        .collect();
+    Acks::Pg(ranges)
 }
 
 #[tokio::main]
@@ -175,6 +229,7 @@ async fn main() {
     let stamping = Stamping {
         span_ms: (a.span_secs * 1000.0) as u64,
         per_sec: a.batches_per_sec,
+        pg_clients: (a.workload == "pgbench").then_some(a.clients),
     };
     let tasks: Vec<_> = (0..a.agents)
         .map(|i| {

@@ -74,6 +74,11 @@ impl PgRanges {
     pub fn clients(&self) -> impl Iterator<Item = (u32, impl Iterator<Item = PgRange> + '_)> + '_ {
         self.clients.iter().map(|(&c, log)| (c, log.ranges()))
     }
+
+    /// Client `c`'s ranges in ledger order (none when it has none).
+    pub fn client(&self, c: u32) -> impl Iterator<Item = PgRange> + '_ {
+        self.clients.get(&c).into_iter().flat_map(Log::ranges)
+    }
 }
 
 impl Log {
@@ -152,6 +157,8 @@ mod tests {
         let got: BTreeMap<u32, Vec<PgRange>> =
             p.clients().map(|(c, rs)| (c, rs.collect())).collect();
         assert_eq!(got, want);
+        assert_eq!(p.client(1).collect::<Vec<_>>(), want[&1]);
+        assert_eq!(p.client(2).count(), 0);
         let mut file = b(true, &[]);
         file.acks = Acks::File(Vec::new());
         assert_eq!(PgRanges::of(&[file]).clients().count(), 0);

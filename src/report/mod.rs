@@ -197,6 +197,17 @@ pub fn lag_histogram(lags: &[f64]) -> Vec<LagBucket> {
     out
 }
 
+/// Adds `n` lags of `lag` seconds to `buckets`, a histogram [`lag_histogram`] made:
+/// the same bucket [`lag_histogram`] counts such a lag in.
+pub fn add_lags(buckets: &mut [LagBucket], lag: f64, n: u64) {
+    let bucket = buckets
+        .iter_mut()
+        .find(|b| lag >= b.from_secs && b.to_secs.is_none_or(|t| lag < t));
+    if let Some(b) = bucket {
+        b.count += n;
+    }
+}
+
 /// The histogram as text lines, one per bucket (`   0.01 - 0.1     s        3 ###`),
 /// bars scaled to the largest count; the same for every workload's report.
 pub fn lag_histogram_text(buckets: &[LagBucket]) -> String {
@@ -226,5 +237,34 @@ mod tests {
         let counts: Vec<u64> = h.iter().map(|b| b.count).collect();
         assert_eq!(counts, vec![1, 2, 0, 0, 1, 0, 0, 1]);
         assert_eq!(h[7].to_secs, None);
+    }
+
+    #[test]
+    fn lags_added_in_counts_land_where_the_histogram_puts_them() {
+        let mut h = lag_histogram(&[]);
+        for (lag, n) in [
+            (0.0, 1),
+            (0.05, 2),
+            (0.1, 3),
+            (2.0, 1),
+            (299.999, 4),
+            (1000.0, 5),
+        ] {
+            add_lags(&mut h, lag, n);
+        }
+        let counts: Vec<u64> = h.iter().map(|b| b.count).collect();
+        assert_eq!(counts, vec![1, 2, 3, 0, 1, 0, 4, 5]);
+        let each: Vec<f64> = [
+            (0.0, 1),
+            (0.05, 2),
+            (0.1, 3),
+            (2.0, 1),
+            (299.999, 4),
+            (1000.0, 5),
+        ]
+        .iter()
+        .flat_map(|&(l, n)| std::iter::repeat_n(l, n))
+        .collect();
+        assert_eq!(lag_histogram(&each), h);
     }
 }

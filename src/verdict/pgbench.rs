@@ -18,16 +18,19 @@
 //! | phantoms | a tag of this run with `seq < 1`, `seq > B_c`, or a client the run did not have |
 //! | malformed tags | a `filler` starting with the run's prefix that is not a valid tag |
 //!
-//! The scan of the tags gives per-client [`Counts`] ([`tags::TagCounter`]); [`tally`] turns them and the
-//! merged acknowledgements ([`merge_acks`]) into the run's counts; [`Failures`] weighs
+//! The ledger's ranges are read in the verdict's order straight from the fold
+//! ([`ranges`]). The scan of the tags gives per-client [`Counts`] ([`tags::TagCounter`]); [`tally`] turns them and the
+//! merged acknowledgements ([`merge_ranges`]) into the run's counts; [`Failures`] weighs
 //! those (and the damage found) into problems, and [`judge`] says pass, fail or not
 //! measured.
 
-use crate::ledger::{AckBatch, PgRanges};
 use std::collections::BTreeMap;
 
+pub mod ranges;
 pub mod relations;
 pub mod tags;
+
+pub use ranges::{ack_times, client_ranges, end_ms, merge_acks, merge_ranges, LostLags};
 
 /// A range of one client's acknowledged seqs, `first..=last`, all acknowledged in one
 /// batch or merged from several with the same promise flag.
@@ -99,119 +102,6 @@ impl ClientAcks {
         }
         gaps
     }
-}
-
-/// Every valid pgbench range of the ledger's ranges, per client, unsorted.
-fn ranges_per_client(ranges: &PgRanges) -> BTreeMap<u32, Vec<AckRange>> {
-    let mut raw: BTreeMap<u32, Vec<AckRange>> = BTreeMap::new();
-    for (client, rs) in ranges.clients() {
-        for r in rs.filter(|r| r.first >= 1 && r.last >= r.first) {
-            raw.entry(client).or_default().push(AckRange {
-                first: r.first,
-                last: r.last,
-                promised: r.promised,
-                ms: r.ms,
-            });
-        }
-    }
-    raw
-}
-
-/// [`merge_ranges`] of `batches` (in ledger order) folded per client.
-pub fn merge_acks(batches: &[AckBatch]) -> BTreeMap<u32, ClientAcks> {
-    merge_ranges(&PgRanges::of(batches))
-}
-
-/// [`raw_ranges`] of `batches` (in ledger order) folded per client.
-pub fn raw_acks(batches: &[AckBatch]) -> BTreeMap<u32, Vec<AckRange>> {
-    raw_ranges(&PgRanges::of(batches))
-}
-
-/// Merges the ledger's ranges into per-client ranges: adjacent or overlapping
-/// ranges with the same promise flag become one (taking the later `ms`); where
-/// ranges of different flags overlap, the first keeps the overlap.
-pub fn merge_ranges(ranges: &PgRanges) -> BTreeMap<u32, ClientAcks> {
-    ranges_per_client(ranges)
-        .into_iter()
-        .map(|(c, mut v)| {
-            v.sort();
-            let mut merged: Vec<AckRange> = Vec::new();
-            for r in v {
-                match merged.last_mut() {
-                    Some(m) if m.promised == r.promised && r.first <= m.last + 1 => {
-                        if r.last > m.last {
-                            m.last = r.last;
-                            m.ms = r.ms;
-                        }
-                    }
-                    Some(m) if r.first <= m.last => {
-                        // Overlap with a different promise flag: keep the first.
-                        if r.last > m.last {
-                            let rest = AckRange {
-                                first: m.last + 1,
-                                ..r
-                            };
-                            merged.push(rest);
-                        }
-                    }
-                    _ => merged.push(r),
-                }
-            }
-            (c, ClientAcks { ranges: merged })
-        })
-        .collect()
-}
-
-/// The ledger's acknowledgements per client as the agent sent them (not merged),
-/// sorted by `first`, repeats (a resent batch) dropped. A range's `ms` is when its
-/// `last` was acknowledged; the others of the range were acknowledged after the
-/// client's previous range's `ms` and by this one's.
-pub fn raw_ranges(ranges: &PgRanges) -> BTreeMap<u32, Vec<AckRange>> {
-    let mut raw = ranges_per_client(ranges);
-    for v in raw.values_mut() {
-        v.sort();
-        v.dedup_by_key(|r| (r.first, r.last));
-    }
-    raw
-}
-
-/// The run's last acknowledgement, ms after its start (0 with none).
-pub fn end_ms(raw: &BTreeMap<u32, Vec<AckRange>>) -> u32 {
-    raw.values()
-        .flat_map(|v| v.iter().map(|r| r.ms))
-        .max()
-        .unwrap_or(0)
-}
-
-/// When seq `s` was acknowledged, from its client's raw ranges: exactly, when it
-/// ends its range; else between the previous range's time and its range's time.
-/// Said as seconds before the run's last acknowledgement (`end_ms`) and into the run.
-pub fn ack_time(ranges: &[AckRange], s: u64, end_ms: u32) -> String {
-    let Some(i) = ranges.iter().position(|r| r.first <= s && s <= r.last) else {
-        return "acknowledged at an unknown time".into();
-    };
-    let r = ranges[i];
-    let secs = |ms: u32| ms as f64 / 1000.0;
-    let before = |ms: u32| secs(end_ms.saturating_sub(ms));
-    if s == r.last || (i == 0 && r.first == r.last) {
-        return format!(
-            "acknowledged {:.3} s before the end, {:.3} s into the run",
-            before(r.ms),
-            secs(r.ms)
-        );
-    }
-    let from = if i > 0 { ranges[i - 1].ms } else { 0 };
-    format!(
-        "acknowledged between {:.3} and {:.3} s before the end ({:.3}–{:.3} s into the run; \
-         its range, seqs {} to {}, was acknowledged by {:.3} s)",
-        before(from),
-        before(r.ms),
-        secs(from),
-        secs(r.ms),
-        r.first,
-        r.last,
-        secs(r.ms)
-    )
 }
 
 /// The clients a run is judged over: the recorded count, or more when the ledger

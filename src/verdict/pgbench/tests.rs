@@ -2,7 +2,7 @@
 //! the verifier does ([`tags::TagCounter`]).
 
 use super::*;
-use crate::ledger::{Acks, PgAckRange};
+use crate::ledger::{AckBatch, Acks, PgAckRange, PgRanges};
 
 /// A batch of promised or unpromised ranges `(client, first, last)`, acknowledged
 /// `n` ms into the run.
@@ -245,30 +245,31 @@ fn without_the_tables_or_a_count_nothing_present() {
 
 #[test]
 fn each_lost_commit_gets_its_own_time() {
-    let raw = raw_acks(&[
+    let p = PgRanges::of(&[
         batch(1, true, &[(0, 1, 4)]),
         batch(2, true, &[(0, 5, 9)]),
         batch(2, true, &[(0, 5, 9)]), // resent
     ]);
-    assert_eq!(raw[&0], vec![range(1, 4, true, 1), range(5, 9, true, 2)]);
-    assert_eq!(end_ms(&raw), 2);
+    // Ascending, but with a repeat: unpacked to drop it.
+    assert!(matches!(client_ranges(&p, 0), ranges::Ordered::Sorted(_)));
+    let raw: Vec<AckRange> = client_ranges(&p, 0).collect();
+    assert_eq!(raw, vec![range(1, 4, true, 1), range(5, 9, true, 2)]);
+    assert_eq!(end_ms(&p), 2);
     // seq 4 ends its range: exact; seq 1 and 6 lie inside ranges: a window.
     let end = 1002;
+    let times = ack_times(client_ranges(&p, 0), &[4, 6, 1, 10], end);
     assert_eq!(
-        ack_time(&raw[&0], 4, end),
-        "acknowledged 1.001 s before the end, 0.001 s into the run"
+        times,
+        [
+            "acknowledged 1.001 s before the end, 0.001 s into the run",
+            "acknowledged between 1.001 and 1.000 s before the end (0.001–0.002 s into the run; \
+             its range, seqs 5 to 9, was acknowledged by 0.002 s)",
+            "acknowledged between 1.002 and 1.001 s before the end (0.000–0.001 s into the run; \
+             its range, seqs 1 to 4, was acknowledged by 0.001 s)",
+            "acknowledged at an unknown time",
+        ]
     );
-    assert_eq!(
-        ack_time(&raw[&0], 6, end),
-        "acknowledged between 1.001 and 1.000 s before the end (0.001–0.002 s into the run; \
-         its range, seqs 5 to 9, was acknowledged by 0.002 s)"
-    );
-    assert!(ack_time(&raw[&0], 1, end)
-        .starts_with("acknowledged between 1.002 and 1.001 s before the end"));
-    assert_eq!(
-        ack_time(&raw[&0], 10, end),
-        "acknowledged at an unknown time"
-    );
+    assert_eq!(ack_times(client_ranges(&p, 1), &[4], end), [""]);
 }
 
 #[test]
@@ -313,7 +314,11 @@ fn the_gaps_up_to_a_seq_end_there_and_leave_out_a_range_starting_at_it() {
 fn a_range_from_seq_0_or_ending_before_it_starts_is_no_acknowledgement() {
     let b = [batch(1, true, &[(0, 0, 3), (0, 5, 4), (0, 6, 7)])];
     assert_eq!(merge_acks(&b)[&0].ranges, vec![range(6, 7, true, 1)]);
-    assert_eq!(raw_acks(&b)[&0], vec![range(6, 7, true, 1)]);
+    let p = PgRanges::of(&b);
+    assert_eq!(
+        client_ranges(&p, 0).collect::<Vec<_>>(),
+        vec![range(6, 7, true, 1)]
+    );
 }
 
 #[test]

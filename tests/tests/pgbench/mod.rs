@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 mod doctored;
+mod lags;
 mod refusals;
 
 /// The transaction's three ways to the server, as `write pgbench` options: bound

@@ -27,7 +27,9 @@ use crate::pgbench::{print, schema, tag};
 use crate::Error;
 use pages::Damage;
 use plugpull::ledger::{Manifest, PgManifest, PgRanges};
-use plugpull::report::{Invariant, Page, PgFinding, PgFindingKind, PgReport, RunSettings};
+use plugpull::report::{
+    Invariant, LagBucket, Page, PgFinding, PgFindingKind, PgReport, RunSettings,
+};
 use plugpull::verdict::pgbench::relations::relation_changes;
 use plugpull::verdict::pgbench::{self as rules, ClientAcks, Counts};
 use plugpull::RunId;
@@ -108,8 +110,7 @@ pub async fn verify(
     let cfg = pg::config(Some(dsn)).map_err(Error::Msg)?;
     let conninfo = pg::redacted(&cfg);
     let acks = rules::merge_ranges(ranges);
-    let raw = rules::raw_ranges(ranges);
-    let end_ms = rules::end_ms(&raw);
+    let end_ms = rules::end_ms(ranges);
     let clients = rules::clients(pg.clients, &acks);
     let mut rep = head(run, manifest, pg, finished, &acks);
     rep.conninfo = conninfo.clone();
@@ -145,7 +146,7 @@ pub async fn verify(
             let what = "cannot connect to PostgreSQL";
             let by = named.as_ref().map(|c| (c, "postgres"));
             damage::reported(by, &mut rep, &mut st.out.failures, what, &message).await;
-            finish(&mut rep, st.out, &[], &[]);
+            finish(&mut rep, st.out, &[], None);
             unchecked(&mut rep);
             rep.timings.total_ms = t_all.elapsed().as_millis() as u64;
             return Ok(rep);
@@ -164,7 +165,7 @@ pub async fn verify(
         opts,
         files,
         acks: &acks,
-        raw: &raw,
+        ranges,
         end_ms,
         clients,
     };
@@ -182,7 +183,7 @@ pub async fn verify(
         Err(e) => return Err(e),
     }
     let (missing, damaged) = (st.missing.clone(), st.damaged);
-    finish(&mut rep, st.out, &missing, &st.lags);
+    finish(&mut rep, st.out, &missing, st.lags);
     if damaged {
         unchecked(&mut rep);
     }
@@ -209,7 +210,8 @@ struct Connected<'a> {
     opts: &'a PgVerifyArgs,
     files: ready::ServerFiles<'a>,
     acks: &'a BTreeMap<u32, ClientAcks>,
-    raw: &'a BTreeMap<u32, Vec<rules::AckRange>>,
+    /// The ledger's ranges, read in the verdict's order where a listing needs them.
+    ranges: &'a PgRanges,
     end_ms: u32,
     clients: u32,
 }
@@ -219,7 +221,8 @@ struct Connected<'a> {
 struct Checked {
     out: Findings,
     missing: Vec<&'static str>,
-    lags: Vec<f64>,
+    /// The lost commits' lag histogram, when a promised commit was lost.
+    lags: Option<Vec<LagBucket>>,
     unsafe_now: bool,
     pages: Vec<Page>,
     /// The commits were counted (or the count was skipped for missing tables).
@@ -308,7 +311,8 @@ impl Connected<'_> {
                 malformed: rep.malformed_tags,
             };
             st.lags =
-                sql::list_findings(client, &scan, what, self.raw, self.end_ms, &mut st.out).await?;
+                sql::list_findings(client, &scan, what, self.ranges, self.end_ms, &mut st.out)
+                    .await?;
             if rep.invariant.checked && !rep.invariant.holds {
                 st.out.failures.push(invariant_finding(&rep.invariant));
             }
@@ -538,8 +542,9 @@ fn invariant_finding(i: &Invariant) -> PgFinding {
 /// The verdict: weighs the counts and damage ([`rules::Failures`]); in a run whose
 /// configuration promised nothing (fsync=off, synchronous_commit=off), the findings
 /// that setting permits become `unpromised_` ones and no failure. Fills `ok`,
-/// `not_measured`, the findings (failures first), the lag histogram and the summary.
-fn finish(rep: &mut PgReport, out: Findings, missing: &[&str], lags: &[f64]) {
+/// `not_measured`, the findings (failures first), the lag histogram (`lags`, or
+/// every bucket empty) and the summary.
+fn finish(rep: &mut PgReport, out: Findings, missing: &[&str], lags: Option<Vec<LagBucket>>) {
     let Findings {
         mut failures,
         mut expected,
@@ -579,7 +584,7 @@ fn finish(rep: &mut PgReport, out: Findings, missing: &[&str], lags: &[f64]) {
     failures.extend(expected);
     failures.truncate(MAX_FINDINGS);
     rep.findings = failures;
-    rep.lost_lag_histogram = plugpull::report::lag_histogram(lags);
+    rep.lost_lag_histogram = lags.unwrap_or_else(|| plugpull::report::lag_histogram(&[]));
     rep.summary = print::summary(rep, missing);
 }
 

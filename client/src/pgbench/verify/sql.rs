@@ -12,9 +12,11 @@
 use crate::pg::describe;
 use crate::Error;
 use futures_util::StreamExt;
+use plugpull::ledger::PgRanges;
+use plugpull::report::{add_lags, lag_histogram, LagBucket};
 use plugpull::report::{PgFinding, PgFindingKind, MAX_FINDINGS};
 use plugpull::verdict::pgbench::tags::TagCounter;
-use plugpull::verdict::pgbench::{ack_time, AckRange, ClientAcks, Counts};
+use plugpull::verdict::pgbench::{ack_times, client_ranges, ClientAcks, Counts, LostLags};
 use std::collections::BTreeMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
@@ -172,44 +174,40 @@ impl Scan {
     }
 }
 
-/// The lag (seconds before `end_ms`) of every lost promised commit, each taken at its
-/// range's time (the latest it can have been acknowledged, so the lag is a lower
-/// bound): one aggregate over the raw ranges.
+/// The lags of the lost promised commits, as a histogram ([`LostLags`]: each lost seq
+/// counts at the time of every promised range of the ledger holding it, a lower
+/// bound on its lag before `end_ms`; [`lag_histogram`]'s buckets). PostgreSQL streams every missing acknowledged
+/// seq, found over the merged ranges, by client and seq; the ledger's ranges are
+/// read from the fold beside them. Neither side holds a value per range of the
+/// ledger or per lost commit.
 pub async fn lost_lags(
     client: &Client,
     scan: &Scan,
-    raw: &BTreeMap<u32, Vec<AckRange>>,
+    ranges: &PgRanges,
     end_ms: u32,
-) -> Result<Vec<f64>, tokio_postgres::Error> {
-    let (mut rc, mut rf, mut rl, mut rms) = (vec![], vec![], vec![], vec![]);
-    for (c, v) in raw {
-        for r in v.iter().filter(|r| r.promised) {
-            rc.push(*c as i32);
-            rf.push(r.first as i64);
-            rl.push(r.last as i64);
-            rms.push(r.ms as i64);
-        }
-    }
+) -> Result<Vec<LagBucket>, tokio_postgres::Error> {
     let sql = format!(
         "WITH {},
-         r AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::bigint[])
-               AS r(client, first, last, ms))
-         SELECT r.ms, count(*) FROM r
+         r AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::bigint[])
+               AS r(client, first, last))
+         SELECT r.client, s.seq FROM r
          CROSS JOIN LATERAL generate_series(r.first, r.last) AS s(seq)
          WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.client = r.client AND t.seq = s.seq)
-         GROUP BY r.ms",
+         ORDER BY 1, 2",
         scan.tags
     );
-    let rows = client
-        .query(&sql, &[&scan.like, &rc, &rf, &rl, &rms])
-        .await?;
-    let mut lags = Vec::new();
-    for row in rows {
-        let (ms, n): (i64, i64) = (row.get(0), row.get(1));
-        let lag = (end_ms as i64 - ms).max(0) as f64 / 1000.0;
-        lags.extend(std::iter::repeat_n(lag, n as usize));
+    let params: [&(dyn ToSql + Sync); 4] =
+        [&scan.like, &scan.r_client, &scan.r_first, &scan.r_last];
+    let rows = client.query_raw(&sql, params).await?;
+    futures_util::pin_mut!(rows);
+    let mut lags = LostLags::new(ranges, end_ms);
+    let mut histogram = lag_histogram(&[]);
+    while let Some(row) = rows.next().await {
+        let row = row?;
+        let (c, s): (i32, i64) = (row.get(0), row.get(1));
+        lags.add(c as u32, s as u64, |lag| add_lags(&mut histogram, lag, 1));
     }
-    Ok(lags)
+    Ok(histogram)
 }
 
 /// The first findings, as [`list_findings`] fills them: failures first, then the
@@ -257,23 +255,25 @@ pub struct ToList<'a> {
 }
 
 /// Lists the first findings of the commits, one query per kind that has any, and
-/// returns the lost commits' lags (empty unless a promised commit was lost).
+/// returns the lost commits' lag histogram (none unless a promised commit was lost).
+/// `ranges` are the run's ([`PgRanges`]), `end_ms` its last acknowledgement.
 pub async fn list_findings(
     client: &Client,
     scan: &Scan,
     what: ToList<'_>,
-    raw: &BTreeMap<u32, Vec<AckRange>>,
+    ranges: &PgRanges,
     end_ms: u32,
     out: &mut Findings,
-) -> Result<Vec<f64>, Error> {
-    let mut lags = Vec::new();
+) -> Result<Option<Vec<LagBucket>>, Error> {
+    let mut lags = None;
     if what.lost > 0 {
-        list_lost(client, scan, raw, end_ms, out).await?;
+        list_lost(client, scan, ranges, end_ms, out).await?;
     }
     if what.promised_lost {
-        lags = lost_lags(client, scan, raw, end_ms)
+        let h = lost_lags(client, scan, ranges, end_ms)
             .await
             .map_err(q("cannot count the lost commits per acknowledgement"))?;
+        lags = Some(h);
     }
     if what.ordering.0 > 0 && !what.ordering.1.is_empty() {
         list_ordering(client, scan, what.ordering.1, out).await?;
@@ -323,11 +323,12 @@ pub async fn list_findings(
     Ok(lags)
 }
 
-/// Lists the first lost commits, promised first, each with when it was acknowledged.
+/// Lists the first lost commits, promised first, each with when it was acknowledged
+/// ([`ack_times`]: one pass over the ranges of each client listed).
 async fn list_lost(
     client: &Client,
     scan: &Scan,
-    raw: &BTreeMap<u32, Vec<AckRange>>,
+    ranges: &PgRanges,
     end_ms: u32,
     out: &mut Findings,
 ) -> Result<(), Error> {
@@ -354,12 +355,24 @@ async fn list_lost(
         .query(&sql, &params)
         .await
         .map_err(q("cannot list the lost commits"))?;
-    for row in rows {
-        let (c, s, promised): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
-        let when = raw
-            .get(&(c as u32))
-            .map(|r| ack_time(r, s as u64, end_ms))
-            .unwrap_or_default();
+    let lost: Vec<(i32, i64, bool)> = rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    let mut per_client: BTreeMap<u32, (Vec<usize>, Vec<u64>)> = BTreeMap::new();
+    for (i, &(c, s, _)) in lost.iter().enumerate() {
+        let (at, seqs) = per_client.entry(c as u32).or_default();
+        at.push(i);
+        seqs.push(s as u64);
+    }
+    let mut times = vec![String::new(); lost.len()];
+    for (c, (at, seqs)) in per_client {
+        let found = ack_times(client_ranges(ranges, c), &seqs, end_ms);
+        for (i, when) in at.into_iter().zip(found) {
+            times[i] = when;
+        }
+    }
+    for ((c, s, promised), when) in lost.into_iter().zip(times) {
         if promised {
             let detail = format!("acknowledged commit missing ({when})");
             out.failures
