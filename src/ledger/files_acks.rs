@@ -14,11 +14,20 @@
 //!   (the last copy counts) and each ack that disagrees with its step,
 //!
 //! so its memory grows with the names and workers, and with reordered, repeated or
-//! wrong acks, never with the length of the run.
+//! wrong acks, never with the length of the run. An ack more than [`MAX_AHEAD`] steps
+//! past its worker's cursor, or past [`MAX_AWAITED`] steps awaiting theirs, and every
+//! ack of a manifest no writer makes (no worker, more than [`MAX_JOBS`] or
+//! [`MAX_FILES`]) is kept to be checked in the replay instead, so that no ledger makes
+//! the fold step through a schedule far beyond its acks or hold more than that.
 
 use super::FilesAck;
-use crate::schedule::{Op, Schedule, Step, Unsafe, BLOCK};
+use crate::schedule::{Op, Schedule, Step, Unsafe, BLOCK, MAX_FILES, MAX_JOBS};
 use std::collections::BTreeMap;
+
+/// Most steps an ack may lie past its worker's cursor to be checked as it comes.
+pub const MAX_AHEAD: u64 = 1 << 16;
+/// Most steps of one worker awaiting their ack (passed over by a later one).
+pub const MAX_AWAITED: usize = 1 << 16;
 
 /// What the ack of one step must state: the step and the state it leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +116,10 @@ pub struct FilesAcks {
     pub(crate) jobs: u32,
     pub(crate) files: u32,
     pub(crate) unsafe_steps: Unsafe,
+    /// Per worker (none when the manifest is beyond what a writer makes).
     pub(crate) workers: Vec<Worker>,
+    /// The highest acknowledged step of each worker without a `Worker`, by worker.
+    pub(crate) lasts: BTreeMap<u32, u64>,
     /// Per file: the index and time (ms) of its highest acknowledged step checked.
     pub(crate) names: Vec<Option<(u64, u32)>>,
     /// Acks the replay checks against their step, by seq (the last copy of each).
@@ -125,7 +137,8 @@ impl FilesAcks {
     /// An empty fold for a run of `jobs` workers over `files` names whose schedule has
     /// `seed` and skips the calls `unsafe_steps` (the run's manifest says each).
     pub fn new(seed: u64, jobs: u32, files: u32, unsafe_steps: Unsafe) -> FilesAcks {
-        let workers = (0..jobs.max(1))
+        let made = (1..=MAX_JOBS).contains(&jobs) && files <= MAX_FILES;
+        let workers = (0..if made { jobs } else { 0 })
             .map(|j| Worker {
                 sched: Schedule::new(seed, jobs, j, files, unsafe_steps),
                 taken: 0,
@@ -139,7 +152,8 @@ impl FilesAcks {
             files,
             unsafe_steps,
             workers,
-            names: vec![None; files as usize],
+            lasts: BTreeMap::new(),
+            names: vec![None; if made { files as usize } else { 0 }],
             recheck: BTreeMap::new(),
             seq_zero: false,
             beyond: None,
@@ -159,9 +173,26 @@ impl FilesAcks {
             return;
         }
         let jobs = u64::from(self.jobs.max(1));
-        let (j, k) = (((a.seq - 1) % jobs) as usize, (a.seq - 1) / jobs);
-        let w = &mut self.workers[j];
+        let (j, k) = (((a.seq - 1) % jobs) as u32, (a.seq - 1) / jobs);
+        if self.jobs == 0 || j >= self.files {
+            self.beyond = Some(self.beyond.map_or(a.seq, |b| b.min(a.seq)));
+            return;
+        }
+        let Some(w) = self.workers.get_mut(j as usize) else {
+            let last = self.lasts.entry(j).or_insert(k);
+            *last = (*last).max(k);
+            self.recheck.insert(a.seq, *a);
+            return;
+        };
         w.last = w.last.max(Some(k));
+        let far = k >= w.taken
+            && (k - w.taken > MAX_AHEAD
+                || w.gaps.len() as u64 + (k - w.taken) > MAX_AWAITED as u64);
+        if far || self.recheck.contains_key(&a.seq) {
+            // The last copy of a seq kept is the one checked.
+            self.recheck.insert(a.seq, *a);
+            return;
+        }
         let expect = if k >= w.taken {
             let mut at_k = None;
             while w.taken <= k {
@@ -174,11 +205,7 @@ impl FilesAcks {
                 }
                 w.taken += 1;
             }
-            let Some(e) = at_k else {
-                self.beyond = Some(self.beyond.map_or(a.seq, |b| b.min(a.seq)));
-                return;
-            };
-            e
+            at_k.expect("a worker below `files` owns a file: its schedule never ends")
         } else if let Some(e) = w.gaps.remove(&a.seq) {
             e
         } else {
@@ -198,6 +225,14 @@ impl FilesAcks {
     /// Acks folded (every copy), and how many of them were unpromised.
     pub fn acknowledged(&self) -> (u64, u64) {
         (self.count, self.unpromised)
+    }
+
+    /// The highest acknowledged step of worker `j` (`K_j`), by index from 0.
+    pub(crate) fn last(&self, j: u32) -> Option<u64> {
+        match self.workers.get(j as usize) {
+            Some(w) => w.last,
+            None => self.lasts.get(&j).copied(),
+        }
     }
 
     /// Steps passed over by a later ack whose own ack has not come (yet), all workers.

@@ -84,22 +84,21 @@ impl Name {
 /// Errors: such an ack names a file or state its step does not (the first by worker,
 /// then step).
 pub(super) fn replay(r: &FilesRun, fold: &FilesAcks, views: &[View]) -> Result<Vec<Name>, String> {
-    let mut names: Vec<Name> = fold
-        .names
-        .iter()
-        .map(|ms| Name {
-            ms: *ms,
+    let mut names: Vec<Name> = (0..r.files as usize)
+        .map(|f| Name {
+            ms: fold.names.get(f).copied().flatten(),
             ..Name::default()
         })
         .collect();
-    for (j, w) in fold.workers.iter().enumerate() {
-        let mut s = Schedule::new(r.seed, r.jobs, j as u32, r.files, r.unsafe_steps);
-        let end = w.last.map_or(0, |k| k + 1) + r.window;
+    for j in 0..r.jobs {
+        let last = fold.last(j);
+        let mut s = Schedule::new(r.seed, r.jobs, j, r.files, r.unsafe_steps);
+        let end = last.map_or(0, |k| k + 1) + r.window;
         for k in 0..end {
             let Some(st) = s.next_step() else { break };
             let state = s.state(st.file);
             let (n, view) = (&mut names[st.file as usize], views[st.file as usize]);
-            if w.last.is_some_and(|l| k <= l) {
+            if last.is_some_and(|l| k <= l) {
                 if let Some(a) = fold.recheck.get(&st.seq) {
                     Expect::of(&st, state).check(a)?;
                     if n.ms.is_none_or(|(nk, _)| nk <= k) {

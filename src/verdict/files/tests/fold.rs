@@ -301,3 +301,73 @@ fn an_acknowledged_state_a_later_acknowledged_replace_superseded_folds_as_stale_
     let o = both(&c.r, &c.acks, &c.walk).unwrap();
     assert_eq!(summary(&o), (vec![], 0, 0, 0));
 }
+
+#[test]
+fn an_ack_far_past_its_workers_cursor_is_kept_for_the_replay_not_stepped_to() {
+    let r = run(0, Unsafe::default());
+    let (mut a, _) = acks(&r, 3);
+    // Worker 0's step MAX_AHEAD + 10, acknowledged as it is, with none between.
+    let k = crate::ledger::MAX_AHEAD + 10;
+    let mut s = Schedule::new(r.seed, r.jobs, 0, r.files, r.unsafe_steps);
+    let (mut st, mut scheds) = (s.next_step().unwrap(), Vec::new());
+    for _ in 0..k {
+        st = s.next_step().unwrap();
+    }
+    let state = s.state(st.file);
+    a.push(FilesAck {
+        seq: st.seq,
+        file: st.file,
+        exists: state.is_some(),
+        size: state.map_or(0, |b| b.len() as u64 * BLOCK),
+        content_seq: state.and_then(|b| b.iter().max().copied()).unwrap_or(0),
+        promised: true,
+        ms: 5000,
+    });
+    let mut fold = FilesAcks::new(r.seed, r.jobs, r.files, r.unsafe_steps);
+    a.iter().for_each(|x| fold.add(x));
+    assert_eq!((fold.awaited(), fold.recheck.len()), (0, 1));
+    scheds.push(s);
+    scheds.push(acks(&r, 3).1.remove(1));
+    let w = walk_of(&r, &scheds);
+    let o = judge_folded(&r, &fold, &w).unwrap();
+    assert_eq!(o, reference(&r, &a, &w).unwrap());
+    // Worker 1's three steps touched two of its names.
+    assert_eq!(
+        (o.checked, o.findings.len(), o.acknowledged),
+        (5, 0, (7, 0))
+    );
+}
+
+#[test]
+fn a_manifest_no_writer_makes_keeps_its_acks_whole_and_steps_no_schedule() {
+    let ack = FilesAck {
+        seq: 3,
+        file: 0,
+        exists: true,
+        size: BLOCK,
+        content_seq: 3,
+        promised: true,
+        ms: 1,
+    };
+    // No worker: every ack is beyond the schedule (the former replay divided by 0).
+    let r = FilesRun {
+        jobs: 0,
+        ..run(0, Unsafe::default())
+    };
+    assert_eq!(
+        judge(&r, &[ack], &Walk::default()).unwrap_err(),
+        "acknowledged step seq 3 is beyond every worker's schedule"
+    );
+    // More names than a writer makes: no schedule while the ledger streams.
+    let mut fold = FilesAcks::new(1, 1, crate::schedule::MAX_FILES + 1, Unsafe::default());
+    fold.add(&ack);
+    assert_eq!(
+        (
+            fold.workers.len(),
+            fold.names.len(),
+            fold.recheck.len(),
+            fold.last(0)
+        ),
+        (0, 0, 1, Some(2))
+    );
+}
