@@ -9,6 +9,8 @@
 //! * [`wire`] — length-prefixed, postcard-encoded frames between agent/verifier and
 //!   listener, with a hard size cap, plus small async helpers to read and write them.
 //! * [`auth`] — the HMAC-SHA256 challenge-response both sides run before any message.
+//! * [`schedule`] — the files workload's deterministic step schedule, which its
+//!   writer follows, the ledger's fold checks its acks against and its verdict replays.
 //! * [`ledger`] — the listener's append-only, CRC-checked record of acknowledgements.
 //! * [`verdict`] — the per-block classification of what survived (the README's
 //!   "Verdicts" table).
@@ -30,6 +32,7 @@ pub mod power;
 pub mod probe;
 pub mod record;
 pub mod report;
+pub mod schedule;
 pub mod stats;
 pub mod units;
 pub mod verdict;

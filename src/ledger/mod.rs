@@ -60,6 +60,7 @@ mod batches;
 mod check;
 mod clock;
 mod entry;
+mod files_acks;
 mod format;
 mod gather;
 mod manifest;
@@ -80,6 +81,8 @@ pub use entry::{
     AckBatch, Acks, DeviceError, Entry, FileAck, FilesAck, PgAckRange, RunSummary, TornTail,
     HEARTBEAT_MS,
 };
+pub(crate) use files_acks::Expect;
+pub use files_acks::{FilesAcks, MAX_AHEAD, MAX_AWAITED};
 pub use format::{
     encode_entry, header, scan, LedgerError, Scanner, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC,
     MAX_COMMIT, MAX_ENTRY,

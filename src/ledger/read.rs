@@ -4,23 +4,24 @@
 //! is that of the fold (per block, per millisecond, per batch), not the ledger's.
 
 use super::run::{FileAcks, RunLedger, RunLedgerError};
+use super::FilesAcks;
 use super::{
     check_device_error_count, fingerprint, AckBatch, AckClock, AckTable, Acks, BatchRecord,
-    Batches, DeviceError, Entry, FilesAck, Manifest, PgRanges, RunSummary, Scanner, Tail, TornTail,
-    Workload,
+    Batches, DeviceError, Entry, Manifest, PgRanges, RunSummary, Scanner, Tail, TornTail, Workload,
 };
+use crate::schedule::Unsafe;
 use crate::RunId;
 
 /// A run's acknowledgements folded batch by batch: the batches' metadata, the
 /// acknowledgement times per millisecond, a file run's table per block, a files
-/// run's steps and a pgbench run's batches.
+/// run's steps checked against its schedule ([`FilesAcks`]) and a pgbench run's ranges.
 #[derive(Debug)]
 pub(super) struct Fold {
     batches: Batches,
     clock: AckClock,
     pg_clock: AckClock,
     file_acks: Option<FileAcks>,
-    files_acks: Vec<FilesAck>,
+    files_acks: Option<FilesAcks>,
     pg_ranges: PgRanges,
 }
 
@@ -34,12 +35,24 @@ impl Fold {
             }),
             _ => None,
         };
+        let files_acks = match &manifest.workload {
+            Workload::Files(fm) => Some(FilesAcks::new(
+                fm.seed,
+                fm.jobs,
+                fm.files,
+                Unsafe {
+                    dirsync: fm.skip_dirsync,
+                    presync: fm.skip_presync,
+                },
+            )),
+            _ => None,
+        };
         Fold {
             batches: Batches::default(),
             clock: AckClock::default(),
             pg_clock: AckClock::default(),
             file_acks,
-            files_acks: Vec::new(),
+            files_acks,
             pg_ranges: PgRanges::default(),
         }
     }
@@ -66,7 +79,9 @@ impl Fold {
             }
             Acks::Files(v) => {
                 self.clock.add_each(v.iter().map(|a| a.ms));
-                self.files_acks.extend_from_slice(v);
+                if let Some(f) = &mut self.files_acks {
+                    v.iter().for_each(|a| f.add(a));
+                }
             }
             Acks::Pg(v) => {
                 for r in v {

@@ -11,7 +11,7 @@
 
 use super::read::{Fold, LedgerReader};
 use super::{
-    AckBatch, AckClock, AckTable, Batches, DeviceError, FilesAck, FlushSample, LedgerError,
+    AckBatch, AckClock, AckTable, Batches, DeviceError, FilesAcks, FlushSample, LedgerError,
     Manifest, PgRanges, TornTail, WitnessLoss,
 };
 use crate::RunId;
@@ -19,7 +19,8 @@ use crate::RunId;
 /// A fetched and checked ledger: what every workload's verify starts from. Its
 /// acknowledgements are folded as the ledger is read ([`LedgerReader`]): per block
 /// for a file run, per millisecond for their times, per client for a pgbench run
-/// (every range, packed); only a files run's steps are kept as they came.
+/// (every range, packed), checked against its schedule for a files run (per worker
+/// and per name).
 #[derive(Clone, Debug)]
 pub struct RunLedger {
     /// The run.
@@ -35,8 +36,9 @@ pub struct RunLedger {
     pub pg_clock: AckClock,
     /// A file run's acknowledged state per block (`None` for other workloads).
     pub file_acks: Option<FileAcks>,
-    /// A files run's acknowledged steps, in ledger order.
-    pub files_acks: Vec<FilesAck>,
+    /// A files run's acknowledged steps, folded in ledger order (`None` for other
+    /// workloads).
+    pub files_acks: Option<FilesAcks>,
     /// A pgbench run's ranges per client, in ledger order.
     pub pg_ranges: PgRanges,
     /// Whether the agent finished normally.

@@ -1,7 +1,11 @@
 //! The rules of the files (namespace) workload: what survived, name by name.
 //!
-//! Every worker follows a deterministic [`Schedule`] (see [`schedule`]), so the verifier
-//! replays it from the manifest's seed. For each worker `j`, `K_j` is its last step
+//! Every worker follows a deterministic [`Schedule`](schedule::Schedule) (see
+//! [`schedule`]), so the verifier replays it from the manifest's seed: the ledger's
+//! fold ([`FilesAcks`]) checks each ack against its step as the ledger streams and
+//! keeps per worker and per name only what the rules below need, and
+//! [`judge_folded`] replays the schedule once more, folding each step into its name
+//! (`files/replay.rs`). For each worker `j`, `K_j` is its last step
 //! the ledger holds (its acks are a prefix of its schedule: the reporter sends them in
 //! order and the ledger is gap-free); every acknowledgement must match its scheduled
 //! step (name, exists, size, content seq), else the run cannot be judged. For file `f`,
@@ -43,14 +47,15 @@
 
 mod blocks;
 mod promise;
-pub mod schedule;
+mod replay;
+pub use crate::schedule;
 
 use super::Counts;
-use crate::ledger::FilesAck;
+use crate::ledger::{FilesAck, FilesAcks};
 use crate::RunId;
-use blocks::{decode, describe, fits, is_state, newest, Block};
-use promise::Unsynced;
-use schedule::{file_name, Op, Schedule, Step, Unsafe, BLOCK};
+use blocks::{decode, describe, is_state, newest, Block};
+use replay::{replay, Name, View};
+use schedule::{file_name, Unsafe, BLOCK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -197,106 +202,60 @@ pub struct FilesOutcome {
     pub foreign: Vec<String>,
 }
 
-/// The history of one name from the replayed schedule.
-#[derive(Default)]
-struct History {
-    /// Acknowledged steps (up to the worker's `K`), each with the state after it.
-    acked: Vec<(Step, Option<Vec<u64>>)>,
-    /// Steps that may have been in flight, each with the state after it.
-    later: Vec<(Step, Option<Vec<u64>>)>,
-    /// Time of the last acknowledged step, ms after the run's start.
-    ms: Option<u32>,
-}
-
-/// Replays every worker's schedule over its acknowledged steps and the `window`
-/// after them, checking each ack against its step.
-///
-/// Errors: an ack names a seq, file or state its schedule does not.
-fn replay(r: &FilesRun, acks: &[FilesAck]) -> Result<BTreeMap<u32, History>, String> {
-    let jobs = u64::from(r.jobs.max(1));
-    let mut by_seq: BTreeMap<u64, &FilesAck> = BTreeMap::new();
-    let mut last_k = vec![None::<u64>; jobs as usize];
-    for a in acks {
-        if a.seq == 0 {
-            return Err("an acknowledged step has seq 0".into());
-        }
-        let (j, k) = (((a.seq - 1) % jobs) as usize, (a.seq - 1) / jobs);
-        last_k[j] = last_k[j].max(Some(k));
-        by_seq.insert(a.seq, a);
-    }
-    let mut out: BTreeMap<u32, History> = BTreeMap::new();
-    for (j, last) in last_k.iter().enumerate() {
-        let mut s = Schedule::new(r.seed, r.jobs, j as u32, r.files, r.unsafe_steps);
-        let end = last.map_or(0, |k| k + 1) + r.window;
-        for k in 0..end {
-            let Some(st) = s.next_step() else { break };
-            let state = s.state(st.file).map(<[u64]>::to_vec);
-            let h = out.entry(st.file).or_default();
-            if last.is_some_and(|l| k <= l) {
-                if let Some(a) = by_seq.get(&st.seq) {
-                    check_ack(a, &st, state.as_deref())?;
-                    h.ms = Some(a.ms);
-                }
-                h.acked.push((st, state));
-            } else {
-                h.later.push((st, state));
-            }
-        }
-    }
-    if let Some(a) = by_seq.values().find(|a| {
-        !out.values()
-            .any(|h| h.acked.iter().any(|(s, _)| s.seq == a.seq))
-    }) {
-        return Err(format!(
-            "acknowledged step seq {} is beyond every worker's schedule",
-            a.seq
-        ));
-    }
-    Ok(out)
-}
-
-/// Checks that ack `a` states what its scheduled step `st` leaves (`state`).
-fn check_ack(a: &FilesAck, st: &Step, state: Option<&[u64]>) -> Result<(), String> {
-    let size = state.map_or(0, |s| s.len() as u64 * BLOCK);
-    let top = state.and_then(|s| s.iter().max().copied()).unwrap_or(0);
-    if a.file != st.file
-        || a.exists != state.is_some()
-        || a.size != size
-        || a.content_seq != top
-        || a.promised != st.promised
-    {
-        return Err(format!(
-            "acknowledged step seq {} (file {}, exists {}, {} bytes, content seq {}) is not its scheduled step ({} of file {}: exists {}, {size} bytes, content seq {top}): the ledger and the manifest's schedule disagree",
-            a.seq, a.file, a.exists, a.size, a.content_seq, st.op.name(), st.file, state.is_some()
-        ));
-    }
-    Ok(())
-}
-
-/// Judges every name of the run from its acknowledged steps and what the walk found.
+/// Judges every name of the run from its acknowledged steps and what the walk found:
+/// [`judge_folded`] of `acks` folded in their order.
 ///
 /// Errors: the acks do not match the run's schedule (the ledger is not this
 /// manifest's, or the agent is another version).
 pub fn judge(r: &FilesRun, acks: &[FilesAck], walk: &Walk) -> Result<FilesOutcome, String> {
-    let hist = replay(r, acks)?;
-    let end_ms = acks.iter().map(|a| a.ms).max().unwrap_or(0);
+    let mut fold = FilesAcks::new(r.seed, r.jobs, r.files, r.unsafe_steps);
+    for a in acks {
+        fold.add(a);
+    }
+    judge_folded(r, &fold, walk)
+}
+
+/// Judges every name of the run from its acknowledgements as `fold` folded them and
+/// what the walk found, replaying each worker's schedule once more (its memory is per
+/// name, not per step).
+///
+/// Errors: the acks do not match the run's schedule (the ledger is not this
+/// manifest's, or the agent is another version); `fold` follows another schedule.
+pub fn judge_folded(r: &FilesRun, fold: &FilesAcks, walk: &Walk) -> Result<FilesOutcome, String> {
+    if fold.seq_zero {
+        return Err("an acknowledged step has seq 0".into());
+    }
+    if fold.schedule() != (r.seed, r.jobs, r.files, r.unsafe_steps) {
+        return Err("the acknowledgements were folded under another schedule (seed, workers, names or skipped calls) than the run's manifest states".into());
+    }
+    let blocks: Vec<Option<Vec<Block>>> = (0..r.files)
+        .map(|f| walk.names.get(&f).map(|fd| decode(r.run, f, fd)))
+        .collect();
+    let views: Vec<View> = (0..r.files)
+        .map(|f| {
+            walk.names
+                .get(&f)
+                .map(|fd| fd.size)
+                .zip(blocks[f as usize].as_deref())
+        })
+        .collect();
+    let names = replay(r, fold, &views)?;
+    if let Some(seq) = fold.beyond {
+        return Err(format!(
+            "acknowledged step seq {seq} is beyond every worker's schedule"
+        ));
+    }
     let mut counts = FilesCounts::new();
     let (mut checked, mut in_flight) = (0, 0);
     let mut findings = Vec::new();
-    let empty = History::default();
-    for f in 0..r.files {
-        let h = hist.get(&f).unwrap_or(&empty);
+    for (f, n) in (0..r.files).zip(&names) {
         let found = walk.names.get(&f);
-        if h.acked.is_empty()
-            && h.later.is_empty()
-            && found.is_none()
-            && !walk.tmps.contains_key(&f)
-        {
+        let tmp = walk.tmps.contains_key(&f);
+        if !n.stepped && found.is_none() && !tmp {
             continue;
         }
         checked += 1;
-        let (verdict, later, finding) =
-            judge_name(r, f, h, found, walk.tmps.contains_key(&f), end_ms);
+        let (verdict, later, finding) = judge_name(r, f, n, views[f as usize], tmp, fold.end_ms);
         *counts.by_verdict.get_mut(verdict) += 1;
         in_flight += later as u64;
         if let Some(fi) = finding {
@@ -309,10 +268,7 @@ pub fn judge(r: &FilesRun, acks: &[FilesAck], walk: &Walk) -> Result<FilesOutcom
         checked,
         in_flight_survived: in_flight,
         findings,
-        acknowledged: (
-            acks.len() as u64,
-            acks.iter().filter(|a| !a.promised).count() as u64,
-        ),
+        acknowledged: fold.acknowledged(),
         foreign: walk.foreign.clone(),
     })
 }
@@ -321,33 +277,25 @@ pub fn judge(r: &FilesRun, acks: &[FilesAck], walk: &Walk) -> Result<FilesOutcom
 fn judge_name(
     r: &FilesRun,
     f: u32,
-    h: &History,
-    found: Option<&Found>,
+    n: &Name,
+    view: View,
     tmp: bool,
     end_ms: u32,
 ) -> (FilesVerdict, bool, Option<FilesFinding>) {
-    let s0 = h.acked.last().and_then(|(_, s)| s.as_deref());
-    let blocks = found.map(|fd| decode(r.run, f, fd));
-    let view = found.zip(blocks.as_deref()).map(|(fd, b)| (fd.size, b));
+    let s0 = n.s0.as_deref();
     let exact = match view {
         None => s0.is_none(),
         Some((size, b)) => is_state(size, b, s0),
     };
-    let mut prev = s0;
-    let mut by_later = false;
-    for (st, after) in &h.later {
-        by_later |= fits(prev, st, r.unsafe_steps, view);
-        prev = after.as_deref();
-    }
-    let tmp_ok = !tmp || h.later.iter().any(|(s, _)| s.op == Op::Replace);
+    let by_later = n.later.as_ref().is_some_and(|l| l.fits);
+    let tmp_ok = !tmp || n.later.as_ref().is_some_and(|l| l.replace);
     if (exact || by_later) && tmp_ok {
         return (FilesVerdict::Intact, !exact, None);
     }
-    let verdict = classify(h, s0, view, exact);
-    let unsynced = Unsynced::of(r.unsafe_steps, &h.acked);
+    let verdict = classify(n.superseded, s0, view, exact);
     // `S₀` itself is among the states `unsynced` explains.
-    let excused = (by_later || unsynced.explains(view)) && (tmp_ok || unsynced.explains_tmp());
-    let last = h.acked.last().map(|(s, _)| *s);
+    let excused = (by_later || n.unsynced.explains(view)) && (tmp_ok || n.unsynced.explains_tmp());
+    let last = n.last;
     let mut evidence = match view {
         None => "the name does not exist".to_string(),
         Some((size, b)) => format!("{size} bytes: {}", describe(b)),
@@ -367,22 +315,19 @@ fn judge_name(
         expected_exists: s0.is_some(),
         expected_size: s0.map_or(0, |s| s.len() as u64 * BLOCK),
         expected_seq: s0.and_then(|s| s.iter().max().copied()).unwrap_or(0),
-        found_exists: found.is_some(),
-        found_size: found.map_or(0, |fd| fd.size),
-        found_seq: blocks.as_deref().map_or(0, newest),
-        acked_secs_before_end: h.ms.map(|ms| (end_ms - ms) as f64 / 1000.0),
+        found_exists: view.is_some(),
+        found_size: view.map_or(0, |(size, _)| size),
+        found_seq: view.map_or(0, |(_, b)| newest(b)),
+        acked_secs_before_end: n.ms.map(|(_, ms)| (end_ms - ms) as f64 / 1000.0),
         evidence,
     };
     (verdict, false, Some(finding))
 }
 
-/// Rules 1–8 of the module doc for a name whose state no step explains.
-fn classify(
-    h: &History,
-    s0: Option<&[u64]>,
-    view: Option<(u64, &[Block])>,
-    exact: bool,
-) -> FilesVerdict {
+/// Rules 1–8 of the module doc for a name whose state no step explains;
+/// `superseded`: an acknowledged replace came after an acknowledged state equal to
+/// the one found (rule 5).
+fn classify(superseded: bool, s0: Option<&[u64]>, view: View, exact: bool) -> FilesVerdict {
     let (exp, (size, b)) = match (s0, view) {
         (Some(_), None) => return FilesVerdict::LostFile,
         (None, Some(_)) => return FilesVerdict::Resurrected,
@@ -398,14 +343,8 @@ fn classify(
     if b.iter().any(|x| matches!(x, Block::Damaged(_))) {
         return FilesVerdict::Corrupt;
     }
-    let earlier = h
-        .acked
-        .iter()
-        .position(|(_, s)| is_state(size, b, s.as_deref()));
-    if let Some(i) = earlier {
-        if h.acked[i + 1..].iter().any(|(s, _)| s.op == Op::Replace) {
-            return FilesVerdict::StaleRename;
-        }
+    if superseded {
+        return FilesVerdict::StaleRename;
     }
     if size != exp.len() as u64 * BLOCK {
         return FilesVerdict::WrongSize;

@@ -57,10 +57,8 @@ pub struct WriteArgs {
     pub run: crate::run::RunArgs,
 }
 
-/// Most workers `--jobs` accepts.
-pub const MAX_JOBS: u32 = 1024;
-/// Most file names `--files` accepts.
-pub const MAX_FILES: u32 = 1 << 20;
+/// Most workers `--jobs` accepts, and most file names `--files` accepts.
+pub use plugpull::verdict::files::schedule::{MAX_FILES, MAX_JOBS};
 
 /// Validates the arguments and returns the durability calls to skip.
 pub fn check_args(a: &WriteArgs) -> Result<Unsafe, Error> {

@@ -1,5 +1,6 @@
 //! Verifying a files run: walk its directory with plain reads and judge every name
-//! ([`plugpull::verdict::files::judge`]).
+//! ([`plugpull::verdict::files::judge_folded`], from the acks the ledger folded as it
+//! streamed).
 //!
 //! The files are small (at most 8 KiB) and read with ordinary buffered reads, not
 //! `O_DIRECT`: after a real power cut the host rebooted and its page cache is empty;
@@ -12,7 +13,7 @@ use crate::Error;
 use plugpull::ledger::{FilesManifest, RunLedger};
 use plugpull::report::{FilesHead, FilesReport};
 use plugpull::verdict::files::schedule::{parse_name, Unsafe};
-use plugpull::verdict::files::{judge, FilesRun, Found, Walk, READ_CAP};
+use plugpull::verdict::files::{judge_folded, FilesRun, Found, Walk, READ_CAP};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -91,7 +92,12 @@ pub fn verify_files_run(
             )),
         ),
     };
-    let acks = &l.files_acks;
+    let acks = l.files_acks.as_ref().ok_or_else(|| {
+        Error::Msg(format!(
+            "run {}: the ledger's first manifest is not a files run's",
+            l.run
+        ))
+    })?;
     let window = if l.finished && l.device_error.is_none() {
         0
     } else if fm.max_unconfirmed == 0 {
@@ -111,7 +117,8 @@ pub fn verify_files_run(
         },
         window,
     };
-    let outcome = judge(&run, acks, &w).map_err(|e| Error::Msg(format!("run {}: {e}", l.run)))?;
+    let outcome =
+        judge_folded(&run, acks, &w).map_err(|e| Error::Msg(format!("run {}: {e}", l.run)))?;
     let head = FilesHead {
         run_id: l.run.to_string(),
         host: l.manifest.host.clone(),

@@ -24,72 +24,20 @@ use super::schedule::{Op, Step, Unsafe, BLOCK, MAX_BLOCKS};
 
 /// One file the name led to: the step that made it, its last acknowledged blocks, and
 /// whether a returned fsync covers them.
+#[derive(Debug)]
 struct Version {
     seq: u64,
     blocks: Vec<u64>,
     synced: bool,
 }
 
-/// The states of one name that its acknowledged steps' skipped calls leave possible.
-pub(super) struct Unsynced {
-    versions: Vec<Version>,
-    /// The entries since the last durable one: `None` = no name, `Some(i)` =
-    /// `versions[i]`.
-    entries: Vec<Option<usize>>,
-    /// Whether a replace whose directory fsync was skipped may have left `NAME.tmp`.
-    tmp: bool,
-}
-
-impl Unsynced {
-    /// Follows the name's acknowledged steps (each with the blocks it left) under the
-    /// run's skipped calls `u`.
-    pub(super) fn of(u: Unsafe, acked: &[(Step, Option<Vec<u64>>)]) -> Self {
-        let mut n = Unsynced {
-            versions: Vec::new(),
-            entries: vec![None],
-            tmp: false,
-        };
-        for (st, after) in acked {
-            let blocks = after.clone().unwrap_or_default();
-            let entry = match st.op {
-                Op::Create | Op::Replace => {
-                    n.versions.push(Version {
-                        seq: st.seq,
-                        blocks,
-                        synced: st.op == Op::Create || !u.presync,
-                    });
-                    Some(n.versions.len() - 1)
-                }
-                Op::Append | Op::Truncate => {
-                    if let Some(Some(i)) = n.entries.last() {
-                        n.versions[*i] = Version {
-                            blocks,
-                            synced: true,
-                            ..n.versions[*i]
-                        };
-                    }
-                    continue;
-                }
-                Op::Unlink => None,
-            };
-            if u.dirsync {
-                n.entries.push(entry);
-                n.tmp |= st.op == Op::Replace;
-            } else {
-                n.entries = vec![entry];
-                n.tmp = false;
-            }
-        }
-        n
-    }
-
-    /// Whether the name as found (`None`: no name) is a state the skipped calls may
-    /// have left.
-    pub(super) fn explains(&self, found: Option<(u64, &[Block])>) -> bool {
-        self.entries.iter().any(|e| match (e, found) {
+impl Version {
+    /// Whether an entry leading to this file (`None`: to no name) explains the name as
+    /// found (`None`: no name).
+    fn explains(v: Option<&Version>, found: Option<(u64, &[Block])>) -> bool {
+        match (v, found) {
             (None, None) => true,
-            (Some(i), Some((size, blocks))) => {
-                let v = &self.versions[*i];
+            (Some(v), Some((size, blocks))) => {
                 if v.synced {
                     is_state(size, blocks, Some(&v.blocks))
                 } else {
@@ -100,7 +48,66 @@ impl Unsynced {
                 }
             }
             _ => false,
-        })
+        }
+    }
+}
+
+/// The states of one name that its acknowledged steps' skipped calls leave possible,
+/// followed step by step against what the walk found: only the newest entry's file
+/// still changes (an append or truncate rewrites it), so each older entry is kept as
+/// whether it explains the name as found.
+#[derive(Debug, Default)]
+pub(super) struct Unsynced {
+    /// Whether an entry since the last durable one, before the newest, explains the
+    /// name as found.
+    older: bool,
+    /// The newest entry: `None` = no name (the run's start has none), `Some` = the
+    /// file it leads to.
+    newest: Option<Version>,
+    /// Whether a replace whose directory fsync was skipped may have left `NAME.tmp`.
+    tmp: bool,
+}
+
+impl Unsynced {
+    /// Follows the name's next acknowledged step `st` (leaving the blocks `after`) under
+    /// the run's skipped calls `u`; `found` is the name as the walk found it.
+    pub(super) fn step(
+        &mut self,
+        u: Unsafe,
+        st: &Step,
+        after: Option<&[u64]>,
+        found: Option<(u64, &[Block])>,
+    ) {
+        let blocks = after.unwrap_or_default().to_vec();
+        let entry = match st.op {
+            Op::Create | Op::Replace => Some(Version {
+                seq: st.seq,
+                blocks,
+                synced: st.op == Op::Create || !u.presync,
+            }),
+            Op::Append | Op::Truncate => {
+                if let Some(v) = &mut self.newest {
+                    v.blocks = blocks;
+                    v.synced = true;
+                }
+                return;
+            }
+            Op::Unlink => None,
+        };
+        if u.dirsync {
+            self.older |= Version::explains(self.newest.as_ref(), found);
+            self.tmp |= st.op == Op::Replace;
+        } else {
+            self.older = false;
+            self.tmp = false;
+        }
+        self.newest = entry;
+    }
+
+    /// Whether the name as found (`None`: no name) — the one given to every
+    /// [`Unsynced::step`] — is a state the skipped calls may have left.
+    pub(super) fn explains(&self, found: Option<(u64, &[Block])>) -> bool {
+        self.older || Version::explains(self.newest.as_ref(), found)
     }
 
     /// Whether the skipped calls may have left `NAME.tmp`.

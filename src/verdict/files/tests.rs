@@ -3,8 +3,10 @@ use super::*;
 use crate::record::{Encoder, SECTOR};
 
 mod findings;
+mod fold;
 mod in_flight;
 mod records;
+mod reference;
 mod unpromised;
 
 const RUN: RunId = RunId(0x1234_5678_9abc_def0);

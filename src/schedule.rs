@@ -21,6 +21,10 @@ use serde::{Deserialize, Serialize};
 pub const BLOCK: u64 = 512;
 /// Most blocks a file holds.
 pub const MAX_BLOCKS: u64 = 16;
+/// Most workers a run has (`write files --jobs`).
+pub const MAX_JOBS: u32 = 1024;
+/// Most file names a run has (`write files --files`).
+pub const MAX_FILES: u32 = 1 << 20;
 
 /// What one step does to its file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
