@@ -159,7 +159,7 @@ pub fn cut(
         Some(w) => control::request(
             &socket,
             &format!("cut-tearable {}", w.as_millis()),
-            w + Duration::from_secs(60),
+            w.saturating_add(Duration::from_secs(60)),
         ),
     }
 }

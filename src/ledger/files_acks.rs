@@ -9,7 +9,9 @@
 //! entry per name; beyond that it holds only
 //!
 //! * per worker, what each step the cursor passed before its ack arrived must state
-//!   (an ack out of order; the entry goes when the ack comes), and
+//!   (an ack out of order; the entry goes when the ack comes, unless that ack was
+//!   already kept for the replay: then it stays, counted by [`FilesAcks::awaited`]
+//!   until the end), and
 //! * the acks to check again when the schedule is replayed: each later copy of a seq
 //!   (the last copy counts) and each ack that disagrees with its step,
 //!
@@ -18,7 +20,10 @@
 //! past its worker's cursor, or past [`MAX_AWAITED`] steps awaiting theirs, and every
 //! ack of a manifest no writer makes (no worker, more than [`MAX_JOBS`] or
 //! [`MAX_FILES`]) is kept to be checked in the replay instead, so that no ledger makes
-//! the fold step through a schedule far beyond its acks or hold more than that.
+//! the fold step through a schedule far beyond its acks or hold more than that. The
+//! replay steps a worker at most [`MAX_REPLAY_AHEAD`] past where the fold stopped; an
+//! ack beyond is reported as beyond the schedule. A manifest no writer makes is replayed
+//! as its acks say, as before the fold: a wild seq there still makes verify step far.
 
 use super::FilesAck;
 use crate::schedule::{Op, Schedule, Step, Unsafe, BLOCK, MAX_FILES, MAX_JOBS};
@@ -28,6 +33,9 @@ use std::collections::BTreeMap;
 pub const MAX_AHEAD: u64 = 1 << 16;
 /// Most steps of one worker awaiting their ack (passed over by a later one).
 pub const MAX_AWAITED: usize = 1 << 16;
+/// Most steps the replay takes past where the fold stopped stepping a worker: an ack
+/// beyond (a seq no writer reaches) is reported as beyond the schedule.
+pub const MAX_REPLAY_AHEAD: u64 = 1 << 24;
 
 /// What the ack of one step must state: the step and the state it leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,6 +241,18 @@ impl FilesAcks {
             Some(w) => w.last,
             None => self.lasts.get(&j).copied(),
         }
+    }
+
+    /// The highest step of worker `j` the replay steps to as acknowledged: its `K`, but
+    /// at most [`MAX_REPLAY_AHEAD`] past the steps the fold took in order (an ack beyond
+    /// that was kept and is never reached, so the replay reports it as beyond the
+    /// schedule rather than step towards a seq no writer reaches). `None`: no ack.
+    pub(crate) fn replay_last(&self, j: u32) -> Option<u64> {
+        let last = self.last(j)?;
+        Some(match self.workers.get(j as usize) {
+            Some(w) => last.min(w.taken.saturating_add(MAX_REPLAY_AHEAD)),
+            None => last,
+        })
     }
 
     /// Steps passed over by a later ack whose own ack has not come (yet), all workers.

@@ -82,7 +82,7 @@ pub use entry::{
     HEARTBEAT_MS,
 };
 pub(crate) use files_acks::Expect;
-pub use files_acks::{FilesAcks, MAX_AHEAD, MAX_AWAITED};
+pub use files_acks::{FilesAcks, MAX_AHEAD, MAX_AWAITED, MAX_REPLAY_AHEAD};
 pub use format::{
     encode_entry, header, scan, LedgerError, Scanner, Tail, ENTRY_HEADER_LEN, HEADER_LEN, MAGIC,
     MAX_COMMIT, MAX_ENTRY,

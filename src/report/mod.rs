@@ -181,24 +181,23 @@ pub fn lag_histogram(lags: &[f64]) -> Vec<LagBucket> {
     let mut from = 0.0;
     for i in 0..=LAG_EDGES_SECS.len() {
         let to = LAG_EDGES_SECS.get(i).copied();
-        let count = lags
-            .iter()
-            .filter(|&&l| l >= from && to.is_none_or(|t| l < t))
-            .count() as u64;
         out.push(LagBucket {
             from_secs: from,
             to_secs: to,
-            count,
+            count: 0,
         });
         if let Some(t) = to {
             from = t;
         }
     }
+    for &l in lags {
+        add_lags(&mut out, l, 1);
+    }
     out
 }
 
-/// Adds `n` lags of `lag` seconds to `buckets`, a histogram [`lag_histogram`] made:
-/// the same bucket [`lag_histogram`] counts such a lag in.
+/// Adds `n` lags of `lag` seconds to `buckets`, a histogram [`lag_histogram`] made
+/// (which counts its own lags with it): the bucket with `from_secs ≤ lag < to_secs`.
 pub fn add_lags(buckets: &mut [LagBucket], lag: f64, n: u64) {
     let bucket = buckets
         .iter_mut()

@@ -239,8 +239,12 @@ pub fn judge_folded(r: &FilesRun, fold: &FilesAcks, walk: &Walk) -> Result<Files
                 .zip(blocks[f as usize].as_deref())
         })
         .collect();
-    let names = replay(r, fold, &views)?;
-    if let Some(seq) = fold.beyond {
+    let (names, unreached) = replay(r, fold, &views)?;
+    let beyond = match (fold.beyond, unreached) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(seq) = beyond {
         return Err(format!(
             "acknowledged step seq {seq} is beyond every worker's schedule"
         ));

@@ -81,9 +81,17 @@ impl Name {
 /// after them, folding each into its name (`views`: each name as found, by file
 /// number), and checks the acks `fold` kept to check against their step.
 ///
+/// Returns the names and the lowest seq of an ack kept to check that no acknowledged
+/// step reached (`None`: every one was reached).
+///
 /// Errors: such an ack names a file or state its step does not (the first by worker,
 /// then step).
-pub(super) fn replay(r: &FilesRun, fold: &FilesAcks, views: &[View]) -> Result<Vec<Name>, String> {
+pub(super) fn replay(
+    r: &FilesRun,
+    fold: &FilesAcks,
+    views: &[View],
+) -> Result<(Vec<Name>, Option<u64>), String> {
+    let mut reached = std::collections::BTreeSet::new();
     let mut names: Vec<Name> = (0..r.files as usize)
         .map(|f| Name {
             ms: fold.names.get(f).copied().flatten(),
@@ -91,9 +99,11 @@ pub(super) fn replay(r: &FilesRun, fold: &FilesAcks, views: &[View]) -> Result<V
         })
         .collect();
     for j in 0..r.jobs {
-        let last = fold.last(j);
+        let last = fold.replay_last(j);
         let mut s = Schedule::new(r.seed, r.jobs, j, r.files, r.unsafe_steps);
-        let end = last.map_or(0, |k| k + 1) + r.window;
+        let end = last
+            .map_or(0, |k| k.saturating_add(1))
+            .saturating_add(r.window);
         for k in 0..end {
             let Some(st) = s.next_step() else { break };
             let state = s.state(st.file);
@@ -101,6 +111,7 @@ pub(super) fn replay(r: &FilesRun, fold: &FilesAcks, views: &[View]) -> Result<V
             if last.is_some_and(|l| k <= l) {
                 if let Some(a) = fold.recheck.get(&st.seq) {
                     Expect::of(&st, state).check(a)?;
+                    reached.insert(st.seq);
                     if n.ms.is_none_or(|(nk, _)| nk <= k) {
                         n.ms = Some((k, a.ms));
                     }
@@ -111,5 +122,6 @@ pub(super) fn replay(r: &FilesRun, fold: &FilesAcks, views: &[View]) -> Result<V
             }
         }
     }
-    Ok(names)
+    let unreached = fold.recheck.keys().find(|q| !reached.contains(q)).copied();
+    Ok((names, unreached))
 }

@@ -184,7 +184,9 @@ pub fn ack_times(ranges: impl Iterator<Item = AckRange>, seqs: &[u64], end_ms: u
 /// lag at the time of every promised range holding it (in the verdict's order), in
 /// seconds before `end_ms` (the latest the commit can have been acknowledged, so the
 /// lag is a lower bound). Memory: the ranges of the current client that hold the
-/// current seq.
+/// current seq, read from the fold; for a client whose ranges are not ascending
+/// without repeats ([`Ordered::Sorted`]), all of that client's ranges, unpacked and
+/// sorted.
 pub struct LostLags<'a> {
     ranges: &'a PgRanges,
     end_ms: u32,

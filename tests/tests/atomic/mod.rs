@@ -303,6 +303,8 @@ fn the_documented_atomic_rehearsal_tears_within_five_cuts() {
         .unwrap()
         .as_nanos() as u64;
     let seeds: Vec<u64> = (0..5).map(|i| base.wrapping_add(i)).collect();
+    // Printed first, so that any assertion below that fails shows them.
+    eprintln!("atomic rehearsal seeds: {seeds:?}");
     for (i, &seed) in seeds.iter().enumerate() {
         let (truth, code, v, lines) = cut_with_writer_alive(4096, seed, 100, "6", &latency, true);
         check_lines(&lines, &v);

@@ -176,10 +176,12 @@ impl Scan {
 
 /// The lags of the lost promised commits, as a histogram ([`LostLags`]: each lost seq
 /// counts at the time of every promised range of the ledger holding it, a lower
-/// bound on its lag before `end_ms`; [`lag_histogram`]'s buckets). PostgreSQL streams every missing acknowledged
-/// seq, found over the merged ranges, by client and seq; the ledger's ranges are
-/// read from the fold beside them. Neither side holds a value per range of the
-/// ledger or per lost commit.
+/// bound on its lag before `end_ms`; [`lag_histogram`]'s buckets). PostgreSQL streams
+/// every missing acknowledged seq, found over the merged ranges, by client and seq;
+/// the ledger's ranges are read from the fold beside them. Verify holds no value per
+/// range of the ledger or per lost commit; PostgreSQL sorts the missing seqs (those
+/// of unpromised merged ranges too: a promised range of the ledger may lie inside
+/// one, so they cannot be left out) for the `ORDER BY`.
 pub async fn lost_lags(
     client: &Client,
     scan: &Scan,

@@ -371,3 +371,41 @@ fn a_manifest_no_writer_makes_keeps_its_acks_whole_and_steps_no_schedule() {
         (0, 0, 1, Some(2))
     );
 }
+
+/// An ack no replay reaches is beyond the schedule, as the reference says, even where
+/// its step plus the window overflows (`seq` = 2⁶⁴ − 1 on one worker, run unfinished),
+/// and an ack more than [`MAX_REPLAY_AHEAD`](crate::ledger::MAX_REPLAY_AHEAD) steps
+/// past where the fold stopped is not stepped to: it is beyond the schedule too.
+#[test]
+fn an_ack_no_replay_reaches_is_beyond_the_schedule() {
+    let r = FilesRun {
+        jobs: 1,
+        ..run(5, Unsafe::default())
+    };
+    let (mut a, _) = acks(&r, 3);
+    let wild = |seq| FilesAck {
+        seq,
+        file: 0,
+        exists: true,
+        size: BLOCK,
+        content_seq: seq,
+        promised: true,
+        ms: 9,
+    };
+    a.push(wild(u64::MAX));
+    let mut fold = FilesAcks::new(r.seed, r.jobs, r.files, r.unsafe_steps);
+    a.iter().for_each(|x| fold.add(x));
+    assert_eq!(
+        judge_folded(&r, &fold, &Walk::default()).unwrap_err(),
+        "acknowledged step seq 18446744073709551615 is beyond every worker's schedule"
+    );
+    let far = 3 + crate::ledger::MAX_REPLAY_AHEAD + 2;
+    a.pop();
+    a.push(wild(far));
+    let mut fold = FilesAcks::new(r.seed, r.jobs, r.files, r.unsafe_steps);
+    a.iter().for_each(|x| fold.add(x));
+    assert_eq!(
+        judge_folded(&r, &fold, &Walk::default()).unwrap_err(),
+        format!("acknowledged step seq {far} is beyond every worker's schedule")
+    );
+}
