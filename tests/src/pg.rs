@@ -268,11 +268,24 @@ impl PgCluster {
     }
 
     /// Puts `line` first in `pg_hba.conf` (so it wins over the trust lines) and
-    /// reloads, e.g. `host all pwuser 127.0.0.1/32 scram-sha-256`.
+    /// reloads, e.g. `host all pwuser 127.0.0.1/32 scram-sha-256`. The new file is
+    /// renamed over the old one: `pg_reload_conf()` only signals, so the server may
+    /// read the file while the next call writes it, and a file written in place could
+    /// be read half-written, without the trust lines at its end (a CI run failed so:
+    /// "no pg_hba.conf entry for host \"[local]\"").
     pub fn prepend_hba(&mut self, line: &str) {
         let path = self.data.join("pg_hba.conf");
         let old = std::fs::read_to_string(&path).expect("read pg_hba.conf");
-        std::fs::write(&path, format!("{line}\n{old}")).expect("write pg_hba.conf");
+        let tmp = self.data.join("pg_hba.conf.new");
+        std::fs::write(&tmp, format!("{line}\n{old}")).expect("write pg_hba.conf.new");
+        let meta = std::fs::metadata(&path).expect("stat pg_hba.conf");
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid()))
+                .expect("chown pg_hba.conf.new as pg_hba.conf");
+        }
+        std::fs::set_permissions(&tmp, meta.permissions()).expect("chmod pg_hba.conf.new");
+        std::fs::rename(&tmp, &path).expect("rename pg_hba.conf.new over pg_hba.conf");
         if self.running {
             self.psql("SELECT pg_reload_conf()");
         }
