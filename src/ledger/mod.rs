@@ -65,6 +65,8 @@ mod format;
 mod gather;
 mod manifest;
 mod pg_ranges;
+#[cfg(test)]
+pub(crate) use pg_ranges::pg_batch;
 mod prints;
 mod read;
 mod run;

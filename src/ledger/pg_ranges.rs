@@ -104,32 +104,36 @@ impl Log {
     }
 }
 
+/// A test batch (number 1) of one client's ranges `(client, first, last, ms)`, all
+/// `promised` or not.
+#[cfg(test)]
+pub(crate) fn pg_batch(promised: bool, ranges: &[(u32, u64, u64, u32)]) -> AckBatch {
+    AckBatch {
+        batch: 1,
+        promised,
+        acks: Acks::Pg(
+            ranges
+                .iter()
+                .map(|&(client, first, last, ms)| super::PgAckRange {
+                    client,
+                    first,
+                    last,
+                    ms,
+                })
+                .collect(),
+        ),
+        flushes: None,
+        canary: 0,
+        sealed_ms: 0,
+        oldest_in_flight_ms: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::PgAckRange;
 
-    fn b(promised: bool, ranges: &[(u32, u64, u64, u32)]) -> AckBatch {
-        AckBatch {
-            batch: 1,
-            promised,
-            acks: Acks::Pg(
-                ranges
-                    .iter()
-                    .map(|&(client, first, last, ms)| PgAckRange {
-                        client,
-                        first,
-                        last,
-                        ms,
-                    })
-                    .collect(),
-            ),
-            flushes: None,
-            canary: 0,
-            sealed_ms: 0,
-            oldest_in_flight_ms: None,
-        }
-    }
+    use super::pg_batch as b;
 
     #[test]
     fn each_clients_ranges_read_back_as_sent_in_ledger_order_odd_ones_too() {

@@ -5,31 +5,8 @@
 //! exact values besides.
 
 use super::*;
-use crate::ledger::{Acks, PgAckRange};
+use crate::ledger::pg_batch as batch;
 use std::collections::BTreeSet;
-
-/// One batch of ranges `(client, first, last, ms)`.
-fn batch(promised: bool, ranges: &[(u32, u64, u64, u32)]) -> AckBatch {
-    AckBatch {
-        batch: 1,
-        promised,
-        acks: Acks::Pg(
-            ranges
-                .iter()
-                .map(|&(client, first, last, ms)| PgAckRange {
-                    client,
-                    first,
-                    last,
-                    ms,
-                })
-                .collect(),
-        ),
-        flushes: None,
-        canary: 0,
-        sealed_ms: 0,
-        oldest_in_flight_ms: None,
-    }
-}
 
 fn range(first: u64, last: u64, promised: bool, ms: u32) -> AckRange {
     AckRange {
